@@ -1,0 +1,24 @@
+# The README's two commands: `make up` (install and run) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: up test install lint
+
+$(BIN)/gateway: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/gateway
+
+up: install
+	$(BIN)/gateway up
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check gateway tests
+	$(BIN)/mypy gateway

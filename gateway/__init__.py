@@ -1,0 +1,3 @@
+"""A Kafka-native unique-jobs gateway."""
+
+__version__ = "0.1.0"
