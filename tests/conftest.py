@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,22 +16,7 @@ from pathlib import Path
 import pytest
 
 from gateway.broker import launcher
-
-
-def free_port_block(size: int = 201) -> int:
-    """A base port such that base..base+size-1 all look free on loopback."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + size < 65535 and all(_free(base + i) for i in (0, 1, 2, 100, 101, 102)):
-            return base
-    raise RuntimeError("no free port block on loopback")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+from tests.support import free_port_block
 
 
 def _docker_answers() -> bool:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from gateway.broker import launcher
-from tests.conftest import free_port_block
+from tests.support import free_port_block
 from tests.integration.cli import gateway
 
 pytestmark = pytest.mark.kafka
