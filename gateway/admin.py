@@ -75,7 +75,9 @@ def _create(admin: AdminClient, topics: list[TopicSpec]) -> list[TopicSpec]:
     return raced
 
 
-def _raise_conflicts(admin: AdminClient, topics: list[TopicSpec], partitions: dict[str, int]) -> None:
+def _raise_conflicts(
+    admin: AdminClient, topics: list[TopicSpec], partitions: dict[str, int]
+) -> None:
     problems = [
         f"{t.name} has {partitions[t.name]} partitions, the catalogue says {t.partitions}"
         for t in topics
@@ -84,7 +86,8 @@ def _raise_conflicts(admin: AdminClient, topics: list[TopicSpec], partitions: di
     problems += _config_conflicts(admin, topics)
     if problems:
         raise CatalogueError(
-            "existing topics conflict with the catalogue:\n  " + "\n  ".join(problems)
+            "existing topics conflict with the catalogue:\n  "
+            + "\n  ".join(problems)
             + "\nchange the topics or the catalogue (topics/topics.toml) so they agree"
         )
 

@@ -86,7 +86,9 @@ def load(path: Path | None = None, namespace: str | None = None) -> Catalogue:
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError as exc:
-        raise CatalogueError(f"topic catalogue not found at {path} (set GATEWAY_CATALOGUE)") from exc
+        raise CatalogueError(
+            f"topic catalogue not found at {path} (set GATEWAY_CATALOGUE)"
+        ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise CatalogueError(f"{path}: {exc}") from exc
     namespace = namespace if namespace is not None else os.environ.get("GATEWAY_NAMESPACE")

@@ -360,12 +360,16 @@ def up(
     )
     if existing is not None and not reuse_data:
         shutil.rmtree(existing.directory, ignore_errors=True)
-    cluster = existing if reuse_data and existing else Cluster(
-        version=version,
-        brokers=brokers,
-        port=port,
-        cluster_id=_cluster_id(),
-        directory=str(directory),
+    cluster = (
+        existing
+        if reuse_data and existing
+        else Cluster(
+            version=version,
+            brokers=brokers,
+            port=port,
+            cluster_id=_cluster_id(),
+            directory=str(directory),
+        )
     )
     libs = ensure_jars(version)
     started = time.monotonic()

@@ -37,8 +37,10 @@ def _apply(args: argparse.Namespace) -> int:
         print(f"created   {name}")
     for name in report.unchanged:
         print(f"ok        {name}")
-    print(f"{len(report.created)} created, {len(report.unchanged)} already matching "
-          f"({report.brokers} broker(s))")
+    print(
+        f"{len(report.created)} created, {len(report.unchanged)} already matching "
+        f"({report.brokers} broker(s))"
+    )
     return 0
 
 

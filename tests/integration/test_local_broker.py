@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from gateway.broker import launcher
-from tests.support import free_port_block
 from tests.integration.cli import gateway
+from tests.support import free_port_block
 
 pytestmark = pytest.mark.kafka
 

@@ -46,9 +46,9 @@ def test_apply_refuses_a_topic_with_other_partitions(kafka_bootstrap, namespace)
 def test_apply_refuses_a_conflicting_config(kafka_bootstrap, namespace):
     name = catalogue.load(namespace=namespace).name("requests")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics(
-        [NewTopic(name, 8, 1, config={"message.timestamp.type": "CreateTime"})]
-    )[name].result()
+    admin.create_topics([NewTopic(name, 8, 1, config={"message.timestamp.type": "CreateTime"})])[
+        name
+    ].result()
     result = gateway("topics", "apply", "--bootstrap", kafka_bootstrap, "--namespace", namespace)
     assert result.returncode == 1
     assert "message.timestamp.type is 'CreateTime', want 'LogAppendTime'" in result.stderr

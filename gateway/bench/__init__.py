@@ -1,0 +1,1 @@
+"""Benchmarks: they measure and print figures; tests never assert on timings."""

@@ -1,0 +1,79 @@
+"""The pure core: unique policy, fingerprint, decision engine, job-state events.
+
+No I/O, no clock, no Kafka. The processor calls, per request record,
+`parse_request_json` then `decide`, and per job-state event
+`parse_event_json` then `apply_event`, storing the returned entries.
+"""
+
+from gateway.core.engine import Decision, Outcome, audit_fields, cancellations, decide
+from gateway.core.entries import (
+    DEFAULT_RETENTION_MS,
+    Entry,
+    dump_entries,
+    effective_state,
+    load_entries,
+    prune,
+)
+from gateway.core.envelope import Envelope
+from gateway.core.errors import (
+    DUPLICATE,
+    INVALID_EVENT,
+    INVALID_PAYLOAD,
+    INVALID_REQUEST,
+    GatewayError,
+)
+from gateway.core.events import (
+    EventOutcome,
+    EventResult,
+    IgnoredReason,
+    JobEvent,
+    apply_event,
+    parse_event,
+    parse_event_json,
+)
+from gateway.core.fingerprint import canonical_form, fingerprint, fingerprint_reference
+from gateway.core.jobs import uuid7
+from gateway.core.policy import Dimension, OnConflict, UniquePolicy, parse_policy
+from gateway.core.request import Request, parse_request, parse_request_json
+from gateway.core.states import DEFAULT_UNIQUE_STATES, TERMINAL_STATES, State
+
+__all__ = [
+    "DEFAULT_RETENTION_MS",
+    "DEFAULT_UNIQUE_STATES",
+    "DUPLICATE",
+    "INVALID_EVENT",
+    "INVALID_PAYLOAD",
+    "INVALID_REQUEST",
+    "TERMINAL_STATES",
+    "Decision",
+    "Dimension",
+    "Entry",
+    "Envelope",
+    "EventOutcome",
+    "EventResult",
+    "GatewayError",
+    "IgnoredReason",
+    "JobEvent",
+    "OnConflict",
+    "Outcome",
+    "Request",
+    "State",
+    "UniquePolicy",
+    "apply_event",
+    "audit_fields",
+    "canonical_form",
+    "cancellations",
+    "decide",
+    "dump_entries",
+    "effective_state",
+    "fingerprint",
+    "fingerprint_reference",
+    "load_entries",
+    "parse_event",
+    "parse_event_json",
+    "parse_policy",
+    "parse_request",
+    "parse_request_json",
+    "prune",
+    "uuid7",
+]

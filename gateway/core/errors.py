@@ -1,0 +1,39 @@
+"""Errors are values: a code a program can branch on and a message a user can act on.
+
+Public functions of the core return `T | GatewayError`; they never raise for
+bad input. Internally, parsers raise `Invalid` to unwind deep validation and
+the public function turns it back into the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INVALID_REQUEST = "invalid_request"
+INVALID_PAYLOAD = "invalid_payload"
+INVALID_EVENT = "invalid_event"
+DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayError:
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class Invalid(Exception):
+    """Carries a GatewayError out of nested validation; never escapes a public function."""
+
+    def __init__(self, error: GatewayError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def invalid_request(message: str) -> Invalid:
+    return Invalid(GatewayError(INVALID_REQUEST, message))

@@ -1,0 +1,267 @@
+"""The OJS UniquePolicy, validated once into one canonical, immutable value.
+
+Canonical means behaviour-equal policies are equal values: dimensions and
+states in a fixed order, args_keys/meta_keys NFC-normalised and sorted, and
+dropped when their dimension is not selected, the period in milliseconds.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+import isodate
+
+from gateway.core.errors import INVALID_REQUEST, GatewayError, Invalid, invalid_request
+from gateway.core.states import ALL_STATES, DEFAULT_UNIQUE_STATES, State
+
+
+class Dimension(StrEnum):
+    TYPE = "type"
+    QUEUE = "queue"
+    ARGS = "args"
+    META = "meta"
+
+
+class OnConflict(StrEnum):
+    REJECT = "reject"
+    REPLACE = "replace"
+    REPLACE_EXCEPT_SCHEDULE = "replace_except_schedule"
+    IGNORE = "ignore"
+
+
+_DIMENSION_ORDER: tuple[Dimension, ...] = tuple(Dimension)
+_STATE_NAMES = frozenset(s.value for s in State)
+_ON_CONFLICT_NAMES = frozenset(c.value for c in OnConflict)
+_FIELDS = ("keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict")
+_MS_PER_DAY = 86_400_000
+# The largest duration isodate (and datetime.timedelta) can represent.
+MAX_PERIOD_MS = timedelta.max.days * _MS_PER_DAY
+
+
+@dataclass(frozen=True, slots=True)
+class UniquePolicy:
+    keys: tuple[Dimension, ...] = (Dimension.TYPE,)
+    args_keys: tuple[str, ...] | None = None
+    meta_keys: tuple[str, ...] | None = None
+    period_ms: int | None = None
+    states: frozenset[State] = DEFAULT_UNIQUE_STATES
+    on_conflict: OnConflict = OnConflict.REJECT
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as applied, for the audit record; `from_dict` reads it back."""
+        return {
+            "keys": [str(k) for k in self.keys],
+            "args_keys": None if self.args_keys is None else list(self.args_keys),
+            "meta_keys": None if self.meta_keys is None else list(self.meta_keys),
+            "period": None if self.period_ms is None else format_period(self.period_ms),
+            "period_ms": self.period_ms,
+            "states": [str(s) for s in ALL_STATES if s in self.states],
+            "on_conflict": str(self.on_conflict),
+        }
+
+    @staticmethod
+    def from_dict(raw: Mapping[str, Any]) -> UniquePolicy | GatewayError:
+        """Read a `to_dict` value back; `period_ms` must agree with `period`."""
+        if not isinstance(raw, Mapping):
+            return GatewayError(INVALID_REQUEST, "policy must be an object")
+        fields = dict(raw)
+        period_ms = fields.pop("period_ms", None)
+        policy = parse_policy(fields)
+        if isinstance(policy, UniquePolicy) and policy.period_ms != period_ms:
+            return GatewayError(
+                INVALID_REQUEST,
+                f"policy.period_ms ({period_ms!r}) does not match policy.period "
+                f"({fields.get('period')!r})",
+            )
+        return policy
+
+
+def parse_policy(raw: object, field: str = "unique") -> UniquePolicy | GatewayError:
+    """Validate one OJS UniquePolicy object. `field` names it in error messages."""
+    try:
+        return policy_or_raise(raw, field)
+    except Invalid as exc:
+        return exc.error
+
+
+def policy_or_raise(raw: object, field: str) -> UniquePolicy:
+    if not isinstance(raw, Mapping):
+        raise invalid_request(
+            f'{field} must be an object such as {{"keys": ["type", "args"]}}, not {_json_type(raw)}'
+        )
+    for name in raw:
+        if name not in _FIELDS:
+            raise invalid_request(
+                f"{field}.{name} is not a unique policy field; allowed fields are "
+                "keys, args_keys, meta_keys, period, states, on_conflict"
+            )
+    if "keys" in raw and "key" in raw:
+        raise invalid_request(f"give either {field}.keys or its alias {field}.key, not both")
+    keys_field = "key" if "key" in raw else "keys"
+
+    keys = _parse_keys(raw.get(keys_field), f"{field}.{keys_field}")
+    args_keys = _parse_field_names(raw.get("args_keys"), f"{field}.args_keys")
+    meta_keys = _parse_field_names(raw.get("meta_keys"), f"{field}.meta_keys")
+    if Dimension.ARGS in keys:
+        if args_keys == ():
+            raise invalid_request(
+                f"{field}.args_keys must not be empty; omit it to include all of args, "
+                'or list the args fields that define uniqueness, e.g. ["user_id"]'
+            )
+    else:
+        args_keys = None
+    if Dimension.META in keys:
+        if meta_keys is None:
+            raise invalid_request(
+                f'{field}.meta_keys is required when {field}.{keys_field} contains "meta"'
+            )
+        if not meta_keys:
+            raise invalid_request(
+                f"{field}.meta_keys must not be empty when {field}.{keys_field} contains "
+                '"meta"; list the meta fields that define uniqueness, e.g. ["tenant_id"]'
+            )
+    else:
+        meta_keys = None
+
+    return UniquePolicy(
+        keys=keys,
+        args_keys=args_keys,
+        meta_keys=meta_keys,
+        period_ms=period_or_raise(raw.get("period"), f"{field}.period"),
+        states=_parse_states(raw.get("states"), f"{field}.states"),
+        on_conflict=_parse_on_conflict(raw.get("on_conflict"), f"{field}.on_conflict"),
+    )
+
+
+def _parse_keys(raw: object, field: str) -> tuple[Dimension, ...]:
+    if raw is None:
+        return (Dimension.TYPE,)
+    names = _string_list(raw, field, 'e.g. ["type", "args"]')
+    allowed = ", ".join(f'"{d}"' for d in _DIMENSION_ORDER)
+    for name in names:
+        if name not in _DIMENSION_ORDER:
+            raise invalid_request(f'{field} contains unknown dimension "{name}"; use {allowed}')
+    # type is always part of the key, so jobs of different types never collide.
+    chosen = set(names) | {Dimension.TYPE}
+    return tuple(d for d in _DIMENSION_ORDER if d in chosen)
+
+
+def _parse_field_names(raw: object, field: str) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    names = _string_list(raw, field, 'e.g. ["user_id"]')
+    normalised = [unicodedata.normalize("NFC", n) for n in names]
+    if len(set(normalised)) != len(normalised):
+        raise invalid_request(f"{field} lists names that are equal after Unicode NFC normalisation")
+    return tuple(sorted(normalised))
+
+
+def _parse_states(raw: object, field: str) -> frozenset[State]:
+    if raw is None:
+        return DEFAULT_UNIQUE_STATES
+    names = _string_list(raw, field, 'e.g. ["available", "active"]')
+    allowed = ", ".join(ALL_STATES)
+    for name in names:
+        if name not in _STATE_NAMES:
+            raise invalid_request(f'{field} contains unknown state "{name}"; use {allowed}')
+    if not names:
+        raise invalid_request(
+            f"{field} must not be empty: no existing job could ever count as a duplicate; "
+            "omit it for the default states"
+        )
+    return frozenset(State(n) for n in names)
+
+
+def _parse_on_conflict(raw: object, field: str) -> OnConflict:
+    if raw is None:
+        return OnConflict.REJECT
+    allowed = ", ".join(f'"{c}"' for c in OnConflict)
+    if not isinstance(raw, str) or raw not in _ON_CONFLICT_NAMES:
+        raise invalid_request(f"{field} must be one of {allowed}, not {_show(raw)}")
+    return OnConflict(raw)
+
+
+def period_or_raise(raw: object, field: str) -> int | None:
+    """An ISO 8601 duration of fixed length, or whole seconds, as milliseconds."""
+    if raw is None:
+        return None
+    fix = 'use an ISO 8601 duration such as "PT1H" or "P7D", or whole seconds'
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise invalid_request(f"{field} must be a string or an integer ({fix}), not {_show(raw)}")
+    if isinstance(raw, int):
+        if raw <= 0:
+            raise invalid_request(f"{field} must be positive, not {raw}")
+        if raw * 1000 > MAX_PERIOD_MS:
+            raise invalid_request(f"{field} is longer than {MAX_PERIOD_MS // _MS_PER_DAY} days")
+        return raw * 1000
+    try:
+        parsed = isodate.parse_duration(raw)
+    except (isodate.ISO8601Error, ValueError, OverflowError, ArithmeticError):
+        raise invalid_request(f"{field} {_show(raw)} is not an ISO 8601 duration; {fix}") from None
+    if isinstance(parsed, isodate.Duration):
+        # A year or a month has no fixed length; a window must mean the same everywhere.
+        raise invalid_request(
+            f"{field} {_show(raw)} uses years or months, which have no fixed length; "
+            'use days instead, e.g. "P30D" or "P365D"'
+        )
+    micros = (parsed.days * 86_400 + parsed.seconds) * 1_000_000 + parsed.microseconds
+    if micros <= 0:
+        raise invalid_request(f"{field} {_show(raw)} must be a positive duration")
+    if micros % 1000:
+        raise invalid_request(f"{field} {_show(raw)} must be a whole number of milliseconds")
+    return micros // 1000
+
+
+def format_period(ms: int) -> str:
+    """The canonical ISO 8601 form of a period: days, then hours, minutes, seconds."""
+    days, rest = divmod(ms, _MS_PER_DAY)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    text = f"P{days}D" if days else "P"
+    time = ""
+    if hours:
+        time += f"{hours}H"
+    if minutes:
+        time += f"{minutes}M"
+    if seconds or millis:
+        time += f"{seconds}.{millis:03d}".rstrip("0").rstrip(".") + "S"
+    return text + ("T" + time if time else "")
+
+
+def _string_list(raw: object, field: str, example: str) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise invalid_request(f"{field} must be an array of strings ({example}), not {_show(raw)}")
+    seen: set[str] = set()
+    for name in raw:
+        if name in seen:
+            raise invalid_request(f'{field} lists "{name}" twice; list each item once')
+        seen.add(name)
+    return list(raw)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _show(value: object) -> str:
+    """A short rendering of a bad value for a message."""
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f'"{text}"'
+    return _json_type(value)

@@ -1,0 +1,32 @@
+"""Instants are integer epoch milliseconds inside the core, RFC 3339 UTC strings outside."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def parse_rfc3339(text: str) -> int | None:
+    """Epoch milliseconds (fraction truncated), or None if not an RFC 3339 date-time."""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        return None
+    date, time, fraction, offset = match.groups()
+    micros = (fraction or "").ljust(6, "0")[:6]
+    zone = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        instant = datetime.fromisoformat(f"{date}T{time}.{micros}{zone}")
+    except ValueError:
+        return None
+    return (instant - _EPOCH) // timedelta(milliseconds=1)
+
+
+def format_rfc3339(ms: int) -> str:
+    """RFC 3339 in UTC with milliseconds, e.g. 2026-02-12T10:00:00.000Z."""
+    instant = _EPOCH + timedelta(milliseconds=ms)
+    return instant.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"

@@ -1,0 +1,141 @@
+"""Stored entries: their JSON form, effective state, and the pruning bound."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.core import (
+    DEFAULT_RETENTION_MS,
+    Entry,
+    State,
+    dump_entries,
+    effective_state,
+    load_entries,
+    prune,
+)
+
+T0 = 1_770_000_000_000
+DAY = 86_400_000
+
+entries = st.builds(
+    Entry,
+    job_id=st.text(min_size=1, max_size=40),
+    state=st.sampled_from(list(State)),
+    created_at=st.integers(min_value=0, max_value=2**48),
+    state_changed_at=st.integers(min_value=0, max_value=2**48),
+    type=st.text(min_size=1, max_size=20),
+    queue=st.text(min_size=1, max_size=20),
+    scheduled_at=st.none() | st.integers(min_value=0, max_value=2**48),
+    max_attempts=st.integers(min_value=1, max_value=100),
+    holder=st.none()
+    | st.dictionaries(st.text(max_size=5), st.integers(-1000, 1000) | st.text(), max_size=3),
+)
+
+
+@given(st.lists(entries, max_size=5))
+def test_entries_round_trip_through_json(stored: list[Entry]) -> None:
+    assert load_entries(dump_entries(stored)) == tuple(stored)
+    for e in stored:
+        assert Entry.from_dict(e.to_dict()) == e
+
+
+def test_the_stored_form_is_compact() -> None:
+    e = Entry("j1", State.AVAILABLE, T0, T0 + 1, "email.send", "default")
+    assert e.to_dict() == {
+        "id": "j1",
+        "state": "available",
+        "created_at": T0,
+        "changed_at": T0 + 1,
+        "type": "email.send",
+        "queue": "default",
+        "max_attempts": 3,
+    }
+
+
+def test_nothing_stored_is_no_entries() -> None:
+    assert load_entries(None) == () == load_entries(b"")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"id": "j", "state": "available"},
+        {
+            "id": "j",
+            "state": "running",
+            "created_at": 1,
+            "changed_at": 1,
+            "type": "t",
+            "queue": "q",
+        },
+        {
+            "id": "j",
+            "state": "active",
+            "created_at": "1",
+            "changed_at": 1,
+            "type": "t",
+            "queue": "q",
+        },
+        {
+            "id": "j",
+            "state": "active",
+            "created_at": True,
+            "changed_at": 1,
+            "type": "t",
+            "queue": "q",
+        },
+    ],
+)
+def test_a_corrupt_stored_entry_raises_value_error(raw: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Entry.from_dict(raw)
+
+
+def test_a_scheduled_job_is_available_from_its_time_on() -> None:
+    e = Entry("j", State.SCHEDULED, T0, T0, "t", "q", scheduled_at=T0 + 10)
+    assert effective_state(e, T0 + 9) is State.SCHEDULED
+    assert effective_state(e, T0 + 10) is State.AVAILABLE
+    assert (
+        effective_state(Entry("j", State.SCHEDULED, T0, T0, "t", "q"), T0 + DAY) is State.SCHEDULED
+    )
+
+
+def test_live_entries_are_never_pruned() -> None:
+    live = [
+        Entry(f"j{i}", s, T0, T0, "t", "q")
+        for i, s in enumerate(State)
+        if s not in (State.COMPLETED, State.CANCELLED, State.DISCARDED)
+    ]
+    assert prune(live, T0 + 10_000 * DAY) == tuple(live)
+
+
+def test_terminal_entries_stay_for_the_retention_after_they_became_terminal() -> None:
+    done = Entry("j", State.COMPLETED, T0 - 100 * DAY, T0, "t", "q")
+    assert prune([done], T0 + DEFAULT_RETENTION_MS - 1) == (done,)
+    assert prune([done], T0 + DEFAULT_RETENTION_MS) == ()
+    assert DEFAULT_RETENTION_MS == 7 * DAY
+    assert prune([done], T0 + 20 * DAY, retention_ms=30 * DAY) == (done,)
+
+
+def test_only_the_newest_terminal_entry_per_state_is_kept() -> None:
+    old = Entry("old", State.COMPLETED, T0, T0 + 5, "t", "q")
+    new = Entry("new", State.COMPLETED, T0 + 1, T0 + 2, "t", "q")
+    gone = Entry("gone", State.DISCARDED, T0, T0, "t", "q")
+    live = Entry("live", State.ACTIVE, T0, T0, "t", "q")
+    assert prune([old, gone, live, new], T0 + 10) == (gone, live, new)
+
+
+def test_entries_with_a_holder_rule_are_not_collapsed() -> None:
+    a = Entry("a", State.COMPLETED, T0, T0, "t", "q", holder={"scope": "exists"})
+    b = Entry("b", State.COMPLETED, T0 + 1, T0 + 1, "t", "q")
+    assert prune([a, b], T0 + 2) == (a, b)
+
+
+@given(st.lists(entries, max_size=8), st.integers(min_value=0, max_value=2**48))
+def test_the_bound_live_jobs_plus_three(stored: list[Entry], now: int) -> None:
+    kept = prune(stored, now)
+    plain_terminal = [e for e in kept if e.terminal and e.holder is None]
+    assert len(plain_terminal) <= 3
+    assert [e for e in stored if not e.terminal] == [e for e in kept if not e.terminal]
