@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
-from gateway.cli import fingerprint, kafka, topics, up
+from gateway.cli import fingerprint, kafka, process, topics, up
 from gateway.cli.errors import CommandError
 
 
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (up, kafka, topics, fingerprint):
+    for module in (up, kafka, topics, process, fingerprint):
         module.register(sub)
     return parser
 

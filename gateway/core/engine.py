@@ -197,12 +197,14 @@ def _accept(
 def audit_fields(decision: Decision) -> dict[str, Any]:
     """The decision's part of the audit record.
 
+    job_id is the new job, or for rejected and ignored the existing one.
+
     The processor adds request_id, decided_at and source.
     """
     return {
         "outcome": str(decision.outcome),
         "unique_key": decision.unique_key,
-        "job_id": None if decision.job is None else decision.job["id"],
+        "job_id": _job_id(decision),
         "existing_job_id": None if decision.existing is None else decision.existing.job_id,
         "existing_job_state": (
             None if decision.existing_state is None else str(decision.existing_state)
@@ -212,6 +214,13 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
         "error": None if decision.error is None else decision.error.to_dict(),
         "policy": None if decision.policy is None else decision.policy.to_dict(),
     }
+
+
+def _job_id(decision: Decision) -> str | None:
+    """The job the caller ends up with: the new one, or the existing one it was refused for."""
+    if decision.job is not None:
+        return str(decision.job["id"])
+    return None if decision.existing is None else decision.existing.job_id
 
 
 def cancellations(decision: Decision) -> list[dict[str, Any]]:

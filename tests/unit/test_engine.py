@@ -198,6 +198,7 @@ def test_reject_returns_the_existing_jobs_id_and_state() -> None:
     assert fields["outcome"] == "rejected"
     assert fields["existing_job_id"] == job_id(first)
     assert fields["existing_job_state"] == "available"
+    assert fields["job_id"] == job_id(first)
     assert fields["error"]["code"] == "duplicate"
     assert fields["policy"]["on_conflict"] == "reject"
 

@@ -1,0 +1,78 @@
+"""`gateway process`: run the exactly-once dedup processor (router stage included)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from gateway import catalogue, config, logs
+from gateway.catalogue import CatalogueError
+from gateway.cli.errors import CommandError
+from gateway.core import DEFAULT_RETENTION_MS
+from gateway.processor.dedup import Limits
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("process", help="run the dedup processor")
+    add_arguments(p)
+    p.set_defaults(func=_process)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The processor's options, shared with `gateway up`."""
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
+    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    p.add_argument(
+        "--instance-id",
+        default=os.environ.get("GATEWAY_INSTANCE_ID", "1"),
+        help="stable id of this instance: its transactional id and state directory "
+        "(default $GATEWAY_INSTANCE_ID or 1)",
+    )
+    p.add_argument("--state-dir", type=Path, help="RocksDB state (default under the gateway home)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--max-request-bytes", type=int, default=Limits.max_request_bytes,
+        help="larger requests are refused with payload_too_large (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,
+        help="how long finished jobs keep counting for policies that list terminal "
+        "states (default %(default)s = 7 days)",
+    )  # fmt: skip
+    p.add_argument(
+        "--commit-interval", type=float, default=0.1,
+        help="seconds between transaction commits (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+
+
+def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported lazily
+    from gateway.processor.app import ProcessorSettings
+
+    if args.max_request_bytes < 1 or args.retention_seconds < 1 or args.commit_interval <= 0:
+        raise CommandError(
+            "--max-request-bytes, --retention-seconds and --commit-interval must be positive"
+        )
+    try:
+        cat = catalogue.load(namespace=args.namespace)
+    except CatalogueError as exc:
+        raise CommandError(str(exc)) from exc
+    return ProcessorSettings(
+        client_config=config.client_config(args.bootstrap),
+        catalogue=cat,
+        instance_id=args.instance_id,
+        group=f"{args.namespace}.gateway-dedup" if args.namespace else "gateway-dedup",
+        state_dir=args.state_dir,
+        limits=Limits(args.max_request_bytes, args.retention_seconds * 1000),
+        commit_interval=args.commit_interval,
+        metrics_port=args.metrics_port,
+    )
+
+
+def _process(args: argparse.Namespace) -> int:
+    from gateway.processor import app
+
+    logs.configure(args.log_level)
+    app.run(settings_from(args))
+    return 0

@@ -1,0 +1,38 @@
+"""Structured logs: one JSON object per line on stderr.
+
+Fields passed through `extra=` become keys of the object. The uniqueness key
+is only ever logged at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        line.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+def configure(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = JsonFormatter()
+    formatter.converter = __import__("time").gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,148 @@
+"""The dedup processor as a quixstreams Application, exactly-once.
+
+One consumer group reads `intake` (the router stage) and the co-partitioned
+`requests` and `job_events` topics (the dedup stage, one RocksDB state per
+partition keyed by fingerprint). Every record the stages write goes through
+the runtime's transactional producer, so outputs, state changelog and input
+offsets commit in one Kafka transaction; local state is written only after
+that commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+from quixstreams import Application, message_context
+
+from gateway.broker.launcher import gateway_home
+from gateway.catalogue import Catalogue
+from gateway.partitioner import PRODUCER_SETTING
+from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import Output, Source, headers_of
+from gateway.processor.router import Router
+
+log = logging.getLogger("gateway.processor")
+
+
+@dataclass(frozen=True)
+class ProcessorSettings:
+    client_config: dict[str, str]
+    catalogue: Catalogue
+    instance_id: str = "1"
+    # Consumer group and transactional-id prefix; the namespace keeps test
+    # runs and side-by-side deployments apart.
+    group: str = "gateway-dedup"
+    state_dir: Path | None = None
+    limits: Limits = field(default_factory=Limits)
+    # Seconds between transaction commits: the floor of decision latency, and
+    # the amount of work a crash makes the successor redo.
+    commit_interval: float = 0.1
+    metrics_port: int | None = None
+
+
+def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
+    cat = settings.catalogue
+    metrics = Metrics()
+    client = dict(settings.client_config)
+    bootstrap = client.pop("bootstrap.servers")
+    app = Application(
+        broker_address=bootstrap,
+        consumer_group=settings.group,
+        processing_guarantee="exactly-once",
+        auto_offset_reset="earliest",
+        commit_interval=settings.commit_interval,
+        consumer_poll_timeout=0.05,
+        # A stable transactional id per instance: a restarted instance fences
+        # its predecessor's open transaction at once instead of waiting for it
+        # to time out.
+        producer_extra_config={
+            **client,
+            **PRODUCER_SETTING,
+            "transactional.id": f"{settings.group}-{settings.instance_id}",
+            "transaction.timeout.ms": 30_000,
+        },
+        consumer_extra_config={**client, "isolation.level": "read_committed"},
+        state_dir=str(settings.state_dir or _default_state_dir(settings)),
+        # Our topics exist (gateway topics apply); the runtime creates only its
+        # changelog topics.
+        auto_create_topics=True,
+        loglevel=None,
+    )
+    topics = {
+        role: app.topic(cat.name(role), key_deserializer="bytes", value_deserializer="bytes")
+        for role in ("intake", "requests", "job_events")
+    }
+    requests = app.dataframe(topics["requests"])
+    # The runtime's transactional producer: records written through it commit
+    # with the checkpoint, never outside it.
+    producer = requests.processing_context.producer
+
+    def emit(output: Output, source: Source) -> None:
+        probe = _latency_probe(metrics, source) if output.role == "decisions" else None
+        producer.produce(
+            topic=output.topic or cat.name(output.role or ""),
+            key=output.key,
+            value=output.value,
+            headers=output.headers,
+            on_delivery=probe,
+        )
+
+    dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits)
+    router = Router(emit, metrics, settings.limits)
+    requests_topic = cat.name("requests")
+
+    def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
+        source = _source(timestamp, headers)
+        if source.topic == requests_topic:
+            dedup.on_request(value, key, source, state)
+        else:
+            dedup.on_event(value, key, source, state)
+
+    def on_intake(value: Any, key: Any, timestamp: int, headers: Any) -> None:
+        router.on_record(value, key, _source(timestamp, headers))
+
+    requests.concat(app.dataframe(topics["job_events"])).update(
+        on_dedup, stateful=True, metadata=True
+    )
+    app.dataframe(topics["intake"]).update(on_intake, metadata=True)
+    return app, metrics
+
+
+def run(settings: ProcessorSettings) -> None:
+    app, metrics = build(settings)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port)
+    log.info(
+        "processor starting",
+        extra={"instance_id": settings.instance_id, "group": settings.group},
+    )
+    app.run()
+
+
+def _source(timestamp: int, headers: Any) -> Source:
+    ctx = message_context()
+    return Source(ctx.topic, ctx.partition, ctx.offset, timestamp, headers_of(headers))
+
+
+def _latency_probe(metrics: Metrics, source: Source) -> Any:
+    """Observe record timestamp -> the broker's ack of the decision.
+
+    The ack comes inside the open transaction; its commit follows within the
+    commit interval. The benchmark measures up to visibility to read_committed.
+    """
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            metrics.decision_latency.observe(max(0.0, time.time() - source.timestamp_ms / 1000))
+
+    return on_delivery
+
+
+def _default_state_dir(settings: ProcessorSettings) -> Path:
+    return gateway_home() / "state" / settings.group / settings.instance_id

@@ -1,0 +1,38 @@
+"""The router stage: raw requests from `intake`, re-keyed by fingerprint onto `requests`.
+
+Valid requests go on to the dedup stage keyed by their fingerprint (so they
+land on the partition that owns it); invalid ones are decided `invalid` here,
+with a rejection and a decision record, so none is lost.
+"""
+
+from __future__ import annotations
+
+from gateway.core import GatewayError, Request, decide
+from gateway.processor.dedup import Emit, Limits, parse_limited
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import Output, Source, decision_outputs, request_id
+
+
+class Router:
+    def __init__(self, emit: Emit, metrics: Metrics, limits: Limits) -> None:
+        self.emit = emit
+        self.metrics = metrics
+        self.limits = limits
+
+    def on_record(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        request = parse_limited(value, self.limits)
+        raw = request.envelope.raw if isinstance(request, Request) else None
+        req_id = request_id(source, raw)
+        if isinstance(request, GatewayError):
+            decision = decide((), request, source.timestamp_ms, seed=source.seed)
+            for output in decision_outputs(decision, source, req_id):
+                self.emit(output, source)
+            self.metrics.decisions.labels(str(decision.outcome), "ojs").inc()
+            return
+        # The request keeps the id it was given on intake, wherever it is decided.
+        headers = {**source.headers, "request_id": req_id.encode()}
+        fingerprint = request.unique_key.encode() if request.unique_key else None
+        self.emit(
+            Output(value or b"", fingerprint, role="requests", headers=list(headers.items())),
+            source,
+        )
