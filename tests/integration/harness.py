@@ -1,0 +1,185 @@
+"""Real processors in subprocesses, and real producers and consumers around them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from gateway import admin, catalogue
+from gateway.catalogue import Catalogue
+from gateway.core import Request, parse_request
+from gateway.partitioner import PRODUCER_SETTING
+
+READY_LINE = "processing incoming messages"
+
+
+class Processor:
+    """`gateway process` as a user runs it, in its own process group."""
+
+    def __init__(self, bootstrap: str, namespace: str, workdir: Path, instance: str, *extra: str):
+        self.args = [
+            sys.executable, "-m", "gateway", "process", "--bootstrap", bootstrap,
+            "--namespace", namespace, "--instance-id", instance,
+            "--state-dir", str(workdir / f"state-{instance}"), *extra,
+        ]  # fmt: skip
+        self.log_path = workdir / f"processor-{instance}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, wait: bool = True) -> Processor:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.log()
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)
+                if READY_LINE.encode() in f.read():
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"processor not ready in {timeout}s:\n{self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no commit, no goodbye."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
+
+
+def apply_topics(bootstrap: str, namespace: str) -> Catalogue:
+    cat = catalogue.load(namespace=namespace)
+    admin.apply(cat, {"bootstrap.servers": bootstrap})
+    return cat
+
+
+def producer(bootstrap: str) -> Producer:
+    return Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        | PRODUCER_SETTING
+    )
+
+
+def fingerprint_of(job: dict[str, Any]) -> str:
+    request = parse_request(job)
+    assert isinstance(request, Request) and request.unique_key, request
+    return request.unique_key
+
+
+def send(
+    prod: Producer,
+    topic: str,
+    value: bytes | dict[str, Any],
+    key: str | bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    data = value if isinstance(value, bytes) else orjson.dumps(value)
+    prod.produce(topic, data, key=key, headers=list((headers or {}).items()))
+    prod.poll(0)
+
+
+def send_request(prod: Producer, cat: Catalogue, job: dict[str, Any], **headers: str) -> str:
+    """Produce a job to `requests` keyed by its fingerprint, as the SDK does."""
+    key = fingerprint_of(job)
+    send(prod, cat.name("requests"), job, key, headers)
+    return key
+
+
+class Reader:
+    """Reads committed records of some topics from the beginning, accumulating them."""
+
+    def __init__(self, bootstrap: str, topics: Iterable[str]) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reader-{uuid.uuid4().hex}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.subscribe(list(topics))
+        self.records: dict[str, list[dict[str, Any]]] = {}
+
+    def poll_until(self, topic: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+        """Read until `topic` has at least `count` records; return them all."""
+        deadline = time.monotonic() + timeout
+        while len(self.records.get(topic, [])) < count and time.monotonic() < deadline:
+            self.drain(0.5)
+        return self.records.get(topic, [])
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            msg = self.consumer.poll(0.1)
+            if msg is None or msg.error():
+                continue
+            self.records.setdefault(msg.topic(), []).append(
+                {
+                    "key": msg.key(),
+                    "value": _loads(msg.value()),
+                    "headers": dict(msg.headers() or []),
+                    "partition": msg.partition(),
+                }
+            )
+
+    def settle(self, quiet: float = 3.0, timeout: float = 60) -> None:
+        """Read until nothing new arrives for `quiet` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            before = sum(map(len, self.records.values()))
+            self.drain(quiet)
+            if sum(map(len, self.records.values())) == before:
+                return
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _loads(value: bytes | None) -> Any:
+    try:
+        return orjson.loads(value or b"null")
+    except orjson.JSONDecodeError:
+        return value
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    total = 0
+    for p in range(partitions):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        total += high
+    consumer.close()
+    return total

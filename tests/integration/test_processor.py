@@ -1,0 +1,253 @@
+"""The dedup processor end to end on a real broker: every strategy, events, bad input."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gateway.catalogue import Catalogue
+from tests.integration.harness import (
+    Processor,
+    Reader,
+    apply_topics,
+    fingerprint_of,
+    producer,
+    send,
+    send_request,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+@dataclass
+class Stack:
+    bootstrap: str
+    cat: Catalogue
+    processor: Processor
+    reader: Reader
+
+    def __post_init__(self) -> None:
+        self.producer = producer(self.bootstrap)
+
+    def request(self, job: dict[str, Any], **headers: str) -> str:
+        headers.setdefault("request_id", uuid.uuid4().hex)
+        send_request(self.producer, self.cat, job, **headers)
+        self.producer.flush()
+        return headers["request_id"]
+
+    def decision(self, request_id: str, timeout: float = 30) -> dict[str, Any]:
+        """The committed decision record for one request (and check it is the only one)."""
+        found: list[dict[str, Any]] = []
+        for _ in range(int(timeout * 2)):
+            found = [r for r in self.decisions() if r["request_id"] == request_id]
+            if found:
+                break
+            self.reader.drain(0.5)
+        assert len(found) == 1, (request_id, found, self.processor.log())
+        return found[0]
+
+    def decisions(self) -> list[dict[str, Any]]:
+        return [r["value"] for r in self.reader.records.get(self.cat.name("decisions"), [])]
+
+    def records(self, role: str) -> list[dict[str, Any]]:
+        return self.reader.records.get(self.cat.name(role), [])
+
+    def event(self, job_id: str, unique_key: str, **fields: Any) -> None:
+        send(
+            self.producer,
+            self.cat.name("job_events"),
+            {"job_id": job_id, "unique_key": unique_key, **fields},
+            unique_key,
+        )
+        self.producer.flush()
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str, namespace: str, tmp_path) -> Iterator[Stack]:
+    cat = apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--max-request-bytes", "4096")
+    proc.start()
+    reader = Reader(
+        kafka_bootstrap, [cat.name(r) for r in ("decisions", "jobs", "cancellations", "rejections")]
+    )
+    yield Stack(kafka_bootstrap, cat, proc, reader)
+    reader.close()
+    proc.stop()
+
+
+def job(on_conflict: str = "reject", **unique: Any) -> dict[str, Any]:
+    return {
+        "type": "email.send",
+        "args": {"user_id": uuid.uuid4().hex, "locale": "en"},
+        "unique": {"keys": ["type", "args"], "args_keys": ["user_id"],
+                   "on_conflict": on_conflict, **unique},
+    }  # fmt: skip
+
+
+def test_reject_accepts_one_and_rejects_the_duplicate(stack: Stack):
+    first = job()
+    accepted = stack.decision(stack.request(first))
+    rejected = stack.decision(stack.request(first))
+    assert accepted["outcome"] == "accepted" and accepted["unique_key"] == fingerprint_of(first)
+    assert rejected["outcome"] == "rejected"
+    assert rejected["existing_job_id"] == accepted["job_id"]
+    assert rejected["existing_job_state"] == "available"
+    assert rejected["error"]["code"] == "duplicate"
+    assert rejected["policy"]["on_conflict"] == "reject" and rejected["dialect"] == "ojs"
+    assert rejected["source"]["topic"] == stack.cat.name("requests")
+
+    stack.reader.poll_until(stack.cat.name("rejections"), 1)
+    [envelope] = [r["value"] for r in stack.records("rejections")]
+    assert envelope["error"]["code"] == "duplicate"
+    assert envelope["error"]["details"]["existing_job_id"] == accepted["job_id"]
+    [accepted_job] = stack.records("jobs")
+    assert accepted_job["value"]["id"] == accepted["job_id"]
+    assert accepted_job["value"]["unique_key"] == accepted["unique_key"]
+    assert accepted_job["headers"]["unique_key"] == accepted["unique_key"].encode()
+
+
+def test_ignore_returns_the_existing_job(stack: Stack):
+    first = job("ignore")
+    accepted = stack.decision(stack.request(first))
+    ignored = stack.decision(stack.request(first))
+    assert ignored["outcome"] == "ignored" and ignored["error"] is None
+    assert ignored["job_id"] == accepted["job_id"] == ignored["job"]["id"]
+    stack.reader.settle(quiet=1)
+    assert len(stack.records("jobs")) == 1 and not stack.records("rejections")
+
+
+def test_replace_cancels_the_existing_job_even_when_active(stack: Stack):
+    first = job("replace")
+    accepted = stack.decision(stack.request(first))
+    stack.event(accepted["job_id"], accepted["unique_key"], type="job.started")
+    replaced = stack.decision(stack.request(first))
+    assert replaced["outcome"] == "replaced"
+    assert replaced["cancelled_job_id"] == accepted["job_id"]
+    assert replaced["existing_job_state"] == "active"
+    assert replaced["job_id"] != accepted["job_id"]
+    [cancellation] = stack.reader.poll_until(stack.cat.name("cancellations"), 1)
+    assert cancellation["value"]["job_id"] == accepted["job_id"]
+    assert cancellation["value"]["previous_state"] == "active"
+    assert cancellation["value"]["replaced_by"] == replaced["job_id"]
+    assert len(stack.reader.poll_until(stack.cat.name("jobs"), 2)) == 2
+
+
+def test_replace_except_schedule_keeps_the_original_time(stack: Stack):
+    first = {**job("replace_except_schedule"), "scheduled_at": "2099-01-01T00:00:00Z"}
+    accepted = stack.decision(stack.request(first))
+    assert accepted["job"]["state"] == "scheduled"
+    second = {**first, "scheduled_at": "2099-06-01T00:00:00Z"}
+    replaced = stack.decision(stack.request(second))
+    assert replaced["outcome"] == "replaced"
+    assert replaced["job"]["scheduled_at"] == "2099-01-01T00:00:00.000Z"
+
+
+def test_events_retryable_holds_completed_and_discarded_release(stack: Stack):
+    held = job()
+    a = stack.decision(stack.request(held))
+    stack.event(a["job_id"], a["unique_key"], type="job.failed", attempt=1, max_attempts=3)
+    assert stack.decision(stack.request(held))["existing_job_state"] == "retryable"
+    stack.event(a["job_id"], a["unique_key"], type="job.failed", attempt=3, max_attempts=3)
+    after_discard = stack.decision(stack.request(held))
+    assert after_discard["outcome"] == "accepted"
+
+    done = job()
+    b = stack.decision(stack.request(done))
+    stack.event(b["job_id"], b["unique_key"], type="job.completed")
+    assert stack.decision(stack.request(done))["outcome"] == "accepted"
+
+
+def test_completed_still_blocks_when_the_policy_lists_it(stack: Stack):
+    states = ["available", "active", "scheduled", "retryable", "pending", "completed"]
+    welcome = job("ignore", states=states, period="P7D")
+    a = stack.decision(stack.request(welcome))
+    stack.event(a["job_id"], a["unique_key"], state="completed")
+    again = stack.decision(stack.request(welcome))
+    assert again["outcome"] == "ignored" and again["existing_job_state"] == "completed"
+
+
+BAD_INPUTS = {
+    "not_json": (b"{not json", "invalid_payload"),
+    "not_an_object": (b"[1, 2, 3]", "invalid_request"),
+    "wrong_type": ({"type": 42, "args": []}, "invalid_request"),
+    "missing_type": ({"args": [1]}, "invalid_request"),
+    "too_large": ({"type": "t", "args": ["x" * 5000]}, "payload_too_large"),
+    "invalid_policy": (
+        {"type": "t", "args": [], "unique": {"keys": ["meta"]}},
+        "invalid_request",
+    ),
+}
+
+
+@pytest.mark.parametrize("role", ["intake", "requests"])
+def test_bad_input_is_decided_invalid_and_never_stops_the_processor(stack: Stack, role: str):
+    ids = {}
+    for name, (value, _) in BAD_INPUTS.items():
+        ids[name] = uuid.uuid4().hex
+        send(stack.producer, stack.cat.name(role), value, b"k", {"request_id": ids[name]})
+    stack.producer.flush()
+    for name, (_, code) in BAD_INPUTS.items():
+        record = stack.decision(ids[name])
+        assert record["outcome"] == "invalid", name
+        assert record["error"]["code"] == code, (name, record["error"])
+        assert record["error"]["message"], name
+    rejections = stack.reader.poll_until(stack.cat.name("rejections"), len(BAD_INPUTS))
+    assert {r["value"]["error"]["request_id"] for r in rejections} >= set(ids.values())
+    assert stack.processor.alive
+    assert stack.decision(stack.request(job()))["outcome"] == "accepted"
+
+
+def test_intake_routes_by_fingerprint_and_keeps_the_request_id(stack: Stack):
+    first = job()
+    request_id = uuid.uuid4().hex
+    send(stack.producer, stack.cat.name("intake"), first, b"any-key", {"request_id": request_id})
+    stack.producer.flush()
+    record = stack.decision(request_id)
+    assert record["outcome"] == "accepted"
+    assert record["source"]["topic"] == stack.cat.name("requests")
+    assert stack.decision(stack.request(first))["outcome"] == "rejected"
+
+
+def test_a_request_keyed_wrongly_is_rerouted_and_decided_once(stack: Stack):
+    first = job()
+    stack.decision(stack.request(first))
+    request_id = uuid.uuid4().hex
+    send(stack.producer, stack.cat.name("requests"), first, b"not-the-fingerprint",
+         {"request_id": request_id})  # fmt: skip
+    stack.producer.flush()
+    record = stack.decision(request_id)
+    assert record["outcome"] == "rejected"
+    assert record["unique_key"] == fingerprint_of(first)
+
+
+def test_reply_to_gets_the_decision_with_the_correlation_id(stack: Stack):
+    reply_topic = stack.cat.name("decisions")  # any existing topic will do
+    request_id = stack.request(job(), reply_to=reply_topic, correlation_id="corr-1")
+    stack.reader.poll_until(reply_topic, 2)
+    replies = [
+        r for r in stack.records("decisions")
+        if r["headers"].get("correlation_id") == b"corr-1"
+    ]  # fmt: skip
+    assert len(replies) == 1 and replies[0]["value"]["request_id"] == request_id
+
+
+def test_bad_and_unknown_events_are_not_fatal(stack: Stack):
+    key = "0" * 64
+    send(stack.producer, stack.cat.name("job_events"), b"not json", key)
+    stack.event("0190f000-0000-7000-8000-000000000000", key, type="job.completed")
+    send(stack.producer, stack.cat.name("job_events"), {"job_id": 5}, key)
+    stack.producer.flush()
+    assert stack.decision(stack.request(job()))["outcome"] == "accepted"
+    assert stack.processor.alive
+
+
+def test_a_restart_keeps_the_state(stack: Stack):
+    first = job()
+    stack.decision(stack.request(first))
+    stack.processor.stop()
+    stack.processor.start()
+    assert stack.decision(stack.request(first))["outcome"] == "rejected"
