@@ -183,3 +183,64 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
         total += high
     consumer.close()
     return total
+
+
+class DuplicateLoad:
+    """Thousands of requests, each key several times under reject, with a check of the outcome.
+
+    `disturb(batch)` runs between batches: kill a processor, add one, stop a broker.
+    """
+
+    def __init__(self, bootstrap: str, cat: Catalogue, keys: int, copies: int) -> None:
+        self.bootstrap, self.cat = bootstrap, cat
+        tag = uuid.uuid4().hex[:8]
+        self.jobs = [
+            {"type": "load.job", "args": {"n": i, "tag": tag}, "unique": {"keys": ["type", "args"]}}
+            for i in range(keys)
+        ]
+        self.sent: list[str] = []
+        self.copies = copies
+
+    def run(self, batch: int = 100, disturb: Any = None, pause: float = 0.1) -> None:
+        prod = producer(self.bootstrap)
+        order = [j for _ in range(self.copies) for j in self.jobs]
+        for start in range(0, len(order), batch):
+            for job in order[start : start + batch]:
+                request_id = uuid.uuid4().hex
+                send_request(prod, self.cat, job, request_id=request_id)
+                self.sent.append(request_id)
+            prod.flush()
+            if disturb is not None:
+                disturb(start // batch)
+            time.sleep(pause)
+        prod.flush()
+
+    def check(self, timeout: float = 180) -> dict[str, int]:
+        """Read committed outputs and assert the guarantees; return counts for the report."""
+        decisions_topic, jobs_topic = self.cat.name("decisions"), self.cat.name("jobs")
+        reader = Reader(self.bootstrap, [decisions_topic, jobs_topic])
+        try:
+            reader.poll_until(decisions_topic, len(self.sent), timeout)
+            reader.settle(quiet=3)
+            decisions = [r["value"] for r in reader.records.get(decisions_topic, [])]
+            jobs = [r["value"] for r in reader.records.get(jobs_topic, [])]
+        finally:
+            reader.close()
+        per_request: dict[str, int] = {}
+        for d in decisions:
+            per_request[d["request_id"]] = per_request.get(d["request_id"], 0) + 1
+        missing = [r for r in self.sent if r not in per_request]
+        repeated = {r: n for r, n in per_request.items() if n != 1}
+        assert not missing, f"{len(missing)} requests have no decision"
+        assert not repeated, f"requests decided more than once: {list(repeated.items())[:5]}"
+        assert set(per_request) == set(self.sent)
+
+        keys = {fingerprint_of(j) for j in self.jobs}
+        accepted: dict[str, int] = {}
+        for d in decisions:
+            if d["outcome"] == "accepted":
+                accepted[d["unique_key"]] = accepted.get(d["unique_key"], 0) + 1
+        assert set(accepted) == keys and set(accepted.values()) == {1}
+        job_keys = [j["unique_key"] for j in jobs]
+        assert len(job_keys) == len(keys) and set(job_keys) == keys, "extra or missing jobs"
+        return {"requests": len(self.sent), "decisions": len(decisions), "jobs": len(jobs)}
