@@ -71,8 +71,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
 
 
 def _process(args: argparse.Namespace) -> int:
-    from gateway.processor import app
+    from gateway.processor.supervisor import supervise
 
     logs.configure(args.log_level)
-    app.run(settings_from(args))
-    return 0
+    return supervise(settings_from(args), args.log_level)

@@ -11,6 +11,8 @@ that commit.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,9 @@ from gateway.processor.records import Output, Source, headers_of
 from gateway.processor.router import Router
 
 log = logging.getLogger("gateway.processor")
+
+FAILED_SHUTDOWN_GRACE_S = 10.0
+EXIT_FAILED = 75  # EX_TEMPFAIL: the supervisor restarts the runtime
 
 
 @dataclass(frozen=True)
@@ -67,12 +72,22 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
             "transactional.id": f"{settings.group}-{settings.instance_id}",
             "transaction.timeout.ms": 30_000,
         },
-        consumer_extra_config={**client, "isolation.level": "read_committed"},
+        # Static membership: a restarted instance takes its partitions back at
+        # once instead of after a rebalance round.
+        consumer_extra_config={
+            **client,
+            "isolation.level": "read_committed",
+            "group.instance.id": f"{settings.group}-{settings.instance_id}",
+            "session.timeout.ms": 10_000,
+        },
         state_dir=str(settings.state_dir or _default_state_dir(settings)),
         # Our topics exist (gateway topics apply); the runtime creates only its
         # changelog topics.
         auto_create_topics=True,
         loglevel=None,
+        on_processing_error=_log_failure("processing"),
+        on_producer_error=_log_failure("producing"),
+        on_consumer_error=_log_failure("consuming"),
     )
     topics = {
         role: app.topic(cat.name(role), key_deserializer="bytes", value_deserializer="bytes")
@@ -115,6 +130,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
 
 
 def run(settings: ProcessorSettings) -> None:
+    """Run until stopped; raise if the runtime fails (the supervisor restarts us)."""
     app, metrics = build(settings)
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port)
@@ -122,7 +138,40 @@ def run(settings: ProcessorSettings) -> None:
         "processor starting",
         extra={"instance_id": settings.instance_id, "group": settings.group},
     )
+    threading.Thread(target=_exit_if_stuck_failing, args=(app,), daemon=True).start()
     app.run()
+
+
+def _exit_if_stuck_failing(app: Application) -> None:
+    """Leave at once if a failed runtime cannot shut down.
+
+    After a failure (a broker restart can fail a rebalance) the runtime aborts
+    its transaction and closes its consumer, and that close can hang on a
+    cluster that is still moving leaders. Nothing uncommitted matters once we
+    failed: our successor fences our transactional id and replays from the
+    last commit. So after a grace period the process exits hard, and the
+    supervisor starts a fresh runtime. `_failed` is the runtime's own flag.
+    """
+    while not getattr(app, "_failed", False):
+        time.sleep(0.5)
+    time.sleep(FAILED_SHUTDOWN_GRACE_S)
+    log.error("the failed runtime did not shut down in time; exiting")
+    logging.shutdown()
+    os._exit(EXIT_FAILED)
+
+
+def _log_failure(stage: str) -> Any:
+    """Log what went wrong with its traceback, then let the runtime fail as it would.
+
+    A failure here means the transaction is aborted and the record replayed;
+    the log is the only place its cause is kept.
+    """
+
+    def callback(exc: BaseException, *_: Any) -> bool:
+        log.error(f"{stage} failed", exc_info=exc)
+        return False
+
+    return callback
 
 
 def _source(timestamp: int, headers: Any) -> Source:
