@@ -13,6 +13,7 @@ from gateway.core.entries import (
     effective_state,
     load_entries,
     prune,
+    prune_due_at,
 )
 from gateway.core.envelope import Envelope
 from gateway.core.errors import (
@@ -75,5 +76,6 @@ __all__ = [
     "parse_request",
     "parse_request_json",
     "prune",
+    "prune_due_at",
     "uuid7",
 ]

@@ -118,6 +118,16 @@ def prune(
     return tuple(e for e in kept if not e.terminal or e.holder is not None or newest[e.state] is e)
 
 
+def prune_due_at(entries: Iterable[Entry], retention_ms: int = DEFAULT_RETENTION_MS) -> int | None:
+    """When `prune` will next drop an entry that nothing else touches, or None if never.
+
+    Only terminal entries expire. A key that no request or event touches again
+    must still be pruned then, or state would grow with history.
+    """
+    due = [e.state_changed_at + retention_ms for e in entries if e.terminal]
+    return min(due) if due else None
+
+
 def dump_entries(entries: Iterable[Entry]) -> bytes:
     return orjson.dumps([e.to_dict() for e in entries])
 

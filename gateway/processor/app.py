@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
+from confluent_kafka.admin import AdminClient
 from quixstreams import Application, message_context
 
 from gateway.broker.launcher import gateway_home
@@ -98,7 +99,18 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
     # with the checkpoint, never outside it.
     producer = requests.processing_context.producer
 
+    reply_topics = KnownTopics(settings.client_config)
+
     def emit(output: Output, source: Source) -> None:
+        if output.topic is not None and not reply_topics.exists(output.topic):
+            # Producing to a missing topic would fail the transaction on every
+            # replay of this request; the decision itself is on `decisions`.
+            metrics.replies_dropped.inc()
+            log.warning(
+                "reply_to topic does not exist; reply dropped",
+                extra={"reply_to": output.topic, "source": source.as_dict()},
+            )
+            return
         probe = _latency_probe(metrics, source) if output.role == "decisions" else None
         producer.produce(
             topic=output.topic or cat.name(output.role or ""),
@@ -112,21 +124,42 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
     router = Router(emit, metrics, settings.limits)
     requests_topic = cat.name("requests")
 
-    def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
+    def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, _key_state: Any) -> None:
         source = _source(timestamp, headers)
-        if source.topic == requests_topic:
-            dedup.on_request(value, key, source, state)
-        else:
-            dedup.on_event(value, key, source, state)
+        # The partition's store transaction, for the key's state and the prune
+        # schedule alike (the runtime hands us only the key's).
+        transaction = dedup_stream.processing_context.checkpoint.get_store_transaction(
+            stream_id=dedup_stream.stream_id, partition=source.partition
+        )
+        dedup.on_record(
+            value, key, source, lambda prefix: transaction.as_state(prefix=prefix),
+            is_request=source.topic == requests_topic,
+        )  # fmt: skip
 
     def on_intake(value: Any, key: Any, timestamp: int, headers: Any) -> None:
         router.on_record(value, key, _source(timestamp, headers))
 
-    requests.concat(app.dataframe(topics["job_events"])).update(
-        on_dedup, stateful=True, metadata=True
-    )
+    dedup_stream = requests.concat(app.dataframe(topics["job_events"]))
+    dedup_stream.update(on_dedup, stateful=True, metadata=True)
     app.dataframe(topics["intake"]).update(on_intake, metadata=True)
     return app, metrics
+
+
+class KnownTopics:
+    """Which topics exist, from cluster metadata; a miss refreshes at most every few seconds."""
+
+    REFRESH_S = 5.0
+
+    def __init__(self, client_config: dict[str, str]) -> None:
+        self._admin = AdminClient(client_config)
+        self._names: set[str] = set()
+        self._refreshed = float("-inf")
+
+    def exists(self, name: str) -> bool:
+        if name not in self._names and time.monotonic() - self._refreshed > self.REFRESH_S:
+            self._refreshed = time.monotonic()
+            self._names = set(self._admin.list_topics(timeout=10).topics)
+        return name in self._names
 
 
 def run(settings: ProcessorSettings) -> None:

@@ -11,28 +11,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.core import (
     DEFAULT_RETENTION_MS,
-    Entry,
     EventOutcome,
     GatewayError,
     Request,
     apply_event,
     decide,
-    dump_entries,
-    load_entries,
     parse_event_json,
     parse_request_json,
 )
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import Output, Source, decision_outputs, request_id
+from gateway.processor.sweep import KeyStore, States
 
 log = logging.getLogger("gateway.processor")
 
-ENTRIES = "entries"  # the state name under each fingerprint
 PAYLOAD_TOO_LARGE = "payload_too_large"
 
 Emit = Callable[[Output, Source], None]
@@ -40,7 +36,9 @@ Emit = Callable[[Output, Source], None]
 
 @dataclass(frozen=True)
 class Limits:
-    max_request_bytes: int = 1_000_000
+    # Well under the topics' max.message.bytes (1 MiB): a decision record
+    # carries the job, so it must fit with room to spare.
+    max_request_bytes: int = 256 * 1024
     retention_ms: int = DEFAULT_RETENTION_MS
 
 
@@ -63,11 +61,27 @@ class Dedup:
         self.emit = emit
         self.metrics = metrics
         self.limits = limits
+        self.keys = KeyStore(limits.retention_ms, metrics)
+
+    def on_record(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        source: Source,
+        states: States,
+        is_request: bool,
+    ) -> None:
+        """One record of the partition: decide or apply it, then sweep expired keys."""
+        if is_request:
+            self.on_request(value, key, source, states)
+        else:
+            self.on_event(value, key, source, states)
+        self.keys.sweep(states, source.timestamp_ms)
 
     # -- requests -----------------------------------------------------------
 
     def on_request(
-        self, value: bytes | None, key: bytes | None, source: Source, state: Any
+        self, value: bytes | None, key: bytes | None, source: Source, states: States
     ) -> None:
         request = parse_limited(value, self.limits)
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
@@ -81,13 +95,13 @@ class Dedup:
             intake = Output(value or b"", key, role="intake", headers=list(source.headers.items()))
             self.emit(intake, source)
             return
-        key_state = state if isinstance(request, Request) and request.unique_key else None
-        entries = _load(key_state)
+        unique_key = request.unique_key if isinstance(request, Request) else None
+        entries = self.keys.load(states, unique_key) if unique_key else ()
         decision = decide(
             entries, request, source.timestamp_ms, self.limits.retention_ms, seed=source.seed
         )
-        if key_state is not None:
-            _store(key_state, entries, decision.entries, self.metrics)
+        if unique_key:
+            self.keys.store(states, unique_key, entries, decision.entries)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = request.dialect if isinstance(request, Request) else "ojs"
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
@@ -106,17 +120,19 @@ class Dedup:
 
     # -- job events ---------------------------------------------------------
 
-    def on_event(self, value: bytes | None, key: bytes | None, source: Source, state: Any) -> None:
+    def on_event(
+        self, value: bytes | None, key: bytes | None, source: Source, states: States
+    ) -> None:
         event = parse_event_json(value or b"")
         if not isinstance(event, GatewayError) and (key or b"").decode(errors="replace") != (
             event.unique_key
         ):
             event = GatewayError("invalid_event", "the record key must be the event's unique_key")
-        key_state = None if isinstance(event, GatewayError) else state
-        entries = _load(key_state)
+        unique_key = None if isinstance(event, GatewayError) else event.unique_key
+        entries = self.keys.load(states, unique_key) if unique_key else ()
         result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
-        if key_state is not None and result.outcome is EventOutcome.APPLIED:
-            _store(key_state, entries, result.entries, self.metrics)
+        if unique_key and result.outcome is EventOutcome.APPLIED:
+            self.keys.store(states, unique_key, entries, result.entries)
         reason = result.reason or (result.error.code if result.error else "")
         self.metrics.events.labels(str(result.outcome), str(reason)).inc()
         if result.outcome is not EventOutcome.APPLIED:
@@ -129,23 +145,3 @@ class Dedup:
                     "source": source.as_dict(),
                 },
             )
-
-
-def _load(state: Any) -> tuple[Entry, ...]:
-    return () if state is None else load_entries(state.get_bytes(ENTRIES))
-
-
-def _store(
-    state: Any, before: tuple[Entry, ...], after: tuple[Entry, ...], metrics: Metrics
-) -> None:
-    """Write the key's entries; an empty key is deleted, so a tombstone reaches the changelog."""
-    if after == before:
-        return
-    if after:
-        state.set_bytes(ENTRIES, dump_entries(after))
-        if not before:
-            metrics.state_keys.inc()
-    else:
-        state.delete(ENTRIES)
-        if before:
-            metrics.state_keys.dec()

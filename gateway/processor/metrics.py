@@ -30,6 +30,11 @@ class Metrics:
             "Requests whose key was not their fingerprint, sent back through the router",
             registry=r,
         )
+        self.replies_dropped = Counter(
+            "gateway_replies_dropped",
+            "Replies not sent because the reply_to topic does not exist",
+            registry=r,
+        )
         self.state_keys = Gauge(
             "gateway_state_keys",
             "Fingerprints this process added to its state minus those it deleted",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -251,3 +252,65 @@ def test_a_restart_keeps_the_state(stack: Stack):
     stack.processor.stop()
     stack.processor.start()
     assert stack.decision(stack.request(first))["outcome"] == "rejected"
+
+
+def test_a_reply_to_a_missing_topic_is_dropped_not_fatal(stack: Stack):
+    request_id = stack.request(job(), reply_to=f"no-such-topic-{uuid.uuid4().hex}")
+    assert stack.decision(request_id)["outcome"] == "accepted"
+    assert stack.decision(stack.request(job()))["outcome"] == "accepted"
+    assert stack.processor.alive
+
+
+def test_finished_keys_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp_path):
+    from confluent_kafka import Consumer
+
+    from gateway.partitioner import partition_for
+
+    cat = apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--retention-seconds", "2")
+    reader = Reader(kafka_bootstrap, [cat.name("decisions")])
+    stack = Stack(kafka_bootstrap, cat, proc.start(), reader)
+    try:
+        finished = job()
+        key = fingerprint_of(finished)
+        accepted = stack.decision(stack.request(finished))
+        stack.event(accepted["job_id"], key, type="job.completed")
+        partition = partition_for(key.encode(), cat.by_role("requests").partitions)
+        # Later records on the same partition drive the sweep.
+        neighbours = (
+            j
+            for j in iter(job, None)
+            if partition_for(fingerprint_of(j).encode(), cat.by_role("requests").partitions)
+            == partition
+        )
+        changelog = f"changelog__{namespace}.gateway-dedup--{cat.name('job_events')}--" \
+                    f"{cat.name('requests')}--default"  # fmt: skip
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "group.id": uuid.uuid4().hex,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        consumer.subscribe([changelog])
+        tombstoned = False
+        for _ in range(15):
+            stack.decision(stack.request(next(neighbours)))
+            end = time.monotonic() + 1
+            while time.monotonic() < end and not tombstoned:
+                msg = consumer.poll(0.1)
+                # A Message is falsy when its value is None: compare with None.
+                tombstoned = (
+                    msg is not None
+                    and not msg.error()
+                    and key.encode() in msg.key()
+                    and msg.value() is None
+                )
+            if tombstoned:
+                break
+        consumer.close()
+        assert tombstoned, proc.log()
+    finally:
+        reader.close()
+        proc.stop()

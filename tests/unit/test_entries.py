@@ -139,3 +139,16 @@ def test_the_bound_live_jobs_plus_three(stored: list[Entry], now: int) -> None:
     plain_terminal = [e for e in kept if e.terminal and e.holder is None]
     assert len(plain_terminal) <= 3
     assert [e for e in stored if not e.terminal] == [e for e in kept if not e.terminal]
+
+
+def test_prune_due_at_is_the_first_terminal_expiry_and_prune_drops_it_then() -> None:
+    from gateway.core import prune, prune_due_at
+
+    live = Entry("a", State.ACTIVE, 0, 0, "t", "default")
+    done = Entry("b", State.COMPLETED, 0, 100, "t", "default")
+    gone = Entry("c", State.DISCARDED, 0, 50, "t", "default")
+    assert prune_due_at([live], 1000) is None
+    due = prune_due_at([live, done, gone], 1000)
+    assert due == 1050
+    assert gone in prune([live, done, gone], due - 1, 1000)
+    assert gone not in prune([live, done, gone], due, 1000)
