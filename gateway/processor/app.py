@@ -80,6 +80,8 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
             "isolation.level": "read_committed",
             "group.instance.id": f"{settings.group}-{settings.instance_id}",
             "session.timeout.ms": 10_000,
+            "statistics.interval.ms": 5_000,
+            "stats_cb": metrics.observe_consumer_stats,
         },
         state_dir=str(settings.state_dir or _default_state_dir(settings)),
         # Our topics exist (gateway topics apply); the runtime creates only its
@@ -125,7 +127,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
     requests_topic = cat.name("requests")
 
     def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, _key_state: Any) -> None:
-        source = _source(timestamp, headers)
+        source = _source(timestamp, headers, metrics)
         # The partition's store transaction, for the key's state and the prune
         # schedule alike (the runtime hands us only the key's).
         transaction = dedup_stream.processing_context.checkpoint.get_store_transaction(
@@ -137,7 +139,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
         )  # fmt: skip
 
     def on_intake(value: Any, key: Any, timestamp: int, headers: Any) -> None:
-        router.on_record(value, key, _source(timestamp, headers))
+        router.on_record(value, key, _source(timestamp, headers, metrics))
 
     dedup_stream = requests.concat(app.dataframe(topics["job_events"]))
     dedup_stream.update(on_dedup, stateful=True, metadata=True)
@@ -207,8 +209,9 @@ def _log_failure(stage: str) -> Any:
     return callback
 
 
-def _source(timestamp: int, headers: Any) -> Source:
+def _source(timestamp: int, headers: Any, metrics: Metrics) -> Source:
     ctx = message_context()
+    metrics.processed(ctx.topic, ctx.partition, ctx.offset)
     return Source(ctx.topic, ctx.partition, ctx.offset, timestamp, headers_of(headers))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
@@ -11,6 +12,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._positions: dict[tuple[str, int], int] = {}
         self.decisions = Counter(
             "gateway_decisions", "Decisions by outcome and dialect", ["outcome", "dialect"],
             registry=r,
@@ -41,9 +43,34 @@ class Metrics:
             registry=r,
         )
         self.consumer_lag = Gauge(
-            "gateway_consumer_lag", "Records not yet consumed, per input partition",
+            "gateway_consumer_lag", "Input records not yet handled, per assigned partition",
             ["topic", "partition"], registry=r,
         )  # fmt: skip
+
+    def processed(self, topic: str, partition: int, offset: int) -> None:
+        """Note the last input record handled, for the lag computation."""
+        self._positions[(topic, partition)] = offset + 1
+
+    def observe_consumer_stats(self, stats_json: str) -> None:
+        """librdkafka's statistics callback: the lag of every assigned input partition.
+
+        Lag is the last stable offset (what read_committed can see) minus the
+        position after the last record handled here; before any record, the
+        committed offset or the log start stands in. Transaction markers count
+        as records, so a caught-up partition of a transactional topic shows 1.
+        """
+        stats = orjson.loads(stats_json)
+        for topic, detail in stats.get("topics", {}).items():
+            if topic.startswith("changelog__"):
+                continue
+            for name, p in detail.get("partitions", {}).items():
+                end = p.get("ls_offset", -1)
+                if name == "-1" or p.get("fetch_state") != "active" or end < 0:
+                    continue
+                position = self._positions.get((topic, int(name)))
+                if position is None:
+                    position = max(p.get("committed_offset", -1), p.get("lo_offset", -1), 0)
+                self.consumer_lag.labels(topic, name).set(max(0, end - position))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

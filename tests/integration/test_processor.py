@@ -314,3 +314,38 @@ def test_finished_keys_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp
     finally:
         reader.close()
         proc.stop()
+
+
+def test_metrics_are_served(kafka_bootstrap, namespace, tmp_path):
+    import urllib.request
+
+    from tests.support import free_port_block
+
+    cat = apply_topics(kafka_bootstrap, namespace)
+    port = free_port_block()
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--metrics-port", str(port))
+    reader = Reader(kafka_bootstrap, [cat.name("decisions")])
+    stack = Stack(kafka_bootstrap, cat, proc.start(), reader)
+    try:
+        first = job()
+        stack.decision(stack.request(first))
+        stack.decision(stack.request(first))
+        text = ""
+        for _ in range(30):  # lag comes with the client's statistics, every 5 s
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+            if f'topic="{cat.name("requests")}"' in text:
+                break
+            time.sleep(0.5)
+        assert 'gateway_decisions_total{dialect="ojs",outcome="accepted"} 1.0' in text
+        assert 'gateway_decisions_total{dialect="ojs",outcome="rejected"} 1.0' in text
+        assert "gateway_decision_latency_seconds_count 2.0" in text
+        lag = [
+            line
+            for line in text.splitlines()
+            if line.startswith("gateway_consumer_lag{") and cat.name("requests") in line
+        ]
+        assert len(lag) == cat.by_role("requests").partitions
+        assert all(float(line.split()[-1]) <= 1 for line in lag)  # caught up (a marker at most)
+    finally:
+        reader.close()
+        proc.stop()
