@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gateway.core import (
     DEFAULT_RETENTION_MS,
+    INVALID_EVENT,
     EventOutcome,
     GatewayError,
     Request,
@@ -127,7 +128,7 @@ class Dedup:
         if not isinstance(event, GatewayError) and (key or b"").decode(errors="replace") != (
             event.unique_key
         ):
-            event = GatewayError("invalid_event", "the record key must be the event's unique_key")
+            event = GatewayError(INVALID_EVENT, "the record key must be the event's unique_key")
         unique_key = None if isinstance(event, GatewayError) else event.unique_key
         entries = self.keys.load(states, unique_key) if unique_key else ()
         result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
