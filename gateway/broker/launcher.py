@@ -397,5 +397,10 @@ def down(cluster: Cluster | None = None, purge: bool = False) -> list[int]:
 
 
 def _cluster_id() -> str:
-    # KRaft wants a base64url-encoded 16-byte UUID, as StorageTool random-uuid prints.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # KRaft wants a base64url-encoded 16-byte UUID, as StorageTool random-uuid
+    # prints; like Kafka's own, never one starting with "-", which a command
+    # line would read as an option.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id

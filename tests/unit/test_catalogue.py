@@ -75,3 +75,19 @@ def test_unknown_field_and_missing_role_are_refused(tmp_path):
 def test_missing_file_names_the_variable(tmp_path):
     with pytest.raises(CatalogueError, match="GATEWAY_CATALOGUE"):
         catalogue.load(tmp_path / "nope.toml")
+
+
+def test_replies_carry_decision_records_and_are_not_copartitioned():
+    replies = catalogue.load().by_role("replies")
+    assert replies.name == "gateway.replies" and replies.partitions == 8
+    assert replies.schema is not None and replies.schema.name == "decision.json"
+    assert replies.copartition is None
+    assert replies.config["cleanup.policy"] == "delete"
+    assert replies.config["retention.ms"] == "3600000"
+
+
+def test_cluster_ids_never_look_like_an_option():
+    from gateway.broker.launcher import _cluster_id
+
+    ids = {_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000 and not any(i.startswith("-") for i in ids)
