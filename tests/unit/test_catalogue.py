@@ -85,9 +85,3 @@ def test_replies_carry_decision_records_and_are_not_copartitioned():
     assert replies.config["cleanup.policy"] == "delete"
     assert replies.config["retention.ms"] == "3600000"
 
-
-def test_cluster_ids_never_look_like_an_option():
-    from gateway.broker.launcher import _cluster_id
-
-    ids = {_cluster_id() for _ in range(2000)}
-    assert len(ids) == 2000 and not any(i.startswith("-") for i in ids)
