@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROLES = ("intake", "requests", "job_events", "jobs", "cancellations", "rejections", "decisions")
+ROLES = (
+    "intake", "requests", "job_events", "jobs", "cancellations", "rejections", "decisions",
+    "replies",
+)  # fmt: skip
 _FIELDS = {
     "role", "name", "partitions", "replication_factor", "config", "schema",
     "copartition", "description",

@@ -17,6 +17,7 @@ from gateway.core import (
     INVALID_EVENT,
     EventOutcome,
     GatewayError,
+    JobEvent,
     Request,
     apply_event,
     decide,
@@ -52,6 +53,16 @@ def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError
             f"the request is {size} bytes; the limit is {limits.max_request_bytes}",
         )
     return parse_request_json(value or b"")
+
+
+def parse_event_record(value: bytes | None, key: bytes | None) -> JobEvent | GatewayError:
+    """Parse a job-event record; its record key must be the event's unique_key."""
+    event = parse_event_json(value or b"")
+    if not isinstance(event, GatewayError) and (key or b"").decode(errors="replace") != (
+        event.unique_key
+    ):
+        return GatewayError(INVALID_EVENT, "the record key must be the event's unique_key")
+    return event
 
 
 class Dedup:
@@ -124,11 +135,7 @@ class Dedup:
     def on_event(
         self, value: bytes | None, key: bytes | None, source: Source, states: States
     ) -> None:
-        event = parse_event_json(value or b"")
-        if not isinstance(event, GatewayError) and (key or b"").decode(errors="replace") != (
-            event.unique_key
-        ):
-            event = GatewayError(INVALID_EVENT, "the record key must be the event's unique_key")
+        event = parse_event_record(value, key)
         unique_key = None if isinstance(event, GatewayError) else event.unique_key
         entries = self.keys.load(states, unique_key) if unique_key else ()
         result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)

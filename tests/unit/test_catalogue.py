@@ -84,4 +84,3 @@ def test_replies_carry_decision_records_and_are_not_copartitioned():
     assert replies.copartition is None
     assert replies.config["cleanup.policy"] == "delete"
     assert replies.config["retention.ms"] == "3600000"
-

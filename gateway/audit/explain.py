@@ -1,0 +1,267 @@
+"""Why each decision about a key came out as it did, from the records alone.
+
+Pure: the text for a decision is a function of its audit record (outcome,
+policy as applied, existing and cancelled jobs) and of the history before it
+on the same key. The history is kept as the core's entries: a decision
+record adds the job it accepted (and marks what a replace cancelled), and
+job events go through `core.apply_event`, so an event's effect is the one the
+processor gave it. Nothing is decided again here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.core import (
+    DEFAULT_RETENTION_MS,
+    Entry,
+    EventOutcome,
+    EventResult,
+    GatewayError,
+    IgnoredReason,
+    JobEvent,
+    State,
+    UniquePolicy,
+    apply_event,
+    effective_state,
+    parse_event,
+    prune,
+)
+from gateway.core.times import format_rfc3339, parse_rfc3339
+
+Entries = tuple[Entry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """A decision record or a job event (its JSON), where it sits in the log and when."""
+
+    kind: str  # "decision" or "event"
+    timestamp_ms: int
+    position: tuple[str, int, int]
+    record: Any
+
+    @property
+    def topic(self) -> str:
+        return self.position[0]
+
+
+def find_key(items: Iterable[HistoryItem], job_id: str) -> str | None:
+    """The unique_key of the job `job_id`, from any decision or event that names it."""
+    wanted = job_id.lower()
+    for item in items:
+        rec = item.record if isinstance(item.record, Mapping) else {}
+        named = {rec.get("job_id"), rec.get("existing_job_id"), *rec.get("cancelled_job_ids", [])}
+        key = rec.get("unique_key")
+        if wanted in {str(n).lower() for n in named if n} and isinstance(key, str):
+            return key
+    return None
+
+
+def explain_history(
+    items: Sequence[HistoryItem], retention_ms: int = DEFAULT_RETENTION_MS
+) -> Iterator[str]:
+    """One block of lines per item, in the given (log) order."""
+    entries: Entries = ()
+    for item in items:
+        stamp = format_rfc3339(item.timestamp_ms)
+        where = "{}[{}]@{}".format(*item.position)
+        if item.kind == "decision":
+            rec = item.record
+            head = f"decision {rec.get('outcome')}  request {rec.get('request_id')}"
+            yield f"{stamp}  {head}  ({where})"
+            yield f"    {explain_decision(rec, entries)}"
+            if isinstance(rec.get("policy"), Mapping):
+                yield f"    policy: {describe_policy(rec['policy'])}"
+            entries = after_decision(entries, rec)
+        else:
+            event = parse_event(item.record)
+            result = apply_event(entries, event, item.timestamp_ms, retention_ms)
+            yield f"{stamp}  event {_event_name(item.record)}  ({where})"
+            yield f"    {explain_event(event, result)}"
+            if result.outcome is EventOutcome.APPLIED:
+                entries = result.entries
+
+
+def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
+    """Why the decision's outcome followed, given the key's entries before it."""
+    outcome = record.get("outcome")
+    now = _time(record.get("decided_at")) or 0
+    policy = _policy(record)
+    if outcome == "invalid":
+        error = record.get("error") or {}
+        return f"invalid: {error.get('code')}: {error.get('message')}"
+    if policy is None:
+        return (
+            f"accepted: job {record.get('job_id')}; the job has no unique policy, "
+            "so nothing can duplicate it"
+        )
+    states = _states(policy)
+    if outcome == "accepted":
+        reasons = [_why_not(e, policy, now) for e in prune(prior, now)]
+        detail = f" ({'; '.join(reasons)})" if reasons else ""
+        return (
+            f"accepted: job {record.get('job_id')}; no existing job under this key is in "
+            f"states {states} within the period{detail}"
+        )
+    existing = record.get("existing_job_id")
+    state = record.get("existing_job_state")
+    job = record.get("job") or {}
+    if outcome in ("rejected", "ignored"):
+        then = "the request is refused" if outcome == "rejected" else "the existing job is returned"
+        created = _time(job.get("created_at"))
+        if not _duplicate(state, created, policy, now):
+            return (
+                f"{outcome}: the request carried the id of job {existing}, which already holds "
+                f"this key: a resubmitted job is never a second job; {then}"
+            )
+        return (
+            f"{outcome}: job {existing} was `{state}`, which is in the policy's states "
+            f"{states} and {_period(policy, created)} has not elapsed; {then}"
+        )
+    if outcome == "replaced":
+        cancelled = [
+            f"cancelled job {jid} ({_state_before(jid, prior, now, existing, state)})"
+            for jid in record.get("cancelled_job_ids") or []
+        ]
+        if not cancelled:
+            cancelled = [
+                f"job {existing} was `{state}`, which is in the policy's states but terminal: "
+                "superseded, not cancelled"
+            ]
+        return f"replaced: {'; '.join(cancelled)}; accepted job {record.get('job_id')} in its place"
+    return f"{outcome}: no explanation for this outcome"
+
+
+def explain_event(event: JobEvent | GatewayError, result: EventResult) -> str:
+    """What a job event did to the key's entries, as the processor applied it."""
+    if isinstance(event, GatewayError):
+        return f"invalid: {event.message}"
+    if result.outcome is EventOutcome.APPLIED:
+        exhausted = (
+            " (attempts exhausted: the job is discarded and releases the key)"
+            if event.state is None and result.state is State.DISCARDED
+            else ""
+        )
+        return f"job {event.job_id}: {result.previous_state} → {result.state}{exhausted}"
+    if result.reason is IgnoredReason.UNKNOWN_JOB:
+        return f"ignored: no job {event.job_id} is held under this key"
+    if result.reason is IgnoredReason.ALREADY_TERMINAL:
+        return f"ignored: job {event.job_id} is already {result.state}; no event brings it back"
+    return f"ignored: job {event.job_id} is already {result.state}"
+
+
+def after_decision(prior: Entries, record: Mapping[str, Any]) -> Entries:
+    """The key's entries after a decision, as its record tells them (no rule applied)."""
+    now = _time(record.get("decided_at")) or 0
+    cancelled = set(record.get("cancelled_job_ids") or [])
+    entries = [e.moved_to(State.CANCELLED, now) if e.job_id in cancelled else e for e in prior]
+    job = record.get("job")
+    known = {e.job_id for e in entries}
+    if isinstance(job, Mapping) and job.get("id") not in known:
+        entry = _entry(job)
+        if entry is not None:
+            entries.append(entry)
+    return tuple(entries)
+
+
+def describe_policy(policy: Mapping[str, Any]) -> str:
+    parts = [f"keys {_list(policy.get('keys'))}"]
+    for name in ("args_keys", "meta_keys"):
+        if policy.get(name) is not None:
+            parts.append(f"{name} {_list(policy[name])}")
+    parts += [
+        f"states {_list(policy.get('states'))}",
+        f"period {policy.get('period') or 'none'}",
+        f"on_conflict {policy.get('on_conflict')}",
+    ]
+    return ", ".join(parts)
+
+
+def _why_not(entry: Entry, policy: UniquePolicy, now: int) -> str:
+    state = effective_state(entry, now)
+    if state not in policy.states:
+        return f"job {entry.job_id} is `{state}`, not one of them"
+    if policy.period_ms is not None and now >= entry.created_at + policy.period_ms:
+        return (
+            f"job {entry.job_id} is `{state}` but was created at "
+            f"{format_rfc3339(entry.created_at)}: the period ({_iso(policy)}) had elapsed"
+        )
+    return f"job {entry.job_id} is `{state}` in this log"
+
+
+def _duplicate(state: Any, created: int | None, policy: UniquePolicy, now: int) -> bool:
+    if state not in {str(s) for s in policy.states}:
+        return False
+    return policy.period_ms is None or created is None or now < created + policy.period_ms
+
+
+def _period(policy: UniquePolicy, created: int | None) -> str:
+    if policy.period_ms is None:
+        return "the period (none)"
+    since = f", counted from its creation at {format_rfc3339(created)}," if created else ""
+    return f"the period ({_iso(policy)}){since}"
+
+
+def _state_before(job_id: str, prior: Entries, now: int, existing: Any, existing_state: Any) -> str:
+    for entry in prior:
+        if entry.job_id == job_id:
+            return str(effective_state(entry, now))
+    return str(existing_state) if job_id == existing else "state before this log"
+
+
+def _policy(record: Mapping[str, Any]) -> UniquePolicy | None:
+    raw = record.get("policy")
+    policy = UniquePolicy.from_dict(raw) if isinstance(raw, Mapping) else None
+    return policy if isinstance(policy, UniquePolicy) else None
+
+
+def _iso(policy: UniquePolicy) -> str:
+    return str(policy.to_dict()["period"])
+
+
+def _states(policy: UniquePolicy) -> str:
+    return _list(policy.to_dict()["states"])
+
+
+def _list(values: Any) -> str:
+    return "[" + ", ".join(str(v) for v in values or []) + "]"
+
+
+def _time(value: Any) -> int | None:
+    return parse_rfc3339(value) if isinstance(value, str) else None
+
+
+def _event_name(raw: Any) -> str:
+    if not isinstance(raw, Mapping):
+        return "(malformed)"
+    name = raw.get("type") or f"state={raw.get('state')}"
+    attempt = raw.get("attempt")
+    if attempt is not None:
+        limit = raw.get("max_attempts")
+        name += f" (attempt {attempt}{f' of {limit}' if limit is not None else ''})"
+    return f"{name} job {raw.get('job_id')}"
+
+
+def _entry(job: Mapping[str, Any]) -> Entry | None:
+    """The entry a job record stands for; None if the record lacks what an entry needs."""
+    created = _time(job.get("created_at"))
+    try:
+        state = State(str(job.get("state")))
+    except ValueError:
+        return None
+    if created is None or not isinstance(job.get("id"), str):
+        return None
+    max_attempts = job.get("max_attempts")
+    return Entry(
+        job_id=job["id"],
+        state=state,
+        created_at=created,
+        state_changed_at=created,
+        type=str(job.get("type")),
+        queue=str(job.get("queue")),
+        scheduled_at=_time(job.get("scheduled_at")),
+        max_attempts=max_attempts if isinstance(max_attempts, int) else 3,
+    )

@@ -1,0 +1,131 @@
+"""Replay every request under another unique policy and report the decisions that flip.
+
+Each request of the log is decided again by `core.decide`, with its policy
+replaced by the given one (its key recomputed by `core.fingerprint`), over a
+fresh in-memory state, at its record timestamp and with its seed. Job events
+follow the jobs they were about: an event for a job the log accepted is
+applied to the job that the same request produced in this replay.
+
+A new policy can give two requests that lived on different partitions the
+same key, so partitions are merged by record timestamp (each partition in the
+live processing order first). Requests decided invalid at intake are not
+replayed: they are invalid whatever the stored policy. Requests the processor
+re-routed are skipped, as their re-published copies are decided.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from gateway.audit.log import LogRecord, partition_streams, processing_order
+from gateway.audit.replay import Position, Recorded
+from gateway.core import (
+    Entry,
+    EventOutcome,
+    GatewayError,
+    Request,
+    UniquePolicy,
+    apply_event,
+    decide,
+    fingerprint,
+)
+from gateway.processor.dedup import Limits, parse_event_record, parse_limited
+
+
+@dataclass(frozen=True, slots=True)
+class Flip:
+    request_id: str
+    source: Position
+    recorded: str
+    replayed: str
+    recorded_job_id: str | None
+    replayed_job_id: str | None
+
+
+@dataclass
+class FlipReport:
+    replayed: int = 0
+    skipped: int = 0  # re-routed: no decision at their requests offset
+    flips: list[Flip] = field(default_factory=list)
+
+    @property
+    def transitions(self) -> Counter[tuple[str, str]]:
+        return Counter((f.recorded, f.replayed) for f in self.flips)
+
+
+def with_policy(request: Request, policy: UniquePolicy) -> Request | GatewayError:
+    """The request as if it had carried `policy`."""
+    env = request.envelope
+    key = fingerprint(policy, env.type, env.queue, env.args, env.meta, "--policy")
+    if isinstance(key, GatewayError):
+        return key
+    return replace(request, policy=policy, unique_key=key)
+
+
+def replay_under_policy(
+    requests: Sequence[LogRecord],
+    events: Sequence[LogRecord],
+    recorded: Recorded,
+    policy: UniquePolicy,
+    limits: Limits,
+) -> FlipReport:
+    request_topics = {r.topic for r in requests}
+    partitions = [
+        processing_order(s) for _, s in sorted(partition_streams(requests, events).items())
+    ]
+    state: dict[str, tuple[Entry, ...]] = {}
+    # The log's job id -> (this replay's job id, its key), for events to follow.
+    jobs: dict[str, tuple[str, str]] = {}
+    report = FlipReport()
+    for record in heapq.merge(*partitions, key=lambda r: r.timestamp_ms):
+        if record.topic not in request_topics:
+            _apply(record, state, jobs, limits)
+            continue
+        was = recorded.get(record.position)
+        if was is None:
+            report.skipped += 1
+            continue
+        request = parse_limited(record.value, limits)
+        if isinstance(request, Request):
+            request = with_policy(request, policy)
+        key = request.unique_key if isinstance(request, Request) else None
+        decision = decide(
+            state.get(key, ()) if key else (), request, record.timestamp_ms,
+            limits.retention_ms, seed=record.source.seed,
+        )  # fmt: skip
+        if key:
+            state[key] = decision.entries
+        new_job = None if decision.job is None else str(decision.job["id"])
+        if key and new_job and isinstance(was.get("job_id"), str):
+            jobs[was["job_id"]] = (new_job, key)
+        report.replayed += 1
+        if str(decision.outcome) != was.get("outcome"):
+            existing = decision.existing.job_id if decision.existing else None
+            report.flips.append(
+                Flip(
+                    str(was.get("request_id")), record.position, str(was.get("outcome")),
+                    str(decision.outcome), was.get("job_id"), new_job or existing,
+                )
+            )  # fmt: skip
+    return report
+
+
+def _apply(
+    record: LogRecord,
+    state: dict[str, tuple[Entry, ...]],
+    jobs: Mapping[str, tuple[str, str]],
+    limits: Limits,
+) -> None:
+    event = parse_event_record(record.value, record.key)
+    if isinstance(event, GatewayError):
+        return
+    if event.job_id in jobs:
+        job_id, key = jobs[event.job_id]
+        event = replace(event, job_id=job_id, unique_key=key)
+    entries = state.get(event.unique_key, ())
+    result = apply_event(entries, event, record.timestamp_ms, limits.retention_ms)
+    if result.outcome is EventOutcome.APPLIED:
+        state[event.unique_key] = result.entries

@@ -1,0 +1,102 @@
+"""`gateway enqueue`: send one job through the SDK and print its decision."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaException
+
+from gateway.catalogue import CatalogueError
+from gateway.cli.errors import CommandError
+from gateway.core import INVALID_PAYLOAD, INVALID_REQUEST, GatewayError
+
+EXIT_REJECTED = 1
+EXIT_INVALID = 2
+# Kafka unreachable, a topic missing, no decision in time: not a verdict on the job.
+EXIT_FAILED = 3
+_EXIT_BY_OUTCOME = {"accepted": 0, "replaced": 0, "ignored": 0, "rejected": EXIT_REJECTED}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "enqueue",
+        help="send one job to the gateway and print its decision",
+        description=(
+            "Send one job, read as JSON on stdin or built from --type/--args/--unique/--queue, "
+            "to the requests topic, and print the committed decision record as JSON. Exit 0 "
+            "for accepted, replaced or ignored, 1 for rejected, 2 for an invalid job "
+            "(`invalid_request: ...` on stderr), 3 when no decision could be had."
+        ),
+    )
+    p.add_argument("--type", dest="job_type", help="the job type; without it the job is on stdin")
+    p.add_argument("--args", help="the job's args as JSON (default: [])")
+    p.add_argument("--unique", help='the unique policy as JSON, e.g. \'{"keys": ["type"]}\'')
+    p.add_argument("--queue", help="the queue (default: default)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
+    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    p.add_argument(
+        "--no-wait", action="store_true",
+        help="return once Kafka has the request; print its request_id and unique_key",
+    )  # fmt: skip
+    p.add_argument(
+        "--timeout", type=float, default=30.0,
+        help="seconds to wait for the decision (default %(default)s)",
+    )  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.sdk import Client, ClientError, EnqueueResult, InvalidJob
+
+    job = _job(args)
+    if isinstance(job, GatewayError):
+        return _invalid(job)
+    try:
+        # librdkafka's connection logs would bury the one line we print.
+        with Client(args.bootstrap, args.namespace, log_level=0) as client:
+            answer = client.enqueue(job, wait=not args.no_wait, timeout=args.timeout)
+    except InvalidJob as exc:
+        return _invalid(exc.error)
+    except (ClientError, CatalogueError) as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from exc
+    except KafkaException as exc:  # a Kafka setting the client refused
+        raise CommandError(f"kafka: {exc.args[0].str()}", EXIT_FAILED) from exc
+    if not isinstance(answer, EnqueueResult):
+        _print({"request_id": answer.request_id, "unique_key": answer.unique_key})
+        return 0
+    _print(answer.record)
+    return _EXIT_BY_OUTCOME.get(str(answer.outcome), EXIT_INVALID)
+
+
+def _job(args: argparse.Namespace) -> Any:
+    """The job from the flags, else from stdin; malformed JSON is a GatewayError."""
+    if args.job_type is None:
+        if any(v is not None for v in (args.args, args.unique, args.queue)):
+            return GatewayError(INVALID_REQUEST, "--args, --unique and --queue need --type")
+        return _loads(sys.stdin.buffer.read(), "the job on stdin", INVALID_PAYLOAD)
+    job: dict[str, Any] = {"type": args.job_type, "args": _loads(args.args or "[]", "--args")}
+    if args.unique is not None:
+        job["unique"] = _loads(args.unique, "--unique")
+    if args.queue is not None:
+        job["queue"] = args.queue
+    bad = next((v for v in job.values() if isinstance(v, GatewayError)), None)
+    return bad or job
+
+
+def _loads(text: str | bytes, what: str, code: str = INVALID_REQUEST) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return GatewayError(code, f"{what} is not valid JSON: {exc}")
+
+
+def _print(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+
+
+def _invalid(error: GatewayError) -> int:
+    print(error, file=sys.stderr)
+    return EXIT_INVALID

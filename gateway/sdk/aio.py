@@ -1,0 +1,106 @@
+"""AsyncClient: the Client's API for asyncio, on the same machinery.
+
+Producing runs in a worker thread (it may wait on a full queue or, the first
+time, on metadata); answers come from the client's I/O thread and resolve an
+asyncio future through `call_soon_threadsafe`, so a waiting call holds no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal, overload
+
+from gateway.sdk.client import DEFAULT_MANY_TIMEOUT, DEFAULT_TIMEOUT, Client, Job
+from gateway.sdk.errors import ClientError
+from gateway.sdk.result import EnqueueResult, Sent
+from gateway.sdk.ticket import Ticket
+
+
+class AsyncClient:
+    """`Client` with `async` methods; see Client for the arguments and the semantics."""
+
+    def __init__(
+        self, bootstrap: str | None = None, namespace: str | None = None, **kafka_settings: Any
+    ) -> None:
+        self._client = Client(bootstrap, namespace, **kafka_settings)
+
+    @overload
+    async def enqueue(self, job: Job, wait: Literal[False] = ..., timeout: float = ...) -> Sent: ...
+    @overload
+    async def enqueue(
+        self, job: Job, wait: Literal[True], timeout: float = ...
+    ) -> EnqueueResult: ...
+    @overload
+    async def enqueue(self, job: Job, wait: bool, timeout: float = ...) -> EnqueueResult | Sent: ...
+
+    async def enqueue(
+        self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT
+    ) -> EnqueueResult | Sent:
+        [answer] = await self._call([job], wait, timeout)
+        if isinstance(answer, ClientError):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    @overload
+    async def enqueue_many(
+        self, jobs: Sequence[Job], wait: Literal[False] = ..., timeout: float = ...
+    ) -> list[Sent | ClientError]: ...
+    @overload
+    async def enqueue_many(
+        self, jobs: Sequence[Job], wait: Literal[True], timeout: float = ...
+    ) -> list[EnqueueResult | ClientError]: ...
+    @overload
+    async def enqueue_many(
+        self, jobs: Sequence[Job], wait: bool, timeout: float = ...
+    ) -> list[EnqueueResult | Sent | ClientError]: ...
+
+    async def enqueue_many(
+        self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT
+    ) -> list[Any]:
+        return await self._call(jobs, wait, timeout)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        await asyncio.to_thread(self._client.close, timeout)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        await self.close()
+
+    async def _call(self, jobs: Sequence[Job], wait: bool, timeout: float) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        ticket = await asyncio.to_thread(self._client._submit, jobs, wait, deadline)
+        try:
+            await asyncio.wait_for(_done(ticket), deadline - time.monotonic())
+        except TimeoutError:
+            raise self._client._give_up(ticket, wait) from None
+        except asyncio.CancelledError:
+            self._client._give_up(ticket, wait)
+            raise
+        return ticket.values()
+
+
+def _done(ticket: Ticket) -> asyncio.Future[None]:
+    """A future of the running loop, resolved when the ticket is done."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    def from_any_thread() -> None:
+        # A closed loop has nobody waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(resolve)
+
+    ticket.add_done_callback(from_any_thread)
+    return future

@@ -1,0 +1,353 @@
+"""The producer SDK: validate and fingerprint locally, produce to `requests`, await decisions.
+
+A request that wants its decision carries `reply_to` (the catalogue's
+`replies` topic) and a `correlation_id`; the processor writes the committed
+decision there with that header. One background thread per client serves the
+producer's delivery reports and reads the replies, and hands each answer to
+the call waiting for it, so any number of threads may enqueue at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal, overload
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from gateway import catalogue, config
+from gateway.core import GatewayError
+from gateway.partitioner import PRODUCER_SETTING
+from gateway.sdk.errors import (
+    INVALID_REPLY,
+    KAFKA,
+    UNKNOWN_TOPIC,
+    ClientClosed,
+    ClientError,
+    DeliveryFailed,
+    EnqueueTimeout,
+    InvalidJob,
+)
+from gateway.sdk.prepare import Outgoing, prepare
+from gateway.sdk.result import EnqueueResult, Sent
+from gateway.sdk.ticket import Ticket
+
+log = logging.getLogger("gateway.sdk")
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MANY_TIMEOUT = 120.0
+_IDLE_POLL_S = 0.05
+_REPLY_BATCH = 1000
+# confluent-kafka names that really contain underscores; every other name's
+# underscores are read as dots, as for GATEWAY_KAFKA_<NAME>.
+_UNDERSCORED = {"log_level", "logger"}
+
+Job = Any  # an OJS job as a mapping: the envelope or the HTTP form
+
+
+class Client:
+    """Enqueue jobs through the gateway. Thread-safe; close it, or use it as a context manager.
+
+    `bootstrap` and `namespace` default as for the `gateway` command (see
+    gateway.config); `kafka_settings` are librdkafka settings for the
+    client's producer and reply consumer (`linger_ms=10` or
+    `**{"linger.ms": 10}`).
+    """
+
+    def __init__(
+        self, bootstrap: str | None = None, namespace: str | None = None, **kafka_settings: Any
+    ) -> None:
+        cat = catalogue.load(namespace=namespace)
+        self._requests_topic = cat.name("requests")
+        self._replies_topic = cat.name("replies")
+        self._settings: dict[str, Any] = config.client_config(bootstrap) | {
+            _librdkafka_name(k): v for k, v in kafka_settings.items()
+        }
+        # Idempotent, and murmur2 like every producer of `requests`, so a key's
+        # requests land where the processor owns it, once each, in order. Never
+        # auto-create: a topic made on the fly would have the wrong partitions.
+        self._producer = Producer(
+            {
+                **self._settings,
+                **PRODUCER_SETTING,
+                "enable.idempotence": True,
+                "allow.auto.create.topics": False,
+            }
+        )
+        self._lock = threading.Lock()  # guards _pending and _closed
+        self._ready_lock = threading.Lock()  # one caller at a time checks topics
+        self._pending: dict[str, tuple[Ticket, int]] = {}
+        self._closed = False
+        self._ready: set[str] = set()
+        self._consumer: Consumer | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="gateway-sdk-io", daemon=True)
+        self._thread.start()
+
+    # -- public API -----------------------------------------------------------
+
+    @overload
+    def enqueue(self, job: Job, wait: Literal[False] = ..., timeout: float = ...) -> Sent: ...
+    @overload
+    def enqueue(self, job: Job, wait: Literal[True], timeout: float = ...) -> EnqueueResult: ...
+    @overload
+    def enqueue(self, job: Job, wait: bool, timeout: float = ...) -> EnqueueResult | Sent: ...
+
+    def enqueue(
+        self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT
+    ) -> EnqueueResult | Sent:
+        """Send one job. Raises InvalidJob before sending anything if the job is invalid.
+
+        With `wait`, return the committed decision; else return once Kafka has
+        acknowledged the request. Raises EnqueueTimeout after `timeout` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        [answer] = self._wait_for(self._submit([job], wait, deadline), wait, deadline)
+        if isinstance(answer, ClientError):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    @overload
+    def enqueue_many(
+        self, jobs: Sequence[Job], wait: Literal[False] = ..., timeout: float = ...
+    ) -> list[Sent | ClientError]: ...
+    @overload
+    def enqueue_many(
+        self, jobs: Sequence[Job], wait: Literal[True], timeout: float = ...
+    ) -> list[EnqueueResult | ClientError]: ...
+    @overload
+    def enqueue_many(
+        self, jobs: Sequence[Job], wait: bool, timeout: float = ...
+    ) -> list[EnqueueResult | Sent | ClientError]: ...
+
+    def enqueue_many(
+        self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT
+    ) -> list[Any]:
+        """Send many jobs at once; one answer per job, in input order.
+
+        An invalid job is not sent: its answer is the InvalidJob that `enqueue`
+        would raise, and the other jobs go ahead. A job Kafka refused gets a
+        DeliveryFailed. Raises EnqueueTimeout (with the answers that did
+        arrive) if some are still missing after `timeout` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        return self._wait_for(self._submit(jobs, wait, deadline), wait, deadline)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is still queued, stop the background thread, release the clients."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._producer.flush(timeout)
+        self._stopping.set()
+        self._thread.join()
+        if self._consumer is not None:
+            self._consumer.close()
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for ticket, index in pending.values():
+            ticket.fill(index, ClientClosed())
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.close()
+
+    # -- the two halves of a call, shared with AsyncClient ------------------------
+
+    def _submit(self, jobs: Sequence[Job], wait: bool, deadline: float) -> Ticket:
+        """Validate every job, then produce the valid ones; answers fill the ticket."""
+        ticket = Ticket(len(jobs))
+        prepared = [prepare(job) for job in jobs]
+        outgoing = [(i, p) for i, p in enumerate(prepared) if isinstance(p, Outgoing)]
+        for index, verdict in enumerate(prepared):
+            if isinstance(verdict, GatewayError):
+                ticket.fill(index, InvalidJob(verdict))
+        if not outgoing:
+            return ticket
+        self._get_ready(wait, deadline)
+        for index, out in outgoing:
+            self._produce(ticket, index, out, wait)
+        return ticket
+
+    def _wait_for(self, ticket: Ticket, wait: bool, deadline: float) -> list[Any]:
+        if not ticket.wait(deadline - time.monotonic()):
+            raise self._give_up(ticket, wait)
+        return ticket.values()
+
+    def _give_up(self, ticket: Ticket, wait: bool) -> EnqueueTimeout:
+        """Forget a call's outstanding replies; the error says how many are missing."""
+        with self._lock:
+            for correlation_id in ticket.correlation_ids:
+                self._pending.pop(correlation_id, None)
+        results = ticket.values()
+        missing = sum(r is None for r in results)
+        waiting_for = "replies" if wait else "delivery acknowledgements"
+        return EnqueueTimeout(missing, len(results), waiting_for, results)
+
+    # -- producing ---------------------------------------------------------------
+
+    def _produce(self, ticket: Ticket, index: int, out: Outgoing, wait: bool) -> None:
+        headers = [("request_id", out.request_id.encode())]
+        if wait:
+            correlation_id = uuid.uuid4().hex
+            headers += [
+                ("reply_to", self._replies_topic.encode()),
+                ("correlation_id", correlation_id.encode()),
+            ]
+            ticket.correlation_ids.append(correlation_id)
+            with self._lock:
+                if self._closed:
+                    raise ClientClosed()
+                self._pending[correlation_id] = (ticket, index)
+            on_delivery = functools.partial(self._on_request_delivery, correlation_id)
+        else:
+            sent = Sent(out.request_id, out.unique_key)
+            on_delivery = functools.partial(self._on_ack, ticket, index, sent)
+        while True:
+            try:
+                self._producer.produce(
+                    self._requests_topic, out.value, out.key, headers=headers,
+                    on_delivery=on_delivery,
+                )  # fmt: skip
+                return
+            except BufferError:
+                time.sleep(0.01)  # the local queue is full; the I/O thread drains it
+            except KafkaException as exc:
+                on_delivery(exc.args[0], None)
+                return
+
+    def _on_ack(
+        self, ticket: Ticket, index: int, sent: Sent, err: KafkaError | None, _: Message | None
+    ) -> None:
+        ticket.fill(index, sent if err is None else DeliveryFailed(err.str()))
+
+    def _on_request_delivery(
+        self, correlation_id: str, err: KafkaError | None, _: Message | None
+    ) -> None:
+        if err is None:
+            return  # the reply will answer the call
+        with self._lock:
+            entry = self._pending.pop(correlation_id, None)
+        if entry is not None:
+            entry[0].fill(entry[1], DeliveryFailed(err.str()))
+
+    # -- getting ready: topics exist, reply positions resolved -----------------------
+
+    def _get_ready(self, wait: bool, deadline: float) -> None:
+        """Check once that the topics exist; before the first wait, start reading replies.
+
+        The reply consumer is positioned at the end of every partition before
+        the first request asking for a reply is produced, so no reply is missed.
+        """
+        needed = [self._requests_topic] + ([self._replies_topic] if wait else [])
+        with self._lock:
+            if self._closed:
+                raise ClientClosed()
+        with self._ready_lock:
+            if all(t in self._ready for t in needed):
+                return
+            try:
+                for topic in needed:
+                    self._check_topic(topic, deadline)
+                if wait and self._consumer is None:
+                    self._consumer = self._reply_consumer(deadline)
+            except KafkaException as exc:
+                where = self._settings["bootstrap.servers"]
+                raise ClientError(KAFKA, f"Kafka at {where}: {exc.args[0].str()}") from exc
+            self._ready.update(needed)
+
+    def _check_topic(self, topic: str, deadline: float) -> None:
+        if topic in self._ready:
+            return
+        metadata = self._producer.list_topics(topic, timeout=_remaining(deadline))
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise ClientError(
+                UNKNOWN_TOPIC,
+                f"topic {topic} does not exist; create the catalogue's topics with "
+                "`gateway topics apply` (same --namespace)",
+            )
+
+    def _reply_consumer(self, deadline: float) -> Consumer:
+        consumer = Consumer(
+            {
+                **self._settings,
+                # Never joins a group (partitions are assigned), never commits.
+                "group.id": f"gateway-sdk-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            metadata = consumer.list_topics(self._replies_topic, timeout=_remaining(deadline))
+            positions = []
+            for partition in sorted(metadata.topics[self._replies_topic].partitions):
+                tp = TopicPartition(self._replies_topic, partition)
+                _, end = consumer.get_watermark_offsets(
+                    tp, timeout=_remaining(deadline), cached=False
+                )
+                positions.append(TopicPartition(self._replies_topic, partition, end))
+            consumer.assign(positions)
+        except BaseException:
+            consumer.close()
+            raise
+        return consumer
+
+    # -- the I/O thread ------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                consumer = self._consumer
+                if consumer is None:
+                    self._producer.poll(_IDLE_POLL_S)
+                    continue
+                first = consumer.poll(_IDLE_POLL_S)
+                if first is not None:
+                    for msg in [first, *consumer.consume(_REPLY_BATCH, 0)]:
+                        self._on_reply(msg)
+                self._producer.poll(0)
+            except Exception:  # the thread must outlive any one bad record
+                log.exception("the SDK's I/O thread failed on a record; continuing")
+
+    def _on_reply(self, msg: Message) -> None:
+        if msg.error() is not None:
+            log.warning("reading replies failed", extra={"error": msg.error().str()})
+            return
+        headers = dict(msg.headers() or [])
+        correlation_id = (headers.get("correlation_id") or b"").decode(errors="replace")
+        with self._lock:
+            entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            return  # another client's reply, or a call that gave up waiting
+        ticket, index = entry
+        try:
+            answer: EnqueueResult | ClientError = EnqueueResult.from_record(
+                orjson.loads(msg.value() or b"null")
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            answer = ClientError(INVALID_REPLY, f"the reply is not a decision record: {exc!r}")
+        ticket.fill(index, answer)
+
+
+def _librdkafka_name(name: str) -> str:
+    if name in _UNDERSCORED or name.endswith("_cb"):
+        return name
+    return name.replace("_", ".")
+
+
+def _remaining(deadline: float) -> float:
+    """Seconds left, with a floor so a Kafka call never gets a zero timeout."""
+    return max(deadline - time.monotonic(), 0.1)

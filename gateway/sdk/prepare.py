@@ -1,0 +1,39 @@
+"""A job turned into the record the SDK produces: validated, fingerprinted, identified.
+
+Pure. The bytes that are validated are the bytes that are sent, so the key
+computed here is the key the processor computes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.core import INVALID_REQUEST, GatewayError, parse_request_json
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    value: bytes
+    # The fingerprint as the record key; None for a job without a unique policy.
+    key: bytes | None
+    request_id: str
+    unique_key: str | None
+
+
+def prepare(job: Any) -> Outgoing | GatewayError:
+    try:
+        value = orjson.dumps(job)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        return GatewayError(INVALID_REQUEST, f"the job cannot be encoded as JSON: {exc}")
+    request = parse_request_json(value)
+    if isinstance(request, GatewayError):
+        return request
+    request_id = request.envelope.raw.get("request_id", uuid.uuid4().hex)
+    if not isinstance(request_id, str) or not request_id:
+        return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
+    key = request.unique_key
+    return Outgoing(value, key.encode() if key else None, request_id, key)

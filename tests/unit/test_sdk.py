@@ -1,0 +1,209 @@
+"""The SDK without a broker: local validation, the record it would send, result mapping."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.core import GatewayError, Outcome, parse_request
+from gateway.sdk import Client, ClientClosed, ClientError, EnqueueResult, InvalidJob
+from gateway.sdk.client import _librdkafka_name
+from gateway.sdk.prepare import Outgoing, prepare
+from gateway.sdk.ticket import Ticket
+
+JOB = {
+    "type": "email.send",
+    "args": {"user_id": 42, "locale": "en"},
+    "unique": {"keys": ["type", "args"], "args_keys": ["user_id"]},
+}
+NOWHERE = "127.0.0.1:1"  # nothing listens: any attempt to reach Kafka fails
+
+
+def key_of(job: dict) -> str:
+    request = parse_request(job)
+    assert not isinstance(request, GatewayError) and request.unique_key
+    return request.unique_key
+
+
+# -- prepare ----------------------------------------------------------------------
+
+
+def test_a_valid_job_is_keyed_by_its_fingerprint_with_a_fresh_request_id():
+    first, second = prepare(JOB), prepare(JOB)
+    assert isinstance(first, Outgoing) and isinstance(second, Outgoing)
+    assert first.unique_key == key_of(JOB) and first.key == key_of(JOB).encode()
+    assert len(first.request_id) == 32 and first.request_id != second.request_id
+    assert parse_request(__import__("orjson").loads(first.value)) == parse_request(JOB)
+
+
+def test_a_job_without_a_unique_policy_has_a_null_key():
+    out = prepare({"type": "report.build", "args": []})
+    assert isinstance(out, Outgoing) and out.key is None and out.unique_key is None
+
+
+def test_the_jobs_own_request_id_is_kept():
+    out = prepare({**JOB, "request_id": "order-17"})
+    assert isinstance(out, Outgoing) and out.request_id == "order-17"
+
+
+@pytest.mark.parametrize(
+    ("job", "message"),
+    [
+        ({"type": "t", "args": [], "unique": {"keys": ["meta"]}}, "unique.meta_keys is required"),
+        ({"args": []}, "type is required"),
+        ({"type": "t", "args": [], "request_id": 5}, "request_id, when given, must be"),
+        ({"type": "t", "args": [object()]}, "cannot be encoded as JSON"),
+        (["not", "an", "object"], "must be a JSON object"),
+    ],
+)
+def test_an_invalid_job_is_an_invalid_request(job: object, message: str):
+    error = prepare(job)
+    assert isinstance(error, GatewayError) and error.code == "invalid_request"
+    assert message in error.message
+
+
+# -- results -----------------------------------------------------------------------
+
+ACCEPTED = {
+    "request_id": "r1",
+    "outcome": "accepted",
+    "unique_key": "k" * 64,
+    "job_id": "j1",
+    "existing_job_id": None,
+    "existing_job_state": None,
+    "cancelled_job_id": None,
+    "error": None,
+    "job": {"id": "j1", "type": "t"},
+    "decided_at": "2025-01-01T00:00:00.000Z",
+    "source": {"topic": "requests", "partition": 3, "offset": 9},
+    "dialect": "ojs",
+}
+
+
+def test_an_accepted_record_maps_to_a_result():
+    result = EnqueueResult.from_record(ACCEPTED)
+    assert result.outcome is Outcome.ACCEPTED and result.request_id == "r1"
+    assert (result.job_id, result.job, result.error) == ("j1", {"id": "j1", "type": "t"}, None)
+    assert result.record == ACCEPTED
+
+
+def test_a_rejected_record_names_the_existing_job_and_the_error():
+    record = {
+        **ACCEPTED,
+        "outcome": "rejected",
+        "existing_job_id": "j0",
+        "existing_job_state": "active",
+        "error": {"code": "duplicate", "message": "exists", "retryable": False},
+    }
+    result = EnqueueResult.from_record(record)
+    assert result.outcome is Outcome.REJECTED
+    assert (result.existing_job_id, result.existing_job_state) == ("j0", "active")
+    assert result.error == GatewayError("duplicate", "exists")
+
+
+def test_a_replaced_record_names_the_cancelled_job():
+    record = {**ACCEPTED, "outcome": "replaced", "cancelled_job_id": "j0"}
+    assert EnqueueResult.from_record(record).cancelled_job_id == "j0"
+
+
+# -- ticket ------------------------------------------------------------------------
+
+
+def test_a_ticket_keeps_input_order_and_the_first_answer_per_slot() -> None:
+    ticket = Ticket(3)
+    done: list[bool] = []
+    ticket.add_done_callback(lambda: done.append(True))
+    ticket.fill(2, "c")
+    ticket.fill(0, "a")
+    ticket.fill(0, "late")  # a delivery report after the reply changes nothing
+    assert ticket.values() == ["a", None, "c"] and ticket.missing == 1 and not done
+    assert not ticket.wait(0)
+    threading.Thread(target=ticket.fill, args=(1, "b")).start()
+    assert ticket.wait(5) and ticket.values() == ["a", "b", "c"] and done == [True]
+    ticket.add_done_callback(lambda: done.append(True))  # already done: called at once
+    assert done == [True, True]
+
+
+# -- the client, with no broker to reach -----------------------------------------------
+
+
+@pytest.fixture
+def offline() -> Iterator[Client]:
+    client = Client(NOWHERE, "unit", log_level=0)
+    yield client
+    client.close(timeout=0)
+
+
+class Untouchable:
+    """Stands in for the producer: polling is fine, reaching Kafka fails the test."""
+
+    def poll(self, timeout: float) -> int:
+        time.sleep(timeout)
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def produce(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("an invalid job was sent")
+
+    def list_topics(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("Kafka was contacted for an invalid job")
+
+
+def test_an_invalid_job_raises_before_anything_is_sent(offline: Client):
+    offline._producer = Untouchable()  # type: ignore[assignment]
+    with pytest.raises(InvalidJob) as caught:
+        offline.enqueue({"type": "t", "args": [], "unique": {"keys": ["meta"]}}, wait=True)
+    assert caught.value.code == "invalid_request"
+    assert caught.value.error.message.startswith("unique.meta_keys is required")
+    assert str(caught.value).startswith("invalid_request: unique.meta_keys")
+
+
+def test_enqueue_many_answers_invalid_jobs_in_place_without_sending(offline: Client):
+    offline._producer = Untouchable()  # type: ignore[assignment]
+    answers = offline.enqueue_many([{"args": []}, {"type": "t"}], wait=True)
+    assert all(isinstance(a, InvalidJob) for a in answers)
+    assert "type is required" in str(answers[0]) and "args is required" in str(answers[1])
+
+
+def test_kafka_out_of_reach_is_one_clear_error(offline: Client):
+    with pytest.raises(ClientError) as caught:
+        offline.enqueue(JOB, timeout=1)
+    assert caught.value.code == "kafka" and NOWHERE in caught.value.message
+
+
+def test_a_closed_client_refuses_work(offline: Client):
+    offline.close(timeout=0)
+    offline.close(timeout=0)  # idempotent
+    with pytest.raises(ClientClosed):
+        offline.enqueue(JOB)
+
+
+def test_a_timeout_names_how_many_answers_are_missing(offline: Client):
+    ticket = Ticket(3)
+    ticket.fill(1, "decided")
+    error = offline._give_up(ticket, wait=True)
+    assert error.code == "timeout" and error.message == "2 of 3 replies missing"
+    assert (error.missing, error.total, error.results) == (2, 3, [None, "decided", None])
+
+
+def test_kafka_settings_take_librdkafka_names():
+    assert _librdkafka_name("linger_ms") == "linger.ms"
+    assert _librdkafka_name("security.protocol") == "security.protocol"
+    assert _librdkafka_name("log_level") == "log_level"
+    assert _librdkafka_name("error_cb") == "error_cb"
+
+
+def test_import_gateway_stays_cheap_and_exports_the_clients():
+    code = (
+        "import sys, gateway; assert 'confluent_kafka' not in sys.modules; "
+        "from gateway import AsyncClient, Client; import gateway.sdk as s; "
+        "assert (Client, AsyncClient) == (s.Client, s.AsyncClient)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
