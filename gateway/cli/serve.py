@@ -1,0 +1,62 @@
+"""`gateway serve`: the OJS HTTP binding (jobs and worker endpoints) over the SDK."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gateway import logs
+from gateway.cli.errors import CommandError
+from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the OJS HTTP binding",
+        description=(
+            "Serve POST /ojs/v1/jobs (answered once the decision is committed), "
+            "/ojs/v1/jobs/batch, GET and DELETE /ojs/v1/jobs/{id}, /ojs/v1/workers/fetch|ack|nack, "
+            "/ojs/manifest and /ojs/v1/health."
+        ),
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
+    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    p.add_argument(
+        "--token", default=os.environ.get("GATEWAY_HTTP_TOKEN"),
+        help="require `Authorization: Bearer TOKEN` on /ojs/v1/jobs (default $GATEWAY_HTTP_TOKEN)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+        help="larger bodies get 413 (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--timeout", type=float, default=30.0,
+        help="seconds to wait for a decision before answering 504 (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.http import HttpSettings, create_app
+
+    if args.max_body_bytes < 1 or args.timeout <= 0:
+        raise CommandError("--max-body-bytes and --timeout must be positive")
+    logs.configure(args.log_level)
+    settings = HttpSettings(
+        bootstrap=args.bootstrap,
+        namespace=args.namespace,
+        token=args.token or None,
+        max_body_bytes=args.max_body_bytes,
+        decision_timeout=args.timeout,
+    )
+    uvicorn.run(
+        create_app(settings), host=args.host, port=args.port,
+        log_level=args.log_level.lower(), log_config=None,
+    )  # fmt: skip
+    return 0

@@ -1,0 +1,98 @@
+"""The ASGI app: routes and lifespan (SDK client, read model follower, publisher).
+
+Every response is `application/openjobspec+json` with `OJS-Version` and
+`X-Request-Id`; the request id is the caller's X-Request-Id, else a new one,
+and becomes the job's `request_id`, so the decision record names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+from confluent_kafka.admin import AdminClient
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway import catalogue, config
+from gateway.http import errors, health, jobs, workers
+from gateway.http.binding import Binding, HttpSettings
+from gateway.http.errors import ApiError
+from gateway.http.plumbing import endpoint, request_id_of
+from gateway.http.publisher import Publisher
+from gateway.http.read_model import Follower, ReadModel
+from gateway.http.responses import error_response, ojs_response
+from gateway.sdk import AsyncClient
+
+__all__ = ["HttpSettings", "create_app"]
+
+
+def create_app(settings: HttpSettings) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        cat = catalogue.load(namespace=settings.namespace)
+        kafka = config.client_config(settings.bootstrap) | settings.kafka_settings
+        model = ReadModel()
+        follower = Follower(model, cat, kafka)
+        client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
+        publisher = Publisher(cat, kafka)
+        follower.start()
+        app.state.binding = Binding(
+            settings, client, model, publisher, AdminClient(kafka), cat.name("requests")
+        )
+        try:
+            yield
+        finally:
+            await client.close()
+            await asyncio.to_thread(publisher.close)
+            await asyncio.to_thread(follower.stop)
+
+    routes = [
+        Route("/ojs/manifest", _manifest, methods=["GET"]),
+        Route("/ojs/v1/health", _health, methods=["GET"]),
+        Route("/ojs/v1/jobs", endpoint(jobs.enqueue), methods=["POST"]),
+        Route("/ojs/v1/jobs/batch", endpoint(jobs.enqueue_batch), methods=["POST"]),
+        Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
+        Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.cancel_job), methods=["DELETE"]),
+        Route("/ojs/v1/workers/fetch", endpoint(workers.fetch), methods=["POST"]),
+        Route("/ojs/v1/workers/ack", endpoint(workers.ack), methods=["POST"]),
+        Route("/ojs/v1/workers/nack", endpoint(workers.nack), methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_exception, Exception: _internal_error},
+    )
+
+
+async def _manifest(request: Request) -> Response:
+    binding: Binding = request.app.state.binding
+    manifest = orjson.loads(binding.settings.manifest.read_bytes())
+    return ojs_response(200, manifest, request_id_of(request))
+
+
+async def _health(request: Request) -> Response:
+    binding: Binding = request.app.state.binding
+    group = health.processor_group(binding.settings.namespace)
+    problem = await asyncio.to_thread(health.check, binding.admin, binding.requests_topic, group)
+    if problem is not None:
+        return error_response(problem, request_id_of(request))
+    return ojs_response(200, {"status": "ok"}, request_id_of(request))
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: errors.NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(
+        exc.status_code, errors.INVALID_REQUEST
+    )
+    return error_response(ApiError(exc.status_code, code, str(exc.detail)), request_id_of(request))
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    error = ApiError(500, "internal", f"the gateway failed: {type(exc).__name__}", retryable=True)
+    return error_response(error, request_id_of(request))

@@ -1,0 +1,45 @@
+"""What the handlers share: the settings and the clients made in the app's lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+from starlette.requests import Request
+
+from gateway.http.answers import Answer
+from gateway.http.errors import ApiError
+from gateway.http.publisher import Publisher
+from gateway.http.read_model import ReadModel
+from gateway.sdk import AsyncClient
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "conformance.json"
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    bootstrap: str | None = None
+    namespace: str | None = None
+    # When set, every /ojs/v1/ route but health needs `Authorization: Bearer <token>`.
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    decision_timeout: float = 30.0
+    manifest: Path = DEFAULT_MANIFEST
+    kafka_settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Binding:
+    settings: HttpSettings
+    client: AsyncClient
+    model: ReadModel
+    publisher: Publisher
+    admin: AdminClient
+    requests_topic: str
+
+
+Handler = Callable[[Request, Binding, str], Awaitable[Answer | ApiError]]

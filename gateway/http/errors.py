@@ -1,0 +1,38 @@
+"""HTTP errors as values: a status, an OJS error code, a message a caller can act on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+INVALID_REQUEST = "invalid_request"
+INVALID_PAYLOAD = "invalid_payload"
+DUPLICATE = "duplicate"
+NOT_FOUND = "not_found"
+UNAUTHORIZED = "unauthorized"
+PAYLOAD_TOO_LARGE = "payload_too_large"
+UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+METHOD_NOT_ALLOWED = "method_not_allowed"
+TIMEOUT = "timeout"
+UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiError:
+    status: int
+    code: str
+    message: str
+    retryable: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def envelope(self, request_id: str) -> dict[str, Any]:
+        """The OJS error envelope."""
+        return {
+            "error": {
+                "code": self.code,
+                "message": self.message,
+                "retryable": self.retryable,
+                "details": self.details,
+                "request_id": request_id,
+            }
+        }

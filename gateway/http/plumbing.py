@@ -1,0 +1,73 @@
+"""Per-request plumbing shared by the routes: request id, authorisation, the JSON body."""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.http import errors
+from gateway.http.binding import Binding, Handler
+from gateway.http.errors import ApiError
+from gateway.http.responses import ACCEPTED_MEDIA_TYPES, error_response, ojs_response
+
+
+def request_id_of(request: Request) -> str:
+    return request.headers.get("x-request-id") or str(uuid.uuid4())
+
+
+def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Request id, authorisation, then the handler; its value becomes the response."""
+
+    async def handle(request: Request) -> Response:
+        request_id = request_id_of(request)
+        binding: Binding = request.app.state.binding
+        refused = authorize(request, binding.settings.token)
+        answer = refused or await handler(request, binding, request_id)
+        if isinstance(answer, ApiError):
+            return error_response(answer, request_id)
+        return ojs_response(answer.status, answer.body, request_id, answer.headers)
+
+    return handle
+
+
+def authorize(request: Request, token: str | None) -> ApiError | None:
+    if token is None:
+        return None
+    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+    # compare_digest: the time taken must not tell how much of the token matched.
+    if scheme.lower() == "bearer" and hmac.compare_digest(
+        credential.strip().encode(), token.encode()
+    ):
+        return None
+    return ApiError(401, errors.UNAUTHORIZED, "send `Authorization: Bearer <token>`")
+
+
+async def read_json(request: Request, cap: int) -> Any:
+    """The body as JSON, or an ApiError (415, 413, 400 invalid_payload)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type and media_type not in ACCEPTED_MEDIA_TYPES:
+        return ApiError(
+            415, errors.UNSUPPORTED_MEDIA_TYPE,
+            f"send application/openjobspec+json or application/json, not {media_type}",
+        )  # fmt: skip
+    too_large = ApiError(
+        413, errors.PAYLOAD_TOO_LARGE, f"the body is over the limit of {cap} bytes"
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        return too_large
+    body = bytearray()
+    async for chunk in request.stream():  # counted as it comes: a chunked body has no length
+        body += chunk
+        if len(body) > cap:
+            return too_large
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return ApiError(400, errors.INVALID_PAYLOAD, f"the body is not valid JSON: {exc}")

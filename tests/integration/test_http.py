@@ -1,0 +1,297 @@
+"""The OJS HTTP binding against a real broker, a real `gateway process` and a real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+
+from gateway.catalogue import Catalogue
+from gateway.http import HttpSettings, create_app
+from tests.integration.harness import Processor, apply_topics, fingerprint_of, producer, send
+
+pytestmark = pytest.mark.kafka
+
+MEDIA_TYPE = "application/openjobspec+json"
+
+
+class Served:
+    """The app under a real uvicorn, in a thread, on a free loopback port."""
+
+    def __init__(self, settings: HttpSettings) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@dataclass
+class Stack:
+    bootstrap: str
+    namespace: str
+    cat: Catalogue
+    url: str
+    http: httpx.Client
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    cat = apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(
+        kafka_bootstrap, namespace, tmp_path_factory.mktemp("http"), "1",
+        "--commit-interval", "0.02",
+    ).start()  # fmt: skip
+    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60)
+    try:
+        with Served(settings) as served, httpx.Client(base_url=served.url, timeout=90) as http:
+            # The processor takes its partitions a few seconds after it says it is ready.
+            warm = http.post("/ojs/v1/jobs", json={"type": "warm.up", "args": []})
+            assert warm.status_code == 201, warm.text
+            yield Stack(kafka_bootstrap, namespace, cat, served.url, http)
+    finally:
+        proc.stop()
+
+
+def job(on_conflict: str = "reject", **args: Any) -> dict[str, Any]:
+    return {
+        "type": "email.send",
+        "args": args or {"user_id": uuid.uuid4().hex},
+        "unique": {"keys": ["type", "args"], "on_conflict": on_conflict},
+    }
+
+
+def assert_ojs_headers(response: httpx.Response) -> None:
+    assert response.headers["content-type"] == MEDIA_TYPE
+    assert response.headers["ojs-version"] == "1.0"
+    assert response.headers["x-request-id"]
+
+
+def test_post_answers_201_with_location_and_a_get_right_after_finds_it(stack: Stack):
+    request_id = uuid.uuid4().hex
+    created = stack.http.post("/ojs/v1/jobs", json=job(), headers={"X-Request-Id": request_id})
+    assert created.status_code == 201, created.text
+    assert_ojs_headers(created)
+    assert created.headers["x-request-id"] == request_id
+    body = created.json()["job"]
+    assert created.headers["location"] == f"/ojs/v1/jobs/{body['id']}"
+    assert body["state"] == "available" and body["request_id"] == request_id
+    found = stack.http.get(created.headers["location"])
+    assert found.status_code == 200
+    assert_ojs_headers(found)
+    assert found.json()["job"]["id"] == body["id"]
+    assert found.json()["job"]["state"] == "available"
+
+
+def test_reject_answers_409_naming_the_existing_job(stack: Stack):
+    first = job()
+    accepted = stack.http.post("/ojs/v1/jobs", json=first).json()["job"]
+    rejected = stack.http.post("/ojs/v1/jobs", json=first, headers={"X-Request-Id": "r-409"})
+    assert rejected.status_code == 409
+    assert_ojs_headers(rejected)
+    error = rejected.json()["error"]
+    assert error["code"] == "duplicate" and error["retryable"] is False
+    assert error["message"] and error["request_id"] == "r-409"
+    assert error["details"] == {
+        "existing_job_id": accepted["id"],
+        "existing_job_state": "available",
+        "unique_key": fingerprint_of(first),
+    }
+
+
+def test_ignore_answers_200_with_the_existing_job_deduplicated(stack: Stack):
+    first = job("ignore")
+    accepted = stack.http.post("/ojs/v1/jobs", json=first).json()["job"]
+    ignored = stack.http.post("/ojs/v1/jobs", json=first)
+    assert ignored.status_code == 200
+    assert_ojs_headers(ignored)
+    assert ignored.json()["deduplicated"] is True
+    assert ignored.json()["job"]["id"] == accepted["id"]
+    assert ignored.json()["job"]["state"] == "available"
+
+
+def test_replace_answers_201_with_the_new_job_and_the_old_one_is_cancelled(stack: Stack):
+    first = job("replace")
+    old = stack.http.post("/ojs/v1/jobs", json=first).json()["job"]
+    replaced = stack.http.post("/ojs/v1/jobs", json=first)
+    assert replaced.status_code == 201
+    new = replaced.json()["job"]
+    assert new["id"] != old["id"] and replaced.headers["location"].endswith(new["id"])
+    assert stack.http.get(f"/ojs/v1/jobs/{old['id']}").json()["job"]["state"] == "cancelled"
+
+
+def test_the_http_form_and_application_json_are_accepted(stack: Stack):
+    http_form = {
+        "type": "email.send",
+        "args": [{"user_id": uuid.uuid4().hex}],
+        "options": {"queue": "mail", "unique": {"key": ["type", "queue", "args"]}},
+    }
+    created = stack.http.post(
+        "/ojs/v1/jobs",
+        content=orjson.dumps(http_form),
+        headers={"Content-Type": "application/json"},
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["job"]["queue"] == "mail"
+    again = stack.http.post("/ojs/v1/jobs", json=http_form, headers={"Content-Type": MEDIA_TYPE})
+    assert again.status_code == 409
+
+
+def test_bad_requests_answer_400_or_415_with_the_envelope(stack: Stack):
+    bad_policy = stack.http.post(
+        "/ojs/v1/jobs", json={"type": "t", "args": [], "unique": {"keys": ["meta"]}}
+    )
+    assert bad_policy.status_code == 400
+    assert_ojs_headers(bad_policy)
+    error = bad_policy.json()["error"]
+    assert error["code"] == "invalid_request" and "meta_keys" in error["message"]
+    assert error["request_id"] == bad_policy.headers["x-request-id"]
+
+    malformed = stack.http.post(
+        "/ojs/v1/jobs", content=b'{"type": ', headers={"Content-Type": "application/json"}
+    )
+    assert malformed.status_code == 400
+    assert malformed.json()["error"]["code"] == "invalid_payload"
+
+    text = stack.http.post("/ojs/v1/jobs", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert text.status_code == 415 and text.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_unknown_jobs_and_routes_answer_404_with_the_envelope(stack: Stack):
+    missing = stack.http.get(f"/ojs/v1/jobs/{uuid.uuid4()}")
+    assert missing.status_code == 404
+    assert_ojs_headers(missing)
+    assert missing.json()["error"]["code"] == "not_found"
+    nowhere = stack.http.get("/ojs/v1/nowhere")
+    assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "not_found"
+
+
+def test_fifty_parallel_posts_of_one_key_under_reject_make_one_job(stack: Stack):
+    same = job()
+
+    async def fire() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=90) as http:
+            return await asyncio.gather(*(http.post("/ojs/v1/jobs", json=same) for _ in range(50)))
+
+    responses = asyncio.run(fire())
+    assert Counter(r.status_code for r in responses) == {201: 1, 409: 49}
+    [created] = [r.json()["job"]["id"] for r in responses if r.status_code == 201]
+    existing = {
+        r.json()["error"]["details"]["existing_job_id"] for r in responses if r.status_code == 409
+    }
+    assert existing == {created}
+    assert len({r.headers["x-request-id"] for r in responses}) == 50
+
+
+def test_batch_answers_each_item_in_order(stack: Stack):
+    first, ignored = job(), job("ignore")
+    stack.http.post("/ojs/v1/jobs", json=ignored)
+    items = [first, first, {"type": "t", "args": [], "unique": {"keys": ["meta"]}}, ignored]
+    response = stack.http.post(
+        "/ojs/v1/jobs/batch", json={"jobs": items}, headers={"X-Request-Id": "batch-1"}
+    )
+    assert response.status_code == 200, response.text
+    assert_ojs_headers(response)
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [201, 409, 400, 200]
+    assert results[1]["error"]["details"]["existing_job_id"] == results[0]["job"]["id"]
+    assert results[1]["error"]["request_id"] == "batch-1.1"
+    assert results[2]["error"]["code"] == "invalid_request"
+    assert results[3]["deduplicated"] is True
+    found = stack.http.get(f"/ojs/v1/jobs/{results[0]['job']['id']}")
+    assert found.status_code == 200
+
+    not_a_batch = stack.http.post("/ojs/v1/jobs/batch", json=[first])
+    assert not_a_batch.status_code == 400
+
+
+def test_job_events_move_the_state_a_get_shows(stack: Stack):
+    created = stack.http.post("/ojs/v1/jobs", json=job()).json()["job"]
+    prod = producer(stack.bootstrap)
+    event = {"job_id": created["id"], "unique_key": created["unique_key"], "type": "job.started"}
+    send(prod, stack.cat.name("job_events"), event, created["unique_key"])
+    prod.flush()
+    deadline = time.monotonic() + 30
+    state = None
+    while time.monotonic() < deadline and state != "active":
+        state = stack.http.get(f"/ojs/v1/jobs/{created['id']}").json()["job"]["state"]
+        time.sleep(0.1)
+    assert state == "active"
+
+
+def test_manifest_and_health(stack: Stack):
+    manifest = stack.http.get("/ojs/manifest")
+    assert manifest.status_code == 200
+    assert_ojs_headers(manifest)
+    assert manifest.json()["capabilities"]["unique_jobs"]["strength"] == "strong"
+    healthy = stack.http.get("/ojs/v1/health")
+    assert healthy.status_code == 200 and healthy.json() == {"status": "ok"}
+    assert_ojs_headers(healthy)
+
+
+def test_a_token_is_required_when_configured_and_the_body_is_capped(stack: Stack):
+    settings = HttpSettings(stack.bootstrap, stack.namespace, token="s3cret", max_body_bytes=200)
+    with Served(settings) as served, httpx.Client(base_url=served.url, timeout=60) as http:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            refused = http.post("/ojs/v1/jobs", json=job(), headers=headers)
+            assert refused.status_code == 401
+            assert_ojs_headers(refused)
+            assert refused.json()["error"]["code"] == "unauthorized"
+        assert http.get(f"/ojs/v1/jobs/{uuid.uuid4()}").status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        created = http.post("/ojs/v1/jobs", json=job(), headers=auth)
+        assert created.status_code == 201, created.text
+        big = job(blob="x" * 300)
+        too_large = http.post("/ojs/v1/jobs", json=big, headers=auth)
+        assert too_large.status_code == 413
+        assert_ojs_headers(too_large)
+        assert too_large.json()["error"]["code"] == "payload_too_large"
+
+
+def test_without_a_processor_health_is_503_and_a_post_times_out_with_504(
+    kafka_bootstrap, namespace
+):
+    apply_topics(kafka_bootstrap, namespace)
+    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=3)
+    with Served(settings) as served, httpx.Client(base_url=served.url, timeout=60) as http:
+        unhealthy = http.get("/ojs/v1/health")
+        assert unhealthy.status_code == 503
+        assert_ojs_headers(unhealthy)
+        assert unhealthy.json()["error"]["code"] == "unavailable"
+        assert unhealthy.json()["error"]["retryable"] is True
+        timed_out = http.post("/ojs/v1/jobs", json=job())
+        assert timed_out.status_code == 504
+        assert_ojs_headers(timed_out)
+        assert timed_out.json()["error"] == {
+            **timed_out.json()["error"],
+            "code": "timeout",
+            "retryable": True,
+        }
