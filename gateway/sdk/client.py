@@ -48,6 +48,9 @@ _REPLY_BATCH = 1000
 # underscores are read as dots, as for GATEWAY_KAFKA_<NAME>.
 _UNDERSCORED = {"log_level", "logger"}
 
+# Errors a just-created topic gives until its partition leaders are known.
+_LEADERSHIP_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+
 Job = Any  # an OJS job as a mapping: the envelope or the HTTP form
 
 
@@ -295,9 +298,7 @@ class Client:
             positions = []
             for partition in sorted(metadata.topics[self._replies_topic].partitions):
                 tp = TopicPartition(self._replies_topic, partition)
-                _, end = consumer.get_watermark_offsets(
-                    tp, timeout=_remaining(deadline), cached=False
-                )
+                end = _end_offset(consumer, tp, deadline)
                 positions.append(TopicPartition(self._replies_topic, partition, end))
             consumer.assign(positions)
         except BaseException:
@@ -351,3 +352,17 @@ def _librdkafka_name(name: str) -> str:
 def _remaining(deadline: float) -> float:
     """Seconds left, with a floor so a Kafka call never gets a zero timeout."""
     return max(deadline - time.monotonic(), 0.1)
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition, deadline: float) -> int:
+    """A partition's end offset, retrying while its leadership settles (a new topic)."""
+    while True:
+        try:
+            _, end = consumer.get_watermark_offsets(tp, timeout=_remaining(deadline), cached=False)
+            return int(end)
+        except KafkaException as exc:
+            error = exc.args[0]
+            settling = error.retriable() or error.code() in _LEADERSHIP_SETTLING
+            if not settling or _remaining(deadline) <= 0.2:
+                raise
+            time.sleep(0.2)
