@@ -1,15 +1,21 @@
 """Kafka client settings shared by every client the gateway makes.
 
-The bootstrap address comes from `--bootstrap`, else $KAFKA_BOOTSTRAP, else the
-local cluster started by `gateway kafka up`, else 127.0.0.1:9092. Any other
-librdkafka setting is passed through from GATEWAY_KAFKA_<NAME> variables, with
-the name's underscores read as dots (GATEWAY_KAFKA_SECURITY_PROTOCOL=SASL_SSL
-sets security.protocol).
+One place for all of them: a TOML file named by $GATEWAY_CONFIG, whose
+`[kafka]` table holds librdkafka settings by their own names
+(`"security.protocol" = "SASL_SSL"`, `"sasl.mechanism"`, `"ssl.ca.location"`,
+...), and GATEWAY_KAFKA_<NAME> environment variables, which win over the file
+(underscores read as dots: GATEWAY_KAFKA_SASL_USERNAME sets sasl.username).
+
+The bootstrap address comes from `--bootstrap`, else $KAFKA_BOOTSTRAP, else
+the settings' bootstrap.servers, else the local cluster started by
+`gateway kafka up`, else 127.0.0.1:9092.
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
+from pathlib import Path
 
 from gateway.broker import launcher
 
@@ -17,23 +23,54 @@ _PREFIX = "GATEWAY_KAFKA_"
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}
 
 
-def bootstrap(explicit: str | None = None) -> str:
-    if explicit:
-        return explicit
-    if os.environ.get("KAFKA_BOOTSTRAP"):
-        return os.environ["KAFKA_BOOTSTRAP"]
+class ConfigError(Exception):
+    """The configuration file is missing or malformed."""
+
+
+def client_config(explicit_bootstrap: str | None = None) -> dict[str, str]:
+    """librdkafka settings common to producers, consumers and admin clients."""
+    config = _file_settings() | {
+        name[len(_PREFIX) :].lower().replace("_", "."): value
+        for name, value in os.environ.items()
+        if name.startswith(_PREFIX) and name not in _LAUNCHER_VARS
+    }
+    config["bootstrap.servers"] = (
+        explicit_bootstrap
+        or os.environ.get("KAFKA_BOOTSTRAP")
+        or config.get("bootstrap.servers")
+        or _local_bootstrap()
+    )
+    return config
+
+
+def _local_bootstrap() -> str:
     cluster = launcher.load_cluster()
     if cluster is not None and launcher.running_nodes(cluster):
         return cluster.bootstrap
     return f"127.0.0.1:{launcher.DEFAULT_PORT}"
 
 
-def client_config(explicit_bootstrap: str | None = None) -> dict[str, str]:
-    """librdkafka settings common to producers, consumers and admin clients."""
-    config = {
-        name[len(_PREFIX) :].lower().replace("_", "."): value
-        for name, value in os.environ.items()
-        if name.startswith(_PREFIX) and name not in _LAUNCHER_VARS
-    }
-    config["bootstrap.servers"] = bootstrap(explicit_bootstrap)
-    return config
+def _file_settings() -> dict[str, str]:
+    path = os.environ.get("GATEWAY_CONFIG")
+    if not path:
+        return {}
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read GATEWAY_CONFIG {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"GATEWAY_CONFIG {path}: {exc}") from exc
+    kafka = raw.get("kafka", {})
+    unknown = set(raw) - {"kafka"}
+    if unknown or not isinstance(kafka, dict):
+        raise ConfigError(
+            f"GATEWAY_CONFIG {path}: only a [kafka] table of librdkafka settings is read"
+            + (f"; unknown: {sorted(unknown)}" if unknown else "")
+        )
+    return {str(k): _setting(v) for k, v in kafka.items()}
+
+
+def _setting(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

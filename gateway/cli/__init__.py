@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from gateway import __version__
 from gateway.cli import enqueue, explain, fingerprint, kafka, process, replay, serve, topics, up
 from gateway.cli.errors import CommandError
+from gateway.config import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ConfigError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
