@@ -1,8 +1,8 @@
-"""Records the binding writes itself: job-state events and cancellations.
+"""Records the binding writes itself: cancellations, and the shape of its job events.
 
-Keyed by the job's unique_key with the murmur2 partitioner, like every
-producer of `job_events`, so an event meets its key's requests on one
-partition. `send` returns once Kafka has acknowledged every record.
+Cancellations are keyed by the job's unique_key with the murmur2 partitioner,
+like every record about a key. `send` returns once Kafka has acknowledged
+every record. Job events go through the SDK (see transitions.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gateway.partitioner import PRODUCER_SETTING
 
 class Publisher:
     def __init__(self, cat: Catalogue, settings: Mapping[str, Any]) -> None:
-        self._topics = {role: cat.name(role) for role in ("job_events", "cancellations")}
+        self._topics = {"cancellations": cat.name("cancellations")}
         self._producer = Producer(
             {
                 **settings,

@@ -1,9 +1,11 @@
 """Moving a job on the binding's own authority (cancel, fetch, ack, nack), then publishing it.
 
 The read model moves first, under its lock, so the next GET or fetch sees the
-new state and no job is moved twice; the event is then produced and flushed
-before the caller is answered. A job without a unique key gets no event (the
-processor has nothing to release and would refuse an event without a key).
+new state and no job is moved twice. The event then goes through the SDK,
+which waits until the processor has applied it and committed, so the caller is
+answered only once the next dedup decision on the key sees the transition. A
+job without a unique key gets no event (the processor has nothing to release
+and would refuse an event without a key).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.publisher import cancellation, job_event
+from gateway.sdk import ClientError
 
 INVALID_STATE = "invalid_state"
 PUBLISH_TIMEOUT_S = 10.0
@@ -58,14 +61,18 @@ async def publish(
     event_type: str,
     extra: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> ApiError | None:
-    records = list(extra or [])
-    records += [("job_events", job_event(j, event_type)) for j in jobs if j.get("unique_key")]
-    if not records:
-        return None
-    failure = await asyncio.to_thread(binding.publisher.send, records, PUBLISH_TIMEOUT_S)
-    if failure is None:
-        return None
-    return ApiError(
-        503, errors.UNAVAILABLE,
-        f"the {event_type} event may not be recorded: {failure}", retryable=True,
-    )  # fmt: skip
+    events = [job_event(j, event_type) for j in jobs if j.get("unique_key")]
+    try:
+        if extra:
+            failure = await asyncio.to_thread(binding.publisher.send, extra, PUBLISH_TIMEOUT_S)
+            if failure is not None:
+                raise ClientError(errors.UNAVAILABLE, failure)
+        await asyncio.gather(
+            *(binding.client.publish_event(e, wait=True, timeout=PUBLISH_TIMEOUT_S) for e in events)
+        )
+    except ClientError as exc:
+        return ApiError(
+            503, errors.UNAVAILABLE,
+            f"the {event_type} event may not be recorded: {exc.message}", retryable=True,
+        )  # fmt: skip
+    return None

@@ -26,7 +26,13 @@ from gateway.core import (
 )
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import Output, Source, decision_outputs, request_id
+from gateway.processor.records import (
+    Output,
+    Source,
+    decision_outputs,
+    event_reply,
+    request_id,
+)
 from gateway.processor.sweep import KeyStore, States
 
 log = logging.getLogger("gateway.processor")
@@ -141,6 +147,9 @@ class Dedup:
         result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
         if unique_key and result.outcome is EventOutcome.APPLIED:
             self.keys.store(states, unique_key, entries, result.entries)
+        reply = event_reply(result, unique_key, source)
+        if reply is not None:
+            self.emit(reply, source)
         reason = result.reason or (result.error.code if result.error else "")
         self.metrics.events.labels(str(result.outcome), str(reason)).inc()
         if result.outcome is not EventOutcome.APPLIED:

@@ -12,7 +12,14 @@ from typing import Any
 
 import orjson
 
-from gateway.core import Decision, GatewayError, Outcome, audit_fields, cancellations
+from gateway.core import (
+    Decision,
+    EventResult,
+    GatewayError,
+    Outcome,
+    audit_fields,
+    cancellations,
+)
 from gateway.core.times import format_rfc3339
 
 Headers = list[tuple[str, bytes]]
@@ -95,6 +102,29 @@ def decision_outputs(
             Output(value, key, topic=reply_to, headers=[("correlation_id", correlation)])
         )
     return outputs
+
+
+def event_reply(result: EventResult, unique_key: str | None, source: Source) -> Output | None:
+    """For an event that asked (reply_to), what became of it, once it is committed.
+
+    A worker that waits for this knows the next decision on the key sees the event.
+    """
+    reply_to = source.header("reply_to")
+    if not reply_to:
+        return None
+    record = {
+        "job_id": result.job_id,
+        "unique_key": unique_key,
+        "outcome": str(result.outcome),
+        "reason": None if result.reason is None else str(result.reason),
+        "previous_state": None if result.previous_state is None else str(result.previous_state),
+        "state": None if result.state is None else str(result.state),
+        "error": None if result.error is None else result.error.to_dict(),
+        "source": source.as_dict(),
+    }
+    correlation = source.headers.get("correlation_id", b"")
+    key = unique_key.encode() if unique_key else None
+    return Output(_json(record), key, topic=reply_to, headers=[("correlation_id", correlation)])
 
 
 def decision_record(

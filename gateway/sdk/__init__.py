@@ -1,4 +1,5 @@
-"""The gateway's Python SDK: `Client` and `AsyncClient` enqueue jobs and return decisions."""
+"""The gateway's Python SDK: `Client` and `AsyncClient` enqueue jobs and return decisions,
+and publish job-state events and return what the processor did with them."""
 
 from gateway.sdk.aio import AsyncClient
 from gateway.sdk.client import Client
@@ -7,9 +8,11 @@ from gateway.sdk.errors import (
     ClientError,
     DeliveryFailed,
     EnqueueTimeout,
+    Invalid,
+    InvalidEvent,
     InvalidJob,
 )
-from gateway.sdk.result import EnqueueResult, Sent
+from gateway.sdk.result import EnqueueResult, EventAck, Sent
 
 __all__ = [
     "AsyncClient",
@@ -19,6 +22,9 @@ __all__ = [
     "DeliveryFailed",
     "EnqueueResult",
     "EnqueueTimeout",
+    "EventAck",
+    "Invalid",
+    "InvalidEvent",
     "InvalidJob",
     "Sent",
 ]

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from gateway.sdk.client import DEFAULT_MANY_TIMEOUT, DEFAULT_TIMEOUT, Client, Job
+from gateway.sdk.client import DEFAULT_MANY_TIMEOUT, DEFAULT_TIMEOUT, Client, Event, Job
 from gateway.sdk.errors import ClientError
-from gateway.sdk.result import EnqueueResult, Sent
+from gateway.sdk.result import EnqueueResult, EventAck, Sent
 from gateway.sdk.ticket import Ticket
 
 
@@ -63,6 +63,14 @@ class AsyncClient:
     ) -> list[Any]:
         return await self._call(jobs, wait, timeout)
 
+    async def publish_event(
+        self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
+    ) -> EventAck | Sent:
+        [answer] = await self._call([event], wait, timeout, events=True)
+        if isinstance(answer, ClientError):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
     async def close(self, timeout: float = 10.0) -> None:
         await asyncio.to_thread(self._client.close, timeout)
 
@@ -75,9 +83,11 @@ class AsyncClient:
     ) -> None:  # fmt: skip
         await self.close()
 
-    async def _call(self, jobs: Sequence[Job], wait: bool, timeout: float) -> list[Any]:
+    async def _call(
+        self, items: Sequence[Any], wait: bool, timeout: float, events: bool = False
+    ) -> list[Any]:
         deadline = time.monotonic() + timeout
-        ticket = await asyncio.to_thread(self._client._submit, jobs, wait, deadline)
+        ticket = await asyncio.to_thread(self._client._submit, items, wait, deadline, events)
         try:
             await asyncio.wait_for(_done(ticket), deadline - time.monotonic())
         except TimeoutError:

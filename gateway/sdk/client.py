@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
 
@@ -32,10 +33,12 @@ from gateway.sdk.errors import (
     ClientError,
     DeliveryFailed,
     EnqueueTimeout,
+    Invalid,
+    InvalidEvent,
     InvalidJob,
 )
-from gateway.sdk.prepare import Outgoing, prepare
-from gateway.sdk.result import EnqueueResult, Sent
+from gateway.sdk.prepare import Outgoing, prepare, prepare_event
+from gateway.sdk.result import EnqueueResult, EventAck, Sent
 from gateway.sdk.ticket import Ticket
 
 log = logging.getLogger("gateway.sdk")
@@ -52,6 +55,16 @@ _UNDERSCORED = {"log_level", "logger"}
 _LEADERSHIP_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
 
 Job = Any  # an OJS job as a mapping: the envelope or the HTTP form
+Event = Any  # a job-state event as a mapping: job_id, unique_key, state or type
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What the client sends: how to check it, where it goes, what its reply becomes."""
+
+    prepare: Callable[[Any], Outgoing | GatewayError]
+    invalid: Callable[[GatewayError], Invalid]
+    parse_reply: Callable[[Any], Any]
 
 
 class Client:
@@ -67,7 +80,11 @@ class Client:
         self, bootstrap: str | None = None, namespace: str | None = None, **kafka_settings: Any
     ) -> None:
         cat = catalogue.load(namespace=namespace)
-        self._requests_topic = cat.name("requests")
+        self._jobs = (_Kind(prepare, InvalidJob, EnqueueResult.from_record), cat.name("requests"))
+        self._events = (
+            _Kind(prepare_event, InvalidEvent, EventAck.from_record),
+            cat.name("job_events"),
+        )
         self._replies_topic = cat.name("replies")
         self._settings: dict[str, Any] = config.client_config(bootstrap) | {
             _librdkafka_name(k): v for k, v in kafka_settings.items()
@@ -85,7 +102,8 @@ class Client:
         )
         self._lock = threading.Lock()  # guards _pending and _closed
         self._ready_lock = threading.Lock()  # one caller at a time checks topics
-        self._pending: dict[str, tuple[Ticket, int]] = {}
+        # correlation id -> (the call's ticket, its slot, what the reply becomes)
+        self._pending: dict[str, tuple[Ticket, int, Callable[[Any], Any]]] = {}
         self._closed = False
         self._ready: set[str] = set()
         self._consumer: Consumer | None = None
@@ -142,6 +160,22 @@ class Client:
         deadline = time.monotonic() + timeout
         return self._wait_for(self._submit(jobs, wait, deadline), wait, deadline)
 
+    def publish_event(
+        self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
+    ) -> EventAck | Sent:
+        """Send one job-state event to `job_events`, keyed by its unique_key.
+
+        With `wait` (the default), return once the processor has applied it and
+        committed, so the next decision on the key sees it. Raises InvalidEvent,
+        before sending anything, if the core refuses the event.
+        """
+        deadline = time.monotonic() + timeout
+        ticket = self._submit([event], wait, deadline, events=True)
+        [answer] = self._wait_for(ticket, wait, deadline)
+        if isinstance(answer, ClientError):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is still queued, stop the background thread, release the clients."""
         with self._lock:
@@ -155,7 +189,7 @@ class Client:
             self._consumer.close()
         with self._lock:
             pending, self._pending = self._pending, {}
-        for ticket, index in pending.values():
+        for ticket, index, _ in pending.values():
             ticket.fill(index, ClientClosed())
 
     def __enter__(self) -> Client:
@@ -169,19 +203,22 @@ class Client:
 
     # -- the two halves of a call, shared with AsyncClient ------------------------
 
-    def _submit(self, jobs: Sequence[Job], wait: bool, deadline: float) -> Ticket:
-        """Validate every job, then produce the valid ones; answers fill the ticket."""
-        ticket = Ticket(len(jobs))
-        prepared = [prepare(job) for job in jobs]
+    def _submit(
+        self, items: Sequence[Any], wait: bool, deadline: float, events: bool = False
+    ) -> Ticket:
+        """Validate every item, then produce the valid ones; answers fill the ticket."""
+        kind, topic = self._events if events else self._jobs
+        ticket = Ticket(len(items))
+        prepared = [kind.prepare(item) for item in items]
         outgoing = [(i, p) for i, p in enumerate(prepared) if isinstance(p, Outgoing)]
         for index, verdict in enumerate(prepared):
             if isinstance(verdict, GatewayError):
-                ticket.fill(index, InvalidJob(verdict))
+                ticket.fill(index, kind.invalid(verdict))
         if not outgoing:
             return ticket
-        self._get_ready(wait, deadline)
+        self._get_ready(topic, wait, deadline)
         for index, out in outgoing:
-            self._produce(ticket, index, out, wait)
+            self._produce(ticket, index, out, wait, topic, kind.parse_reply)
         return ticket
 
     def _wait_for(self, ticket: Ticket, wait: bool, deadline: float) -> list[Any]:
@@ -201,7 +238,15 @@ class Client:
 
     # -- producing ---------------------------------------------------------------
 
-    def _produce(self, ticket: Ticket, index: int, out: Outgoing, wait: bool) -> None:
+    def _produce(
+        self,
+        ticket: Ticket,
+        index: int,
+        out: Outgoing,
+        wait: bool,
+        topic: str,
+        parse_reply: Callable[[Any], Any],
+    ) -> None:
         headers = [("request_id", out.request_id.encode())]
         if wait:
             correlation_id = uuid.uuid4().hex
@@ -213,7 +258,7 @@ class Client:
             with self._lock:
                 if self._closed:
                     raise ClientClosed()
-                self._pending[correlation_id] = (ticket, index)
+                self._pending[correlation_id] = (ticket, index, parse_reply)
             on_delivery = functools.partial(self._on_request_delivery, correlation_id)
         else:
             sent = Sent(out.request_id, out.unique_key)
@@ -221,7 +266,7 @@ class Client:
         while True:
             try:
                 self._producer.produce(
-                    self._requests_topic, out.value, out.key, headers=headers,
+                    topic, out.value, out.key, headers=headers,
                     on_delivery=on_delivery,
                 )  # fmt: skip
                 return
@@ -244,17 +289,18 @@ class Client:
         with self._lock:
             entry = self._pending.pop(correlation_id, None)
         if entry is not None:
-            entry[0].fill(entry[1], DeliveryFailed(err.str()))
+            ticket, index, _ = entry
+            ticket.fill(index, DeliveryFailed(err.str()))
 
     # -- getting ready: topics exist, reply positions resolved -----------------------
 
-    def _get_ready(self, wait: bool, deadline: float) -> None:
+    def _get_ready(self, topic: str, wait: bool, deadline: float) -> None:
         """Check once that the topics exist; before the first wait, start reading replies.
 
         The reply consumer is positioned at the end of every partition before
         the first request asking for a reply is produced, so no reply is missed.
         """
-        needed = [self._requests_topic] + ([self._replies_topic] if wait else [])
+        needed = [topic] + ([self._replies_topic] if wait else [])
         with self._lock:
             if self._closed:
                 raise ClientClosed()
@@ -333,13 +379,11 @@ class Client:
             entry = self._pending.pop(correlation_id, None)
         if entry is None:
             return  # another client's reply, or a call that gave up waiting
-        ticket, index = entry
+        ticket, index, parse_reply = entry
         try:
-            answer: EnqueueResult | ClientError = EnqueueResult.from_record(
-                orjson.loads(msg.value() or b"null")
-            )
+            answer: Any = parse_reply(orjson.loads(msg.value() or b"null"))
         except (KeyError, TypeError, ValueError) as exc:
-            answer = ClientError(INVALID_REPLY, f"the reply is not a decision record: {exc!r}")
+            answer = ClientError(INVALID_REPLY, f"the reply is not a reply record: {exc!r}")
         ticket.fill(index, answer)
 
 

@@ -23,12 +23,20 @@ class ClientError(Exception):
         self.message = message
 
 
-class InvalidJob(ClientError):
-    """The job failed local validation and was not sent; `error` is the core's verdict."""
+class Invalid(ClientError):
+    """Local validation refused the input, so it was not sent; `error` is the core's verdict."""
 
     def __init__(self, error: GatewayError) -> None:
         super().__init__(error.code, error.message)
         self.error = error
+
+
+class InvalidJob(Invalid):
+    """The job failed local validation and was not sent."""
+
+
+class InvalidEvent(Invalid):
+    """The job-state event failed local validation and was not sent."""
 
 
 class DeliveryFailed(ClientError):

@@ -12,7 +12,13 @@ from typing import Any
 
 import orjson
 
-from gateway.core import INVALID_REQUEST, GatewayError, parse_request_json
+from gateway.core import (
+    INVALID_EVENT,
+    INVALID_REQUEST,
+    GatewayError,
+    parse_event_json,
+    parse_request_json,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +43,15 @@ def prepare(job: Any) -> Outgoing | GatewayError:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
     return Outgoing(value, key.encode() if key else None, request_id, key)
+
+
+def prepare_event(event: Any) -> Outgoing | GatewayError:
+    """A job-state event, validated by the core and keyed by its unique_key."""
+    try:
+        value = orjson.dumps(event)
+    except TypeError as exc:
+        return GatewayError(INVALID_EVENT, f"the event cannot be encoded as JSON: {exc}")
+    parsed = parse_event_json(value)
+    if isinstance(parsed, GatewayError):
+        return parsed
+    return Outgoing(value, parsed.unique_key.encode(), uuid.uuid4().hex, parsed.unique_key)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import GatewayError, Outcome
+from gateway.core import EventOutcome, GatewayError, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,39 @@ class EnqueueResult:
             existing_job_id=record.get("existing_job_id"),
             existing_job_state=record.get("existing_job_state"),
             cancelled_job_id=record.get("cancelled_job_id"),
+            error=GatewayError(str(error["code"]), str(error["message"])) if error else None,
+            record=dict(record),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventAck:
+    """What the processor did with a job-state event, once committed.
+
+    `outcome` is applied, ignored (`reason`: unknown_job, already_terminal,
+    unchanged) or invalid (`error`). After it, the next decision on the key
+    sees the event.
+    """
+
+    outcome: EventOutcome
+    job_id: str | None
+    unique_key: str | None
+    previous_state: str | None
+    state: str | None
+    reason: str | None
+    error: GatewayError | None
+    record: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> EventAck:
+        error = record.get("error")
+        return cls(
+            outcome=EventOutcome(record["outcome"]),
+            job_id=record.get("job_id"),
+            unique_key=record.get("unique_key"),
+            previous_state=record.get("previous_state"),
+            state=record.get("state"),
+            reason=record.get("reason"),
             error=GatewayError(str(error["code"]), str(error["message"])) if error else None,
             record=dict(record),
         )

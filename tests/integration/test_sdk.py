@@ -16,7 +16,15 @@ import pytest
 from gateway import AsyncClient, Client
 from gateway.catalogue import Catalogue
 from gateway.core import Outcome
-from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob, Sent
+from gateway.sdk import (
+    ClientError,
+    EnqueueResult,
+    EnqueueTimeout,
+    EventAck,
+    InvalidEvent,
+    InvalidJob,
+    Sent,
+)
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, Reader, apply_topics, end_offsets, fingerprint_of
 
@@ -203,6 +211,28 @@ def test_the_cli_prints_the_decision_and_exits_by_outcome(stack: Stack):
     invalid = gateway("enqueue", *where, "--type", "t", "--unique", '{"keys": ["meta"]}')
     assert invalid.returncode == 2 and invalid.stdout == ""
     assert invalid.stderr.startswith("invalid_request: unique.meta_keys is required")
+
+
+def test_a_published_event_counts_for_the_very_next_decision(stack: Stack):
+    first = job()
+    accepted = stack.client.enqueue(first, wait=True)
+    key, job_id = accepted.unique_key, accepted.job_id
+    ack = stack.client.publish_event({"job_id": job_id, "unique_key": key, "type": "job.completed"})
+    assert isinstance(ack, EventAck)
+    assert (str(ack.outcome), ack.previous_state, ack.state) == (
+        "applied",
+        "available",
+        "completed",
+    )
+    assert stack.client.enqueue(first, wait=True).outcome is Outcome.ACCEPTED  # no retry needed
+
+    unknown = stack.client.publish_event(
+        {"job_id": str(uuid.uuid4()), "unique_key": key, "state": "completed"}
+    )
+    assert (str(unknown.outcome), unknown.reason) == ("ignored", "unknown_job")
+    with pytest.raises(InvalidEvent) as caught:
+        stack.client.publish_event({"job_id": job_id, "unique_key": "not-a-key", "type": "x"})
+    assert caught.value.code == "invalid_event"
 
 
 def test_no_processor_means_a_timeout_naming_the_missing_replies(kafka_bootstrap, namespace):
