@@ -63,7 +63,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
         processing_guarantee="exactly-once",
         auto_offset_reset="earliest",
         commit_interval=settings.commit_interval,
-        consumer_poll_timeout=0.05,
+        consumer_poll_timeout=0.01,
         # A stable transactional id per instance: a restarted instance fences
         # its predecessor's open transaction at once instead of waiting for it
         # to time out.
