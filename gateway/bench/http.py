@@ -24,7 +24,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -33,9 +32,14 @@ from typing import Any
 
 import httpx
 
-from gateway import admin, catalogue
-from gateway.bench.processor import DUPLICATE_SHARE, _free_port, _start_processor
-from gateway.broker import launcher
+from gateway.bench.environment import (
+    DUPLICATE_SHARE,
+    Environment,
+    environment,
+    free_port,
+    start_processor,
+    stop,
+)
 
 
 def main() -> None:
@@ -46,48 +50,35 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20, help="load time with wrk")
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-http-"))
-    cluster = None
-    children: list[subprocess.Popen[bytes]] = []
-    try:
-        bootstrap = args.bootstrap
-        if not bootstrap:
-            cluster = launcher.up(port=_free_port(), directory=workdir / "cluster").cluster
-            bootstrap = cluster.bootstrap
-        namespace = f"bench{uuid.uuid4().hex[:6]}"
-        admin.apply(catalogue.load(namespace=namespace), {"bootstrap.servers": bootstrap})
-        children.append(_start_processor(bootstrap, namespace, workdir))
-        url, server = _start_server(bootstrap, namespace, workdir)
-        children.append(server)
-        if shutil.which("wrk"):
-            print(_run_wrk(url, args.seconds, args.concurrency, workdir))
-            return
-        statuses, latencies, seconds = asyncio.run(_run(url, args.requests, args.concurrency))
-        q = statistics.quantiles(latencies, n=100)
-        print(
-            f"http (httpx client, a floor): {args.requests} POST /ojs/v1/jobs "
-            f"({DUPLICATE_SHARE:.0%} duplicates, {args.concurrency} concurrent) in "
-            f"{seconds:.2f}s = {args.requests / seconds:,.0f} enqueues/s from one serve "
-            f"process; p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms; "
-            f"statuses {dict(sorted(statuses.items()))}"
-        )
-    finally:
-        for child in reversed(children):
-            child.terminate()
-            child.wait(timeout=60)
-        if cluster is not None:
-            launcher.down(cluster, purge=True)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with environment(args.bootstrap) as env:
+        children = [start_processor(env)]
+        try:
+            url, server = _start_server(env)
+            children.append(server)
+            if shutil.which("wrk"):
+                print(_run_wrk(url, args.seconds, args.concurrency, env.workdir))
+                return
+            statuses, latencies, seconds = asyncio.run(_run(url, args.requests, args.concurrency))
+            q = statistics.quantiles(latencies, n=100)
+            print(
+                f"http (httpx client, a floor): {args.requests} POST /ojs/v1/jobs "
+                f"({DUPLICATE_SHARE:.0%} duplicates, {args.concurrency} concurrent) in "
+                f"{seconds:.2f}s = {args.requests / seconds:,.0f} enqueues/s from one serve "
+                f"process; p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms; "
+                f"statuses {dict(sorted(statuses.items()))}"
+            )
+        finally:
+            for child in reversed(children):
+                stop(child)
 
 
-def _start_server(
-    bootstrap: str, namespace: str, workdir: Path
-) -> tuple[str, subprocess.Popen[bytes]]:
-    port = _free_port()
+def _start_server(env: Environment) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    workdir = env.workdir
     log = open(workdir / "serve.log", "wb")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--bootstrap", bootstrap,
-         "--namespace", namespace, "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "gateway", "serve", "--bootstrap", env.bootstrap,
+         "--namespace", env.namespace, "--port", str(port), "--log-level", "warning"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -18,25 +18,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from gateway import admin, catalogue
-from gateway.broker import launcher
+from gateway.bench.environment import DUPLICATE_SHARE, environment, start_processor, stop
 from gateway.core import Request, parse_request
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import PRODUCER_SETTING
-
-DUPLICATE_SHARE = 0.3
 
 
 def main() -> None:
@@ -47,38 +39,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10, help="latency phase length")
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    cluster = None
-    processor = None
-    try:
-        bootstrap = args.bootstrap
-        if not bootstrap:
-            cluster = launcher.up(port=_free_port(), directory=workdir / "cluster").cluster
-            bootstrap = cluster.bootstrap
-        namespace = f"bench{uuid.uuid4().hex[:6]}"
-        cat = catalogue.load(namespace=namespace)
-        admin.apply(cat, {"bootstrap.servers": bootstrap})
-        processor = _start_processor(bootstrap, namespace, workdir)
-        bench = Bench(bootstrap, cat.name("requests"), cat.name("decisions"))
-
-        sent, seconds = bench.throughput(args.requests)
-        print(
-            f"throughput: {sent} requests ({DUPLICATE_SHARE:.0%} duplicates) decided in "
-            f"{seconds:.2f}s = {sent / seconds:,.0f} decisions/s (exactly-once)"
-        )
-        latencies = bench.latency(args.rate, args.seconds)
-        q = statistics.quantiles(latencies, n=100)
-        print(
-            f"latency at {args.rate} requests/s over {len(latencies)} requests: "
-            f"p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms (broker timestamp -> committed decision)"
-        )
-    finally:
-        if processor is not None:
-            processor.terminate()
-            processor.wait(timeout=60)
-        if cluster is not None:
-            launcher.down(cluster, purge=True)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with environment(args.bootstrap) as env:
+        processor = start_processor(env)
+        try:
+            cat = env.catalogue
+            bench = Bench(env.bootstrap, cat.name("requests"), cat.name("decisions"))
+            sent, seconds = bench.throughput(args.requests)
+            print(
+                f"throughput: {sent} requests ({DUPLICATE_SHARE:.0%} duplicates) decided in "
+                f"{seconds:.2f}s = {sent / seconds:,.0f} decisions/s (exactly-once)"
+            )
+            latencies = bench.latency(args.rate, args.seconds)
+            q = statistics.quantiles(latencies, n=100)
+            print(
+                f"latency at {args.rate} requests/s over {len(latencies)} requests: "
+                f"p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms "
+                "(broker timestamp -> committed decision)"
+            )
+        finally:
+            stop(processor)
 
 
 class Bench:
@@ -160,29 +139,6 @@ class Bench:
             for msg in self.consumer.consume(1000, min(left, 0.05)):
                 if msg.error() is None:
                     on_decision(msg)
-
-
-def _start_processor(bootstrap: str, namespace: str, workdir: Path) -> subprocess.Popen[bytes]:
-    log = open(workdir / "processor.log", "wb")  # noqa: SIM115 - lives as long as the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "process", "--bootstrap", bootstrap,
-         "--namespace", namespace, "--state-dir", str(workdir / "state")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while b"processing incoming messages" not in (workdir / "processor.log").read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit((workdir / "processor.log").read_text()[-3000:])
-        time.sleep(0.2)
-    return proc
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

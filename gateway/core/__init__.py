@@ -21,6 +21,7 @@ from gateway.core.errors import (
     INVALID_EVENT,
     INVALID_PAYLOAD,
     INVALID_REQUEST,
+    PAYLOAD_TOO_LARGE,
     GatewayError,
 )
 from gateway.core.events import (
@@ -45,6 +46,7 @@ __all__ = [
     "INVALID_EVENT",
     "INVALID_PAYLOAD",
     "INVALID_REQUEST",
+    "PAYLOAD_TOO_LARGE",
     "TERMINAL_STATES",
     "Decision",
     "Dimension",

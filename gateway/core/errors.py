@@ -13,6 +13,7 @@ INVALID_REQUEST = "invalid_request"
 INVALID_PAYLOAD = "invalid_payload"
 INVALID_EVENT = "invalid_event"
 DUPLICATE = "duplicate"
+PAYLOAD_TOO_LARGE = "payload_too_large"
 
 
 @dataclass(frozen=True, slots=True)

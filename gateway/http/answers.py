@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import Outcome
+from gateway.core import PAYLOAD_TOO_LARGE, Outcome
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
 
 JOBS_PATH = "/ojs/v1/jobs"
 # Error codes the processor may decide `invalid` with, and their statuses.
-_INVALID_STATUS = {errors.PAYLOAD_TOO_LARGE: 413}
+_INVALID_STATUS = {PAYLOAD_TOO_LARGE: 413}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.core import PAYLOAD_TOO_LARGE
 from gateway.http import errors
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
@@ -56,9 +57,7 @@ async def read_json(request: Request, cap: int) -> Any:
             415, errors.UNSUPPORTED_MEDIA_TYPE,
             f"send application/openjobspec+json or application/json, not {media_type}",
         )  # fmt: skip
-    too_large = ApiError(
-        413, errors.PAYLOAD_TOO_LARGE, f"the body is over the limit of {cap} bytes"
-    )
+    too_large = ApiError(413, PAYLOAD_TOO_LARGE, f"the body is over the limit of {cap} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         return too_large

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
+    PAYLOAD_TOO_LARGE,
     EventOutcome,
     GatewayError,
     JobEvent,
@@ -36,8 +37,6 @@ from gateway.processor.records import (
 from gateway.processor.sweep import KeyStore, States
 
 log = logging.getLogger("gateway.processor")
-
-PAYLOAD_TOO_LARGE = "payload_too_large"
 
 Emit = Callable[[Output, Source], None]
 
