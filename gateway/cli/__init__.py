@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from gateway import __version__
 from gateway.cli import enqueue, explain, fingerprint, kafka, process, replay, serve, topics, up
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError
 from gateway.config import ConfigError
 
 

@@ -10,7 +10,7 @@ import orjson
 from confluent_kafka import KafkaException
 
 from gateway.catalogue import CatalogueError
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError, add_kafka_arguments
 from gateway.core import INVALID_PAYLOAD, INVALID_REQUEST, GatewayError
 
 EXIT_REJECTED = 1
@@ -35,8 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--args", help="the job's args as JSON (default: [])")
     p.add_argument("--unique", help='the unique policy as JSON, e.g. \'{"keys": ["type"]}\'')
     p.add_argument("--queue", help="the queue (default: default)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
-    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    add_kafka_arguments(p)
     p.add_argument(
         "--no-wait", action="store_true",
         help="return once Kafka has the request; print its request_id and unique_key",

@@ -11,7 +11,7 @@ import orjson
 from gateway import config
 from gateway.audit import HistoryItem, LogRecord, explain_history, processing_order
 from gateway.audit.explain import find_key
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError
 from gateway.cli.replay import EXIT_ERROR, add_log_arguments, load_catalogue, read_log
 from gateway.core.times import parse_rfc3339
 

@@ -6,7 +6,7 @@ import argparse
 
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError, Cluster
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

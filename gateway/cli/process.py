@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gateway import catalogue, config, logs
 from gateway.catalogue import CatalogueError
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError, add_kafka_arguments
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor.dedup import Limits
 
@@ -21,8 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The processor's options, shared with `gateway up`."""
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
-    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    add_kafka_arguments(p)
     p.add_argument(
         "--instance-id",
         default=os.environ.get("GATEWAY_INSTANCE_ID", "1"),

@@ -18,7 +18,7 @@ from gateway.audit import FlipReport, LogRecord, ReplayReport, replay, replay_un
 from gateway.audit.kafka import ReadError, count_records, read_topics
 from gateway.audit.replay import Position
 from gateway.catalogue import Catalogue, CatalogueError
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError, add_kafka_arguments
 from gateway.core import DEFAULT_RETENTION_MS, GatewayError, UniquePolicy, parse_policy
 from gateway.core.times import parse_rfc3339
 from gateway.processor.dedup import Limits
@@ -60,8 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_log_arguments(p: argparse.ArgumentParser) -> None:
     """Where the log is and how the processor read it; shared with `gateway explain`."""
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
-    p.add_argument("--namespace", help="topics are named NAMESPACE.<name>")
+    add_kafka_arguments(p)
     p.add_argument(
         "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,
         help="the processor's --retention-seconds (default %(default)s)",

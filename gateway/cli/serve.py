@@ -6,7 +6,7 @@ import argparse
 import os
 
 from gateway import logs
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError, add_kafka_arguments
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
 
 
@@ -22,8 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
-    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    add_kafka_arguments(p)
     p.add_argument(
         "--token", default=os.environ.get("GATEWAY_HTTP_TOKEN"),
         help="require `Authorization: Bearer TOKEN` on /ojs/v1/jobs (default $GATEWAY_HTTP_TOKEN)",

@@ -8,18 +8,17 @@ from confluent_kafka import KafkaException
 
 from gateway import catalogue, config
 from gateway.catalogue import CatalogueError
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError, add_kafka_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("topics", help="the topic catalogue (topics/topics.toml)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser("apply", help="create the catalogue's topics or check them")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
-    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    add_kafka_arguments(p)
     p.set_defaults(func=_apply)
     p = actions.add_parser("list", help="print the catalogue")
-    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+    add_kafka_arguments(p, bootstrap=False)
     p.set_defaults(func=_list)
 
 

@@ -18,7 +18,7 @@ from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError
 from gateway.catalogue import CatalogueError
 from gateway.cli import process
-from gateway.cli.errors import CommandError
+from gateway.cli.common import CommandError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
