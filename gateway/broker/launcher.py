@@ -299,14 +299,28 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def wait_ready(bootstrap: str, timeout: float = READY_TIMEOUT_S, nodes: int = 1) -> None:
-    """Return once the cluster answers metadata requests with all `nodes` brokers."""
+def wait_ready(
+    bootstrap: str,
+    timeout: float = READY_TIMEOUT_S,
+    nodes: int = 1,
+    cluster: Cluster | None = None,
+) -> None:
+    """Return once the cluster answers metadata requests with all `nodes` brokers.
+
+    Given the `cluster` it started, fail at once, with the node's last log
+    lines, if one of its processes has died (a port taken, a bad config).
+    """
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
+        if cluster is not None:
+            dead = [n for n in cluster.node_ids() if node_pid(cluster, n) is None]
+            if dead:
+                tail = _log_tail(cluster.log_path(dead[0]))
+                raise BrokerError(f"Kafka node {dead[0]} exited while starting:\n{tail}")
         try:
             if len(admin.list_topics(timeout=2).brokers) >= nodes:
                 return
@@ -314,6 +328,13 @@ def wait_ready(bootstrap: str, timeout: float = READY_TIMEOUT_S, nodes: int = 1)
             last = exc
         time.sleep(0.2)
     raise BrokerError(f"broker at {bootstrap} did not answer within {timeout:.0f}s ({last})")
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
 
 
 def running_nodes(cluster: Cluster) -> list[int]:
@@ -378,7 +399,7 @@ def up(
     for node_id in cluster.node_ids():
         start_node(cluster, node_id)
     try:
-        wait_ready(cluster.bootstrap, nodes=brokers)
+        wait_ready(cluster.bootstrap, nodes=brokers, cluster=cluster)
     except BrokerError as exc:
         down(cluster)
         raise BrokerError(f"{exc}; see {cluster.log_path(1)}") from exc
