@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from gateway.core.canonical import canonical_json, canonical_json_reference
@@ -48,11 +49,8 @@ def fingerprint_reference(
     field: str = "unique",
 ) -> str | GatewayError:
     """The same key computed through the reference JCS implementation only."""
-    try:
-        obj = canonical_object(policy, job_type, queue, args, meta, field)
-        return hashlib.sha256(canonical_json_reference(obj, "")).hexdigest()
-    except Invalid as exc:
-        return exc.error
+    hashed = _serialised(canonical_json_reference, policy, job_type, queue, args, meta, field)
+    return hashed if isinstance(hashed, GatewayError) else hashlib.sha256(hashed).hexdigest()
 
 
 def canonical_form(
@@ -64,8 +62,20 @@ def canonical_form(
     field: str = "unique",
 ) -> bytes | GatewayError:
     """The exact bytes that are hashed, for inspection."""
+    return _serialised(canonical_json, policy, job_type, queue, args, meta, field)
+
+
+def _serialised(
+    serialise: Callable[[Any, str], bytes],
+    policy: UniquePolicy,
+    job_type: str,
+    queue: str,
+    args: Any,
+    meta: Any,
+    field: str,
+) -> bytes | GatewayError:
     try:
-        return canonical_json(canonical_object(policy, job_type, queue, args, meta, field), "")
+        return serialise(canonical_object(policy, job_type, queue, args, meta, field), "")
     except Invalid as exc:
         return exc.error
 

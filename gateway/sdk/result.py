@@ -38,7 +38,6 @@ class EnqueueResult:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> EnqueueResult:
-        error = record.get("error")
         return cls(
             outcome=Outcome(record["outcome"]),
             request_id=str(record["request_id"]),
@@ -48,7 +47,7 @@ class EnqueueResult:
             existing_job_id=record.get("existing_job_id"),
             existing_job_state=record.get("existing_job_state"),
             cancelled_job_id=record.get("cancelled_job_id"),
-            error=GatewayError(str(error["code"]), str(error["message"])) if error else None,
+            error=_error(record),
             record=dict(record),
         )
 
@@ -73,7 +72,6 @@ class EventAck:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> EventAck:
-        error = record.get("error")
         return cls(
             outcome=EventOutcome(record["outcome"]),
             job_id=record.get("job_id"),
@@ -81,6 +79,12 @@ class EventAck:
             previous_state=record.get("previous_state"),
             state=record.get("state"),
             reason=record.get("reason"),
-            error=GatewayError(str(error["code"]), str(error["message"])) if error else None,
+            error=_error(record),
             record=dict(record),
         )
+
+
+def _error(record: Mapping[str, Any]) -> GatewayError | None:
+    """A reply record's {code, message} error, if it has one."""
+    error = record.get("error")
+    return GatewayError(str(error["code"]), str(error["message"])) if error else None
