@@ -1,9 +1,9 @@
 """Replay the committed input log through the processor's own per-record code.
 
-Each partition's `requests` and `job_events` records run, in the order the
-live processor handles them (log.processing_order), through `Dedup` (which
-calls `core.decide` / `core.apply_event`) over a fresh in-memory state;
-`intake` records run through `Router`. Every decision record so produced is
+Each partition's `requests` records (requests, and the job events the router
+forwarded there) run in offset order, the order the live processor handles
+them, through `Dedup` (which calls `core.decide` / `core.apply_event`) over a
+fresh in-memory state; `intake` records run through `Router`. Every decision record so produced is
 compared, field by field, with the one recorded on `decisions` for the same
 source topic/partition/offset. Same seed, same record timestamps, same limits:
 a faithful log replays to identical records.
@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import orjson
 
-from gateway.audit.log import LogRecord, partition_streams, processing_order
+from gateway.audit.log import LogRecord, in_log_order
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import Output, Source
@@ -53,51 +54,37 @@ class ReplayReport:
         return self.compared - self.identical
 
 
-class _PrefixState:
-    """One prefix of the in-memory store, with the calls the processor makes on it."""
+class KeyState:
+    """One key's state in a fresh in-memory store, with the calls the processor makes on it.
+
+    The store's expiry (`ttl`) is not applied: an expired key holds only entries
+    that `core.prune` drops on the next read anyway, so decisions are the same.
+    """
 
     def __init__(self) -> None:
-        self.items: dict[str, Any] = {}
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.items.get(name, default)
-
-    def set(self, name: str, value: Any) -> None:
-        self.items[name] = value
+        self.items: dict[str, bytes] = {}
 
     def get_bytes(self, name: str) -> bytes | None:
-        value = self.items.get(name)
-        return value if isinstance(value, bytes) else None
+        return self.items.get(name)
 
-    def set_bytes(self, name: str, value: bytes) -> None:
+    def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
         self.items[name] = value
 
     def delete(self, name: str) -> None:
         self.items.pop(name, None)
 
 
-class MemoryStore:
-    """A partition's state, fresh: what the processor's RocksDB would hold."""
-
-    def __init__(self) -> None:
-        self._prefixes: dict[bytes, _PrefixState] = defaultdict(_PrefixState)
-
-    def __call__(self, prefix: bytes) -> _PrefixState:
-        return self._prefixes[prefix]
-
-
 def replay(
     intake: Sequence[LogRecord],
     requests: Sequence[LogRecord],
-    events: Sequence[LogRecord],
     recorded: Recorded,
     partitions: int,
     limits: Limits,
     compare_from_ms: int | None = None,
 ) -> ReplayReport:
-    """Replay the three input topics and compare with `recorded` (decision records by source).
+    """Replay the input topics and compare with `recorded` (decision records by source).
 
-    Each sequence holds one topic's records, every partition in offset order.
+    Each sequence holds one topic's records.
     `compare_from_ms` leaves earlier decisions out of the comparison; they are
     still replayed, since later ones depend on the state they built.
     """
@@ -117,14 +104,10 @@ def replay(
         router.on_record(record.value, record.key, record.source)
 
     dedup = Dedup(partitions, emit, metrics, limits)
-    request_topics = {r.topic for r in requests}
-    for _, streams in sorted(partition_streams(requests, events).items()):
-        store = MemoryStore()
-        for record in processing_order(streams):
-            dedup.on_record(
-                record.value, record.key, record.source, store,
-                is_request=record.topic in request_topics,
-            )  # fmt: skip
+    stores: dict[int, dict[bytes | None, KeyState]] = defaultdict(dict)
+    for record in in_log_order(requests):
+        state = stores[record.partition].setdefault(record.key, KeyState())
+        dedup.on_record(record.value, record.key, record.source, state)
 
     report = ReplayReport(rerouted=len(rerouted))
     times = {r.position: r.timestamp_ms for rs in (intake, requests) for r in rs}

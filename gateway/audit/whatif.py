@@ -7,20 +7,20 @@ follow the jobs they were about: an event for a job the log accepted is
 applied to the job that the same request produced in this replay.
 
 A new policy can give two requests that lived on different partitions the
-same key, so partitions are merged by record timestamp (each partition in the
-live processing order first). Requests decided invalid at intake are not
-replayed: they are invalid whatever the stored policy. Requests the processor
+same key, so partitions (each in log order) are merged by record timestamp.
+Requests decided invalid at intake are not replayed: they are invalid
+whatever the stored policy. Requests the processor
 re-routed are skipped, as their re-published copies are decided.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gateway.audit.log import LogRecord, partition_streams, processing_order
+from gateway.audit.log import LogRecord, in_log_order
 from gateway.audit.replay import Position, Recorded
 from gateway.core import (
     Entry,
@@ -67,21 +67,19 @@ def with_policy(request: Request, policy: UniquePolicy) -> Request | GatewayErro
 
 def replay_under_policy(
     requests: Sequence[LogRecord],
-    events: Sequence[LogRecord],
     recorded: Recorded,
     policy: UniquePolicy,
     limits: Limits,
 ) -> FlipReport:
-    request_topics = {r.topic for r in requests}
-    partitions = [
-        processing_order(s) for _, s in sorted(partition_streams(requests, events).items())
-    ]
+    by_partition: dict[int, list[LogRecord]] = defaultdict(list)
+    for record in in_log_order(requests):
+        by_partition[record.partition].append(record)
     state: dict[str, tuple[Entry, ...]] = {}
     # The log's job id -> (this replay's job id, its key), for events to follow.
     jobs: dict[str, tuple[str, str]] = {}
     report = FlipReport()
-    for record in heapq.merge(*partitions, key=lambda r: r.timestamp_ms):
-        if record.topic not in request_topics:
+    for record in heapq.merge(*by_partition.values(), key=lambda r: r.timestamp_ms):
+        if record.source.is_job_event:
             _apply(record, state, jobs, limits)
             continue
         was = recorded.get(record.position)

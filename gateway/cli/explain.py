@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import orjson
 
 from gateway import config
-from gateway.audit import HistoryItem, LogRecord, explain_history, processing_order
+from gateway.audit import HistoryItem, LogRecord, explain_history
 from gateway.audit.explain import find_key
 from gateway.cli.common import CommandError
 from gateway.cli.replay import EXIT_ERROR, add_log_arguments, load_catalogue, read_log
@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if args.retention_seconds < 1:
         raise CommandError("--retention-seconds must be positive", EXIT_ERROR)
     cat = load_catalogue(args.namespace)
-    decisions_topic, events_topic = cat.name("decisions"), cat.name("job_events")
-    logs = read_log(config.client_config(args.bootstrap), [decisions_topic, events_topic])
-    items = history_items(logs[decisions_topic], logs[events_topic])
+    decisions_topic, requests_topic = cat.name("decisions"), cat.name("requests")
+    logs = read_log(config.client_config(args.bootstrap), [decisions_topic, requests_topic])
+    items = history_items(logs[decisions_topic], logs[requests_topic])
     target = args.target.strip().lower()
     key = target if _KEY.fullmatch(target) else find_key(items, target)
     mine = [i for i in items if key and i.record.get("unique_key") == key]
@@ -53,14 +53,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def history_items(decisions: Sequence[LogRecord], events: Sequence[LogRecord]) -> list[HistoryItem]:
-    """Decisions and events, per partition in the order the processor handled them.
+def history_items(
+    decisions: Sequence[LogRecord], requests: Sequence[LogRecord]
+) -> list[HistoryItem]:
+    """Decisions and job events, per partition in the order the processor handled them.
 
-    A decision stands at its request's place: the request's topic and record
-    timestamp (its decided_at), so it merges with the events as its request did.
+    Both stand at their place in the `requests` log: a decision at its
+    request's offset (its record's source), an event at its own.
     """
-    streams: dict[int, list[list[HistoryItem]]] = {}
-    by_source: dict[int, list[HistoryItem]] = {}
+    items: list[HistoryItem] = []
     for record in decisions:
         value = _json(record.value)
         source = value.get("source") or {}
@@ -68,17 +69,13 @@ def history_items(decisions: Sequence[LogRecord], events: Sequence[LogRecord]) -
         if not value.get("unique_key") or decided_at is None:
             continue  # decided at intake: no key, so in no key's history
         position = (str(source.get("topic")), int(source["partition"]), int(source["offset"]))
-        by_source.setdefault(position[1], []).append(
-            HistoryItem("decision", decided_at, position, value)
-        )
-    by_event: dict[int, list[HistoryItem]] = {}
-    for record in events:
-        item = HistoryItem("event", record.timestamp_ms, record.position, _json(record.value))
-        by_event.setdefault(record.partition, []).append(item)
-    for partition in by_source.keys() | by_event.keys():
-        ordered = sorted(by_source.get(partition, []), key=lambda i: i.position[2])
-        streams[partition] = [ordered, by_event.get(partition, [])]
-    return [item for p in sorted(streams) for item in processing_order(streams[p])]
+        items.append(HistoryItem("decision", decided_at, position, value))
+    for record in requests:
+        if record.source.is_job_event:
+            items.append(
+                HistoryItem("event", record.timestamp_ms, record.position, _json(record.value))
+            )
+    return sorted(items, key=lambda i: (i.position[1], i.position[2]))
 
 
 def _json(value: bytes | None) -> dict:

@@ -33,9 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "replay",
         help="replay the committed log through the core and compare with the recorded decisions",
         description=(
-            "Read the committed intake, requests and job_events records, decide them again "
-            "over a fresh state in the order the processor did, and compare each decision "
-            "with the one recorded for the same source record. Exits 1 when any differs. "
+            "Read the committed intake and requests records (job events included), "
+            "decide them again over a fresh state in the order the processor did, and "
+            "compare each decision with the one recorded for the same source record. "
+            "Exits 1 when any differs. "
             "With --policy, decide every request under that policy instead and report which "
             "outcomes would flip."
         ),
@@ -74,18 +75,18 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
     policy = _policy(args.policy) if args.policy else None
     from_ms = _time(args.from_time) if args.from_time else None
-    roles = ("intake", "requests", "job_events", "decisions")
+    roles = ("intake", "requests", "decisions")
     logs = read_log(config.client_config(args.bootstrap), [cat.name(r) for r in roles])
-    intake, requests, events, decisions = (logs[cat.name(r)] for r in roles)
+    intake, requests, decisions = (logs[cat.name(r)] for r in roles)
     recorded = recorded_decisions(decisions)
     # The processor's warnings (re-routed requests, events not applied) are the
     # log's history here, not news.
     logging.getLogger("gateway.processor").setLevel(logging.ERROR)
     if policy is not None:
-        print_flips(replay_under_policy(requests, events, recorded, policy, limits), args.show)
+        print_flips(replay_under_policy(requests, recorded, policy, limits), args.show)
         return 0
     partitions = cat.by_role("requests").partitions
-    report = replay(intake, requests, events, recorded, partitions, limits, from_ms)
+    report = replay(intake, requests, recorded, partitions, limits, from_ms)
     print_report(report, args.show)
     return EXIT_DIFFERENT if report.differences else 0
 

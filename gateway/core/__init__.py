@@ -11,9 +11,9 @@ from gateway.core.entries import (
     Entry,
     dump_entries,
     effective_state,
+    expires_at,
     load_entries,
     prune,
-    prune_due_at,
 )
 from gateway.core.envelope import Envelope
 from gateway.core.errors import (
@@ -68,6 +68,7 @@ __all__ = [
     "cancellations",
     "decide",
     "dump_entries",
+    "expires_at",
     "effective_state",
     "fingerprint",
     "fingerprint_reference",
@@ -78,6 +79,5 @@ __all__ = [
     "parse_request",
     "parse_request_json",
     "prune",
-    "prune_due_at",
     "uuid7",
 ]

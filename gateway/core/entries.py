@@ -118,14 +118,21 @@ def prune(
     return tuple(e for e in kept if not e.terminal or e.holder is not None or newest[e.state] is e)
 
 
-def prune_due_at(entries: Iterable[Entry], retention_ms: int = DEFAULT_RETENTION_MS) -> int | None:
-    """When `prune` will next drop an entry that nothing else touches, or None if never.
+def expires_at(entries: Iterable[Entry], retention_ms: int = DEFAULT_RETENTION_MS) -> int | None:
+    """When `prune` will have dropped every entry of a key, or None while one never expires.
 
-    Only terminal entries expire. A key that no request or event touches again
-    must still be pruned then, or state would grow with history.
+    Live entries never expire; a key of terminal entries only is gone once the
+    last of them passed its retention. The processor hands this time to the
+    state store, which deletes the key then (a changelog tombstone) even if no
+    request or event touches it again, so state does not grow with history.
     """
-    due = [e.state_changed_at + retention_ms for e in entries if e.terminal]
-    return min(due) if due else None
+    due: int | None = None
+    for entry in entries:
+        if not entry.terminal:
+            return None
+        expiry = entry.state_changed_at + retention_ms
+        due = expiry if due is None else max(due, expiry)
+    return due
 
 
 def dump_entries(entries: Iterable[Entry]) -> bytes:

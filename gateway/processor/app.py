@@ -1,11 +1,13 @@
 """The dedup processor as a quixstreams Application, exactly-once.
 
-One consumer group reads `intake` (the router stage) and the co-partitioned
-`requests` and `job_events` topics (the dedup stage, one RocksDB state per
-partition keyed by fingerprint). Every record the stages write goes through
-the runtime's transactional producer, so outputs, state changelog and input
-offsets commit in one Kafka transaction; local state is written only after
-that commit.
+One consumer group reads `intake` and `job_events` (the router stage, which
+forwards both onto `requests`) and `requests` (the dedup stage, one RocksDB
+state per partition keyed by fingerprint). The dedup stage reads a single
+topic, so the order of each partition's log is the order of decisions: no
+merge of topics by timestamp, no buffering. Every record the stages write
+goes through the runtime's transactional producer, so outputs, state
+changelog and input offsets commit in one Kafka transaction; local state is
+written only after that commit.
 """
 
 from __future__ import annotations
@@ -124,26 +126,19 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
 
     dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits)
     router = Router(emit, metrics, settings.limits)
-    requests_topic = cat.name("requests")
 
-    def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, _key_state: Any) -> None:
-        source = _source(timestamp, headers, metrics)
-        # The partition's store transaction, for the key's state and the prune
-        # schedule alike (the runtime hands us only the key's).
-        transaction = dedup_stream.processing_context.checkpoint.get_store_transaction(
-            stream_id=dedup_stream.stream_id, partition=source.partition
-        )
-        dedup.on_record(
-            value, key, source, lambda prefix: transaction.as_state(prefix=prefix),
-            is_request=source.topic == requests_topic,
-        )  # fmt: skip
+    def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
+        dedup.on_record(value, key, _source(timestamp, headers, metrics), state)
 
     def on_intake(value: Any, key: Any, timestamp: int, headers: Any) -> None:
         router.on_record(value, key, _source(timestamp, headers, metrics))
 
-    dedup_stream = requests.concat(app.dataframe(topics["job_events"]))
-    dedup_stream.update(on_dedup, stateful=True, metadata=True)
+    def on_job_event(value: Any, key: Any, timestamp: int, headers: Any) -> None:
+        router.on_event(value, key, _source(timestamp, headers, metrics))
+
+    requests.update(on_dedup, stateful=True, metadata=True)
     app.dataframe(topics["intake"]).update(on_intake, metadata=True)
+    app.dataframe(topics["job_events"]).update(on_job_event, metadata=True)
     return app, metrics
 
 

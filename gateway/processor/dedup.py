@@ -11,17 +11,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
     PAYLOAD_TOO_LARGE,
+    Entry,
     EventOutcome,
     GatewayError,
     JobEvent,
     Request,
     apply_event,
     decide,
+    dump_entries,
+    expires_at,
+    load_entries,
     parse_event_json,
     parse_request_json,
 )
@@ -34,11 +40,14 @@ from gateway.processor.records import (
     event_reply,
     request_id,
 )
-from gateway.processor.sweep import KeyStore, States
 
 log = logging.getLogger("gateway.processor")
 
 Emit = Callable[[Output, Source], None]
+# The state of the record's key (its fingerprint) in the partition's store:
+# get_bytes, set_bytes (with an optional event-time ttl) and delete.
+KeyState = Any
+ENTRIES = "entries"
 
 
 @dataclass(frozen=True)
@@ -78,27 +87,41 @@ class Dedup:
         self.emit = emit
         self.metrics = metrics
         self.limits = limits
-        self.keys = KeyStore(limits.retention_ms, metrics)
 
     def on_record(
-        self,
-        value: bytes | None,
-        key: bytes | None,
-        source: Source,
-        states: States,
-        is_request: bool,
+        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
-        """One record of the partition: decide or apply it, then sweep expired keys."""
-        if is_request:
-            self.on_request(value, key, source, states)
+        """One record of the partition's log: a request, or a job event the router forwarded."""
+        if source.is_job_event:
+            self.on_event(value, key, source, state)
         else:
-            self.on_event(value, key, source, states)
-        self.keys.sweep(states, source.timestamp_ms)
+            self.on_request(value, key, source, state)
+
+    def _load(self, state: KeyState) -> tuple[Entry, ...]:
+        return load_entries(state.get_bytes(ENTRIES))
+
+    def _store(
+        self, state: KeyState, before: tuple[Entry, ...], after: tuple[Entry, ...], now_ms: int
+    ) -> None:
+        """Write the key's entries. The store deletes them when the core says they expire,
+        whether or not the key is touched again; an empty key is deleted now. Either way
+        the changelog gets a tombstone."""
+        if after == before:
+            return
+        due = expires_at(after, self.limits.retention_ms)
+        if not after or (due is not None and due <= now_ms):
+            state.delete(ENTRIES)
+            self.metrics.state_keys.dec()
+            return
+        ttl = None if due is None else timedelta(milliseconds=due - now_ms)
+        state.set_bytes(ENTRIES, dump_entries(after), ttl=ttl)
+        if not before:
+            self.metrics.state_keys.inc()
 
     # -- requests -----------------------------------------------------------
 
     def on_request(
-        self, value: bytes | None, key: bytes | None, source: Source, states: States
+        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
         request = parse_limited(value, self.limits)
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
@@ -113,12 +136,12 @@ class Dedup:
             self.emit(intake, source)
             return
         unique_key = request.unique_key if isinstance(request, Request) else None
-        entries = self.keys.load(states, unique_key) if unique_key else ()
+        entries = self._load(state) if unique_key else ()
         decision = decide(
             entries, request, source.timestamp_ms, self.limits.retention_ms, seed=source.seed
         )
         if unique_key:
-            self.keys.store(states, unique_key, entries, decision.entries)
+            self._store(state, entries, decision.entries, source.timestamp_ms)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = request.dialect if isinstance(request, Request) else "ojs"
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
@@ -138,14 +161,14 @@ class Dedup:
     # -- job events ---------------------------------------------------------
 
     def on_event(
-        self, value: bytes | None, key: bytes | None, source: Source, states: States
+        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
         event = parse_event_record(value, key)
         unique_key = None if isinstance(event, GatewayError) else event.unique_key
-        entries = self.keys.load(states, unique_key) if unique_key else ()
+        entries = self._load(state) if unique_key else ()
         result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
         if unique_key and result.outcome is EventOutcome.APPLIED:
-            self.keys.store(states, unique_key, entries, result.entries)
+            self._store(state, entries, result.entries, source.timestamp_ms)
         reply = event_reply(result, unique_key, source)
         if reply is not None:
             self.emit(reply, source)

@@ -24,6 +24,11 @@ from gateway.core.times import format_rfc3339
 
 Headers = list[tuple[str, bytes]]
 
+# The router forwards job events into `requests` with this header, so that each
+# partition's requests and events form one log in the order they are handled.
+KIND_HEADER = "kind"
+JOB_EVENT = b"job_event"
+
 
 @dataclass(frozen=True, slots=True)
 class Source:
@@ -42,6 +47,10 @@ class Source:
     def seed(self) -> bytes:
         """Identifies the record, so ids derived from it replay identically."""
         return f"{self.topic}/{self.partition}/{self.offset}".encode()
+
+    @property
+    def is_job_event(self) -> bool:
+        return self.headers.get(KIND_HEADER) == JOB_EVENT
 
     def header(self, name: str) -> str | None:
         value = self.headers.get(name)

@@ -1,8 +1,11 @@
-"""The router stage: raw requests from `intake`, re-keyed by fingerprint onto `requests`.
+"""The router stage: raw requests from `intake` and job events from `job_events`, onto `requests`.
 
 Valid requests go on to the dedup stage keyed by their fingerprint (so they
 land on the partition that owns it); invalid ones are decided `invalid` here,
-with a rejection and a decision record, so none is lost.
+with a rejection and a decision record, so none is lost. Job events go on
+unchanged, keyed as they came (by their unique_key) and marked as events, so
+the dedup stage reads one log per partition: a key's requests and events in
+the order it handles them, which replay and explain read back as it is.
 """
 
 from __future__ import annotations
@@ -10,7 +13,14 @@ from __future__ import annotations
 from gateway.core import GatewayError, Request, decide
 from gateway.processor.dedup import Emit, Limits, parse_limited
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import Output, Source, decision_outputs, request_id
+from gateway.processor.records import (
+    JOB_EVENT,
+    KIND_HEADER,
+    Output,
+    Source,
+    decision_outputs,
+    request_id,
+)
 
 
 class Router:
@@ -31,8 +41,14 @@ class Router:
             return
         # The request keeps the id it was given on intake, wherever it is decided.
         headers = {**source.headers, "request_id": req_id.encode()}
+        headers.pop(KIND_HEADER, None)  # a request is never taken for an event
         fingerprint = request.unique_key.encode() if request.unique_key else None
         self.emit(
             Output(value or b"", fingerprint, role="requests", headers=list(headers.items())),
             source,
         )
+
+    def on_event(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        # Checked where it is applied: a bad event is reported there, with its reply.
+        headers = {**source.headers, KIND_HEADER: JOB_EVENT}
+        self.emit(Output(value or b"", key, role="requests", headers=list(headers.items())), source)

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from gateway import catalogue, config
 from gateway.core import GatewayError
 from gateway.partitioner import PRODUCER_SETTING
+from gateway.processor.records import JOB_EVENT, KIND_HEADER
 from gateway.sdk.errors import (
     INVALID_REPLY,
     KAFKA,
@@ -65,6 +66,7 @@ class _Kind:
     prepare: Callable[[Any], Outgoing | GatewayError]
     invalid: Callable[[GatewayError], Invalid]
     parse_reply: Callable[[Any], Any]
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class Client:
@@ -81,9 +83,11 @@ class Client:
     ) -> None:
         cat = catalogue.load(namespace=namespace)
         self._jobs = (_Kind(prepare, InvalidJob, EnqueueResult.from_record), cat.name("requests"))
+        # Events go on `requests` beside the key's requests, marked as events, so
+        # the processor applies them in the order this client sent them.
         self._events = (
-            _Kind(prepare_event, InvalidEvent, EventAck.from_record),
-            cat.name("job_events"),
+            _Kind(prepare_event, InvalidEvent, EventAck.from_record, ((KIND_HEADER, JOB_EVENT),)),
+            cat.name("requests"),
         )
         self._replies_topic = cat.name("replies")
         self._settings: dict[str, Any] = config.client_config(bootstrap) | {
@@ -163,7 +167,7 @@ class Client:
     def publish_event(
         self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
     ) -> EventAck | Sent:
-        """Send one job-state event to `job_events`, keyed by its unique_key.
+        """Send one job-state event, keyed by its unique_key, onto the key's log.
 
         With `wait` (the default), return once the processor has applied it and
         committed, so the next decision on the key sees it. Raises InvalidEvent,
@@ -218,7 +222,7 @@ class Client:
             return ticket
         self._get_ready(topic, wait, deadline)
         for index, out in outgoing:
-            self._produce(ticket, index, out, wait, topic, kind.parse_reply)
+            self._produce(ticket, index, out, wait, topic, kind)
         return ticket
 
     def _wait_for(self, ticket: Ticket, wait: bool, deadline: float) -> list[Any]:
@@ -245,9 +249,9 @@ class Client:
         out: Outgoing,
         wait: bool,
         topic: str,
-        parse_reply: Callable[[Any], Any],
+        kind: _Kind,
     ) -> None:
-        headers = [("request_id", out.request_id.encode())]
+        headers = [("request_id", out.request_id.encode()), *kind.headers]
         if wait:
             correlation_id = uuid.uuid4().hex
             headers += [
@@ -258,7 +262,7 @@ class Client:
             with self._lock:
                 if self._closed:
                     raise ClientClosed()
-                self._pending[correlation_id] = (ticket, index, parse_reply)
+                self._pending[correlation_id] = (ticket, index, kind.parse_reply)
             on_delivery = functools.partial(self._on_request_delivery, correlation_id)
         else:
             sent = Sent(out.request_id, out.unique_key)

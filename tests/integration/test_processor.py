@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.catalogue import Catalogue
+from gateway.processor.records import JOB_EVENT, KIND_HEADER
 from tests.integration.harness import (
     Processor,
     Reader,
@@ -58,11 +59,13 @@ class Stack:
         return self.reader.records.get(self.cat.name(role), [])
 
     def event(self, job_id: str, unique_key: str, **fields: Any) -> None:
+        """Publish a job event onto the key's log, as the SDK does."""
         send(
             self.producer,
-            self.cat.name("job_events"),
+            self.cat.name("requests"),
             {"job_id": job_id, "unique_key": unique_key, **fields},
             unique_key,
+            {KIND_HEADER: JOB_EVENT.decode()},
         )
         self.producer.flush()
 
@@ -246,6 +249,29 @@ def test_bad_and_unknown_events_are_not_fatal(stack: Stack):
     assert stack.processor.alive
 
 
+def test_events_on_job_events_are_forwarded_to_the_keys_log_and_applied(stack: Stack):
+    first = job()
+    accepted = stack.decision(stack.request(first))
+    replies = stack.cat.name("replies")
+    reader = Reader(stack.bootstrap, [replies])
+    completed = {"job_id": accepted["job_id"], "unique_key": accepted["unique_key"],
+                 "type": "job.completed"}  # fmt: skip
+    send(stack.producer, stack.cat.name("job_events"), completed, accepted["unique_key"],
+         {"reply_to": replies, "correlation_id": "evt-1"})  # fmt: skip
+    stack.producer.flush()
+    deadline = time.monotonic() + 30
+    def reply() -> list[dict[str, Any]]:
+        return [r for r in reader.records.get(replies, []) if r["headers"].get("correlation_id")]
+
+    while not reply():
+        assert time.monotonic() < deadline, "the forwarded event was never applied"
+        reader.drain(0.2)
+    [forwarded] = reply()
+    assert forwarded["value"]["outcome"] == "applied"
+    assert forwarded["value"]["state"] == "completed"
+    assert stack.decision(stack.request(first))["outcome"] == "accepted"
+
+
 def test_a_restart_keeps_the_state(stack: Stack):
     first = job()
     stack.decision(stack.request(first))
@@ -276,15 +302,14 @@ def test_finished_keys_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp
         accepted = stack.decision(stack.request(finished))
         stack.event(accepted["job_id"], key, type="job.completed")
         partition = partition_for(key.encode(), cat.by_role("requests").partitions)
-        # Later records on the same partition drive the sweep.
+        # Later records on the same partition move its event time past the expiry.
         neighbours = (
             j
             for j in iter(job, None)
             if partition_for(fingerprint_of(j).encode(), cat.by_role("requests").partitions)
             == partition
         )
-        changelog = f"changelog__{namespace}.gateway-dedup--{cat.name('job_events')}--" \
-                    f"{cat.name('requests')}--default"  # fmt: skip
+        changelog = f"changelog__{namespace}.gateway-dedup--{cat.name('requests')}--default"
         consumer = Consumer(
             {
                 "bootstrap.servers": kafka_bootstrap,

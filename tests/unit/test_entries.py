@@ -12,6 +12,7 @@ from gateway.core import (
     State,
     dump_entries,
     effective_state,
+    expires_at,
     load_entries,
     prune,
 )
@@ -141,14 +142,25 @@ def test_the_bound_live_jobs_plus_three(stored: list[Entry], now: int) -> None:
     assert [e for e in stored if not e.terminal] == [e for e in kept if not e.terminal]
 
 
-def test_prune_due_at_is_the_first_terminal_expiry_and_prune_drops_it_then() -> None:
-    from gateway.core import prune, prune_due_at
-
+def test_a_key_expires_when_its_last_terminal_entry_does_and_never_while_one_is_live() -> None:
     live = Entry("a", State.ACTIVE, 0, 0, "t", "default")
     done = Entry("b", State.COMPLETED, 0, 100, "t", "default")
     gone = Entry("c", State.DISCARDED, 0, 50, "t", "default")
-    assert prune_due_at([live], 1000) is None
-    due = prune_due_at([live, done, gone], 1000)
-    assert due == 1050
-    assert gone in prune([live, done, gone], due - 1, 1000)
-    assert gone not in prune([live, done, gone], due, 1000)
+    assert expires_at([], 1000) is None
+    assert expires_at([live, done], 1000) is None
+    due = expires_at([done, gone], 1000)
+    assert due == 1100
+    assert prune([done, gone], due - 1, 1000) == (done,)
+    assert prune([done, gone], due, 1000) == ()
+
+
+@given(st.lists(entries, max_size=6), st.integers(1, 10**9))
+def test_nothing_outlives_the_expiry_and_something_lives_until_it(
+    stored: list[Entry], retention: int
+) -> None:
+    due = expires_at(stored, retention)
+    if due is None:
+        assert not stored or prune(stored, 2**62, retention)
+    else:
+        assert prune(stored, due, retention) == ()
+        assert prune(stored, due - 1, retention) != ()

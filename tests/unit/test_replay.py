@@ -6,12 +6,12 @@ from typing import Any
 
 import orjson
 
-from gateway.audit import LogRecord, processing_order, replay, replay_under_policy
+from gateway.audit import LogRecord, replay, replay_under_policy
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.processor.dedup import Limits
-from gateway.processor.records import decision_record, request_id
+from gateway.processor.records import JOB_EVENT, KIND_HEADER, decision_record, request_id
 
-REQ, EVT, INTAKE = "ns.gateway.requests", "ns.gateway.job-events", "ns.gateway.intake"
+REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
 T0 = 1_760_000_000_000
 JOB = {"type": "email.send", "args": {"user_id": 7}, "unique": {"keys": ["type", "args"]}}
 
@@ -25,6 +25,13 @@ def key_of(job: dict[str, Any]) -> str:
 def rec(topic: str, offset: int, ts: int, value: Any, key: str | None = None) -> LogRecord:
     data = value if isinstance(value, bytes) else orjson.dumps(value)
     return LogRecord(topic, 0, offset, ts, key.encode() if key else None, data, {})
+
+
+def event(offset: int, ts: int, value: Any, key: str) -> LogRecord:
+    """A job event as the router forwards it into `requests`."""
+    return LogRecord(
+        REQ, 0, offset, ts, key.encode(), orjson.dumps(value), {KIND_HEADER: JOB_EVENT}
+    )
 
 
 def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], dict[str, Any]]:
@@ -41,13 +48,18 @@ def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], di
     return out
 
 
-def test_processing_order_merges_heads_by_timestamp_and_ties_go_to_the_first_topic_name():
-    requests = [rec(REQ, 0, 10, {}), rec(REQ, 1, 30, {}), rec(REQ, 2, 20, {})]
-    events = [rec(EVT, 0, 10, {}), rec(EVT, 1, 25, {})]
-    order = [(r.topic, r.offset) for r in processing_order([requests, events])]
-    # Ties: job-events sorts before requests. Within a topic, offset order even
-    # when a timestamp goes back (requests@2 at 20 follows requests@1 at 30).
-    assert order == [(EVT, 0), (REQ, 0), (EVT, 1), (REQ, 1), (REQ, 2)]
+def test_events_in_the_log_are_applied_where_they_stand():
+    key = key_of(JOB)
+    first = rec(REQ, 0, T0, JOB, key)
+    [recorded_first] = recorded_by_core([first]).values()
+    done = {"job_id": recorded_first["job_id"], "unique_key": key, "type": "job.completed"}
+    # Completed before the second request: under the default states the key is free again.
+    second = rec(REQ, 2, T0 + 1, JOB, key)
+    recorded = {first.position: recorded_first}
+    report = replay([], [first, event(1, T0 + 1, done, key), second], recorded, 1, Limits())
+    assert report.compared == 2
+    [missing] = report.differences
+    assert (missing.source, missing.replayed) == (second.position, "decision accepted")
 
 
 def test_a_faithful_log_replays_identically():
@@ -55,7 +67,7 @@ def test_a_faithful_log_replays_identically():
     requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
     recorded = recorded_by_core(requests)
     assert [r["outcome"] for r in recorded.values()] == ["accepted", "rejected", "rejected"]
-    report = replay([], requests, [], recorded, 1, Limits())
+    report = replay([], requests, recorded, 1, Limits())
     assert (report.compared, report.identical, report.differences) == (3, 3, [])
 
 
@@ -64,7 +76,7 @@ def test_a_changed_record_is_reported_field_by_field():
     requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(2)]
     recorded = recorded_by_core(requests)
     recorded[(REQ, 0, 1)] = {**recorded[(REQ, 0, 1)], "outcome": "ignored", "error": None}
-    report = replay([], requests, [], recorded, 1, Limits())
+    report = replay([], requests, recorded, 1, Limits())
     assert (report.identical, report.different) == (1, 1)
     changed = {d.field: (d.recorded, d.replayed) for d in report.differences}
     assert set(changed) == {"outcome", "error"}
@@ -77,7 +89,7 @@ def test_a_missing_record_is_a_difference_and_rerouted_requests_are_not_compared
     key = key_of(JOB)
     good = rec(REQ, 0, T0, JOB, key)
     misrouted = rec(REQ, 1, T0 + 1, JOB, "0" * 64)  # key is not its fingerprint
-    report = replay([], [good, misrouted], [], {}, 1, Limits())
+    report = replay([], [good, misrouted], {}, 1, Limits())
     assert report.rerouted == 1 and report.compared == 1
     [diff] = report.differences
     assert (diff.field, diff.recorded, diff.replayed) == ("(record)", "none", "decision accepted")
@@ -86,7 +98,7 @@ def test_a_missing_record_is_a_difference_and_rerouted_requests_are_not_compared
 def test_invalid_intake_records_are_replayed_by_the_router():
     bad = rec(INTAKE, 0, T0, b"not json")
     recorded = {(INTAKE, 0, 0): {"outcome": "accepted"}}
-    report = replay([bad], [], [], recorded, 1, Limits())
+    report = replay([bad], [], recorded, 1, Limits())
     changed = {d.field: (d.recorded, d.replayed) for d in report.differences}
     assert changed["outcome"] == ("accepted", "invalid")
     assert changed["error"][1]["code"] == "invalid_payload"
@@ -96,7 +108,7 @@ def test_compare_from_skips_earlier_decisions_but_replays_them():
     key = key_of(JOB)
     requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
     recorded = recorded_by_core(requests)
-    report = replay([], requests, [], recorded, 1, Limits(), compare_from_ms=T0 + 1)
+    report = replay([], requests, recorded, 1, Limits(), compare_from_ms=T0 + 1)
     assert (report.compared, report.identical) == (2, 2)  # still rejected: state was rebuilt
 
 
@@ -111,23 +123,23 @@ def test_policy_replay_reports_the_decisions_that_flip():
     requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
     recorded = recorded_by_core(requests)
     report = replay_under_policy(
-        requests, [], recorded, policy(keys=["type", "args"], on_conflict="ignore"), Limits()
+        requests, recorded, policy(keys=["type", "args"], on_conflict="ignore"), Limits()
     )
     assert report.replayed == 3 and len(report.flips) == 2
     assert report.transitions == {("rejected", "ignored"): 2}
     first_job = recorded[(REQ, 0, 0)]["job_id"]
     assert {f.replayed_job_id for f in report.flips} == {first_job}
-    unchanged = replay_under_policy(requests, [], recorded, policy(keys=["type", "args"]), Limits())
+    unchanged = replay_under_policy(requests, recorded, policy(keys=["type", "args"]), Limits())
     assert unchanged.flips == []
 
 
 def test_policy_replay_follows_events_to_the_replayed_jobs():
     key = key_of(JOB)
-    first, second = rec(REQ, 0, T0, JOB, key), rec(REQ, 1, T0 + 10, JOB, key)
+    first, second = rec(REQ, 0, T0, JOB, key), rec(REQ, 2, T0 + 10, JOB, key)
     recorded = recorded_by_core([first])
     job_id = recorded[first.position]["job_id"]
-    done = rec(EVT, 0, T0 + 5, {"job_id": job_id, "unique_key": key, "type": "job.completed"}, key)
+    done = event(1, T0 + 5, {"job_id": job_id, "unique_key": key, "type": "job.completed"}, key)
     recorded[second.position] = {**recorded[first.position], "outcome": "accepted"}
     # Under keys [type] the key and the job id change; the completion must follow the job.
-    report = replay_under_policy([first, second], [done], recorded, policy(keys=["type"]), Limits())
+    report = replay_under_policy([first, done, second], recorded, policy(keys=["type"]), Limits())
     assert report.replayed == 2 and report.flips == []
