@@ -8,6 +8,8 @@ notice a record that some other partitioner put on the wrong partition.
 
 from __future__ import annotations
 
+import struct
+
 PRODUCER_SETTING = {"partitioner": "murmur2_random"}
 
 _M = 0x5BD1E995
@@ -19,8 +21,7 @@ def murmur2(data: bytes) -> int:
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
     whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
+    for k in struct.unpack_from(f"<{whole // 4}I", data):
         k = (k * _M) & _MASK
         k ^= k >> 24
         k = (k * _M) & _MASK

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
@@ -212,8 +213,15 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
         "cancelled_job_id": decision.cancelled[0].job_id if decision.cancelled else None,
         "cancelled_job_ids": [e.job_id for e in decision.cancelled],
         "error": None if decision.error is None else decision.error.to_dict(),
-        "policy": None if decision.policy is None else decision.policy.to_dict(),
+        "policy": None if decision.policy is None else _policy_dict(decision.policy),
     }
+
+
+@lru_cache(maxsize=1024)
+def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
+    """`policy.to_dict()`, once per policy: every decision record carries one. Shared, so
+    read-only: the record is serialised as it is."""
+    return policy.to_dict()
 
 
 def _job_id(decision: Decision) -> str | None:

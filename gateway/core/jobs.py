@@ -10,7 +10,6 @@ log therefore reproduces every id exactly, and two requests never share one.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from typing import Any
 
 from gateway.core.envelope import Envelope
@@ -33,7 +32,8 @@ def uuid7(ms: int, unique_key: str | None, seed: bytes) -> str:
     rand_a = bits >> 68
     rand_b = bits & ((1 << 62) - 1)
     value = ((ms & 0xFFFF_FFFF_FFFF) << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def initial_state(scheduled_at: int | None, now_ms: int) -> State:

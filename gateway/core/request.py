@@ -30,7 +30,7 @@ def parse_request(raw: object) -> Request | GatewayError:
         envelope = envelope_or_raise(raw)
         if envelope.unique_field is None:
             return Request(envelope, None, None)
-        policy = policy_or_raise(envelope.unique, envelope.unique_field)
+        policy = _policy(envelope.unique, envelope.unique_field)
         key = fingerprint_or_raise(
             policy, envelope.type, envelope.queue, envelope.args, envelope.meta,
             envelope.unique_field,
@@ -47,3 +47,22 @@ def parse_request_json(data: bytes | str) -> Request | GatewayError:
     except orjson.JSONDecodeError as exc:
         return GatewayError(INVALID_PAYLOAD, f"the request is not valid JSON: {exc}")
     return parse_request(raw)
+
+
+_POLICIES: dict[tuple[bytes, str], UniquePolicy] = {}
+_POLICIES_MAX = 4096
+
+
+def _policy(raw: object, field: str) -> UniquePolicy:
+    """`policy_or_raise`, remembered: producers send the same few policies over and over."""
+    try:
+        text = orjson.dumps(raw)
+    except TypeError:  # not JSON (an SDK caller's own object): parse it as it is
+        return policy_or_raise(raw, field)
+    policy = _POLICIES.get((text, field))
+    if policy is None:
+        policy = policy_or_raise(raw, field)
+        if len(_POLICIES) >= _POLICIES_MAX:
+            _POLICIES.clear()
+        _POLICIES[(text, field)] = policy
+    return policy

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _RFC3339 = re.compile(
@@ -26,6 +27,7 @@ def parse_rfc3339(text: str) -> int | None:
     return (instant - _EPOCH) // timedelta(milliseconds=1)
 
 
+@lru_cache(maxsize=256)  # a decision formats its instant several times over
 def format_rfc3339(ms: int) -> str:
     """RFC 3339 in UTC with milliseconds, e.g. 2026-02-12T10:00:00.000Z."""
     instant = _EPOCH + timedelta(milliseconds=ms)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
 from confluent_kafka.admin import AdminClient
 from quixstreams import Application, message_context
 
@@ -104,6 +103,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
     producer = requests.processing_context.producer
 
     reply_topics = KnownTopics(settings.client_config)
+    names = {t.role: t.name for t in cat.topics}
 
     def emit(output: Output, source: Source) -> None:
         if output.topic is not None and not reply_topics.exists(output.topic):
@@ -115,13 +115,11 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
                 extra={"reply_to": output.topic, "source": source.as_dict()},
             )
             return
-        probe = _latency_probe(metrics, source) if output.role == "decisions" else None
         producer.produce(
-            topic=output.topic or cat.name(output.role or ""),
+            topic=output.topic or names[output.role or ""],
             key=output.key,
             value=output.value,
             headers=output.headers,
-            on_delivery=probe,
         )
 
     dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits)
@@ -208,20 +206,6 @@ def _source(timestamp: int, headers: Any, metrics: Metrics) -> Source:
     ctx = message_context()
     metrics.processed(ctx.topic, ctx.partition, ctx.offset)
     return Source(ctx.topic, ctx.partition, ctx.offset, timestamp, headers_of(headers))
-
-
-def _latency_probe(metrics: Metrics, source: Source) -> Any:
-    """Observe record timestamp -> the broker's ack of the decision.
-
-    The ack comes inside the open transaction; its commit follows within the
-    commit interval. The benchmark measures up to visibility to read_committed.
-    """
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            metrics.decision_latency.observe(max(0.0, time.time() - source.timestamp_ms / 1000))
-
-    return on_delivery
 
 
 def _default_state_dir(settings: ProcessorSettings) -> Path:

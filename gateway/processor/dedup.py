@@ -146,7 +146,7 @@ class Dedup:
         dialect = request.dialect if isinstance(request, Request) else "ojs"
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
             self.emit(output, source)
-        self.metrics.decisions.labels(str(decision.outcome), dialect).inc()
+        self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
         log.debug(
             "decided",
             extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -13,13 +16,15 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self._positions: dict[tuple[str, int], int] = {}
+        self._decided: dict[tuple[str, str], Any] = {}
         self.decisions = Counter(
             "gateway_decisions", "Decisions by outcome and dialect", ["outcome", "dialect"],
             registry=r,
         )  # fmt: skip
         self.decision_latency = Histogram(
             "gateway_decision_latency_seconds",
-            "From the request record's broker timestamp to the commit of its decision",
+            "From the request record's broker timestamp to its decision being written; "
+            "the commit follows within the commit interval",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
@@ -46,6 +51,14 @@ class Metrics:
             "gateway_consumer_lag", "Input records not yet handled, per assigned partition",
             ["topic", "partition"], registry=r,
         )  # fmt: skip
+
+    def decided(self, outcome: str, dialect: str, record_timestamp_ms: int) -> None:
+        """Count a decision and observe its latency (once per request: kept cheap)."""
+        child = self._decided.get((outcome, dialect))
+        if child is None:
+            child = self._decided[(outcome, dialect)] = self.decisions.labels(outcome, dialect)
+        child.inc()
+        self.decision_latency.observe(max(0.0, time.time() - record_timestamp_ms / 1000))
 
     def processed(self, topic: str, partition: int, offset: int) -> None:
         """Note the last input record handled, for the lag computation."""

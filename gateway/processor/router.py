@@ -37,7 +37,7 @@ class Router:
             decision = decide((), request, source.timestamp_ms, seed=source.seed)
             for output in decision_outputs(decision, source, req_id):
                 self.emit(output, source)
-            self.metrics.decisions.labels(str(decision.outcome), "ojs").inc()
+            self.metrics.decided(decision.outcome, "ojs", source.timestamp_ms)
             return
         # The request keeps the id it was given on intake, wherever it is decided.
         headers = {**source.headers, "request_id": req_id.encode()}
