@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 
 from gateway.core import Request, parse_request_json
-from gateway.partitioner import partition_for
 
 PERIOD = "PT6H"
 PERIOD_MS = 6 * 3600 * 1000
@@ -88,21 +87,6 @@ def generate(requests: int, duplicate_share: float, seed: int, tag: str = "") ->
         fresh.append(item)
         items.append(item)
     return Workload(tuple(items), duplicate_share, seed)
-
-
-def one_per_partition(partitions: int, tag: str) -> list[Item]:
-    """New jobs whose keys cover every partition: a warm-up that touches each one."""
-    found: dict[int, Item] = {}
-    n = 0
-    while len(found) < partitions:
-        job = {
-            "type": "bench.warmup", "args": {"n": f"{tag}-{n}"},
-            "unique": {"keys": ["type", "args"]},
-        }  # fmt: skip
-        item = _item(job, HOLD_MS)
-        found.setdefault(partition_for(item.key.encode(), partitions), item)
-        n += 1
-    return list(found.values())
 
 
 def _item(job: Mapping[str, Any], ttl_ms: int) -> Item:
