@@ -145,7 +145,9 @@ def _measure(
                 if system == "gateway":
                     _check_gateway(r.outcomes, workload)
                     measured_records.append(r.records_per_request)
-                    gateway_duplicates.append(workload.duplicates)
+                    gateway_duplicates.append(
+                        r.outcomes.get("rejected", 0) + r.outcomes.get("ignored", 0)
+                    )
                 else:
                     _check_passthrough(r, row, records_per_input())
                 rounds.append(row)
