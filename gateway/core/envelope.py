@@ -79,7 +79,7 @@ def envelope_or_raise(raw: object) -> Envelope:
         type=job_type,
         queue=queue,
         args=args,
-        id=_job_id(raw.get("id")),
+        id=job_id_or_raise(raw.get("id")),
         meta=meta,
         scheduled_at=_scheduled_at(raw.get("scheduled_at")),
         max_attempts=_max_attempts(raw.get("max_attempts")),
@@ -109,7 +109,7 @@ def _queue(raw: Mapping[str, Any], options: Mapping[str, Any]) -> str:
     return queue
 
 
-def _job_id(value: object) -> str | None:
+def job_id_or_raise(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, str) and _UUID.fullmatch(value.lower()):
