@@ -5,7 +5,13 @@ No I/O, no clock, no Kafka. The processor calls, per request record,
 `parse_event_json` then `apply_event`, storing the returned entries.
 """
 
-from gateway.core.dialects import DIALECTS, parse_request, parse_request_json
+from gateway.core.dialects import (
+    DIALECTS,
+    UNKNOWN_DIALECT,
+    parse_request,
+    parse_request_json,
+    requested_dialect,
+)
 from gateway.core.engine import (
     Change,
     Decision,
@@ -53,6 +59,7 @@ from gateway.core.states import DEFAULT_UNIQUE_STATES, TERMINAL_STATES, State
 __all__ = [
     "DEFAULT_RETENTION_MS",
     "DIALECTS",
+    "UNKNOWN_DIALECT",
     "OJS",
     "Change",
     "FaktoryRule",
@@ -103,5 +110,6 @@ __all__ = [
     "parse_request",
     "parse_request_json",
     "prune",
+    "requested_dialect",
     "uuid7",
 ]

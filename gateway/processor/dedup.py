@@ -18,6 +18,7 @@ from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
     PAYLOAD_TOO_LARGE,
+    UNKNOWN_DIALECT,
     Entry,
     EventOutcome,
     GatewayError,
@@ -30,6 +31,7 @@ from gateway.core import (
     load_entries,
     parse_event_json,
     parse_request_json,
+    requested_dialect,
 )
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
@@ -67,6 +69,15 @@ def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError
             f"the request is {size} bytes; the limit is {limits.max_request_bytes}",
         )
     return parse_request_json(value or b"")
+
+
+def dialect_of(request: Request | GatewayError, value: bytes | None) -> str:
+    """The dialect to record for a request, also when it was refused."""
+    if isinstance(request, Request):
+        return request.dialect
+    if request.code == PAYLOAD_TOO_LARGE:
+        return UNKNOWN_DIALECT  # not worth reading
+    return requested_dialect(value or b"")
 
 
 def parse_event_record(value: bytes | None, key: bytes | None) -> JobEvent | GatewayError:
@@ -143,7 +154,7 @@ class Dedup:
         if unique_key:
             self._store(state, entries, decision.entries, source.timestamp_ms)
         raw = request.envelope.raw if isinstance(request, Request) else None
-        dialect = request.dialect if isinstance(request, Request) else "ojs"
+        dialect = dialect_of(request, value)
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
             self.emit(output, source)
         self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)

@@ -33,6 +33,8 @@ _PARSERS: dict[str, Callable[[Mapping[str, object]], Request]] = {
     faktory.FAKTORY: faktory.parse,
 }
 DIALECTS = tuple(_PARSERS)
+# The dialect recorded for a request whose dialect cannot be told.
+UNKNOWN_DIALECT = "unknown"
 
 
 def parse_request(raw: object) -> Request | GatewayError:
@@ -57,3 +59,16 @@ def parse_request_json(data: bytes | str) -> Request | GatewayError:
     except orjson.JSONDecodeError as exc:
         return GatewayError(INVALID_PAYLOAD, f"the request is not valid JSON: {exc}")
     return parse_request(raw)
+
+
+def requested_dialect(data: bytes | str) -> str:
+    """The dialect a request names, for the record of one that was refused:
+    a known name, `ojs` when it names none, else `unknown`."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return UNKNOWN_DIALECT
+    if not isinstance(raw, dict):
+        return UNKNOWN_DIALECT
+    dialect = raw.get("dialect", OJS)
+    return dialect if isinstance(dialect, str) and dialect in _PARSERS else UNKNOWN_DIALECT
