@@ -23,16 +23,22 @@ class Answer:
 
 
 def for_result(result: EnqueueResult) -> Answer | ApiError:
-    """201 for a new job (accepted, replaced), 200 deduplicated for ignored, 409, 400."""
+    """201 for a new job (accepted, replaced), 200 for one that already existed (ignored,
+    updated), 409 for a rejected duplicate, 400 (413) for an invalid request.
+
+    The body is the dialect's (`EnqueueResult.answer`): `conflicted` for Oban,
+    `duplicate` for Zizq, `deduplicated` for OJS's ignore; Faktory's duplicate is
+    a 409 with its own code, NOTUNIQUE.
+    """
     if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED) and result.job is not None:
         location = f"{JOBS_PATH}/{result.job_id}"
-        return Answer(201, {"job": result.job}, {"Location": location})
-    if result.outcome is Outcome.IGNORED:
-        return Answer(200, {"job": result.job, "deduplicated": True})
+        return Answer(201, result.answer, {"Location": location})
+    if result.outcome in (Outcome.IGNORED, Outcome.UPDATED):
+        return Answer(200, result.answer)
     if result.outcome is Outcome.REJECTED:
         return ApiError(
             409,
-            errors.DUPLICATE,
+            result.error.code if result.error else errors.DUPLICATE,
             result.error.message if result.error else "a duplicate of a live job",
             details={
                 "existing_job_id": result.existing_job_id,

@@ -93,3 +93,5 @@ def _remember(model: ReadModel, result: EnqueueResult) -> None:
         model.add(result.job)
         if result.cancelled_job_id:
             model.cancel(result.cancelled_job_id)
+    elif result.job is not None and result.outcome is Outcome.UPDATED:
+        model.update(result.job)

@@ -72,6 +72,16 @@ class ReadModel:
         with self._lock:
             self._jobs.setdefault(job_id, dict(job))
 
+    def update(self, job: Mapping[str, Any]) -> None:
+        """An update (Oban's replace) changed a known job's fields; its state stays ours."""
+        job_id = job.get("id")
+        with self._lock:
+            known = self._jobs.get(job_id) if isinstance(job_id, str) else None
+            if known is not None:
+                kept = {k: known[k] for k in ("state", "attempt") if k in known}
+                known.clear()
+                known.update(job, **kept)
+
     def cancel(self, job_id: str) -> None:
         with self._lock:
             job = self._jobs.get(job_id)
@@ -164,6 +174,9 @@ class ReadModel:
                 self.add(value["job"])
             if isinstance(value.get("cancelled_job_id"), str):
                 self.cancel(value["cancelled_job_id"])
+        elif role == "decisions" and value.get("outcome") == "updated":
+            if isinstance(value.get("job"), dict):
+                self.update(value["job"])
         elif role == "jobs":
             self.add(value)
         elif role == "cancellations" and isinstance(value.get("job_id"), str):
