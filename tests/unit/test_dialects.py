@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.core import (
     Decision,
@@ -947,3 +949,77 @@ def test_faktory_job_fields_become_the_ojs_job() -> None:
     assert policy is not None and policy.judge is Judge.HOLDER
     key = fingerprint(policy, "sometype", "default", [1, 2])
     assert key == parsed(faktory(600)).unique_key
+
+
+# --- bad input never raises ----------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_fields = st.sampled_from(
+    [
+        "worker",
+        "queue",
+        "args",
+        "meta",
+        "scheduled_at",
+        "max_attempts",
+        "priority",
+        "tags",
+        "unique",
+        "replace",
+        "type",
+        "payload",
+        "uniqueKey",
+        "uniqueWhile",
+        "jobtype",
+        "at",
+        "retry",
+        "custom",
+        "id",
+    ]
+)
+_unique_options = st.dictionaries(
+    st.sampled_from(
+        ["period", "fields", "keys", "states", "group", "timestamp", "unique_for", "unique_until"]
+    ),
+    _json,
+    max_size=4,
+)
+
+
+@given(
+    st.sampled_from(["oban", "oban-py", "zizq", "faktory"]),
+    st.dictionaries(_fields, _json | _unique_options, max_size=8),
+)
+def test_any_dialect_request_is_a_request_or_an_error_never_an_exception(
+    dialect: str, fields: dict[str, Any]
+) -> None:
+    result = parse_request({"dialect": dialect, **fields})
+    assert isinstance(result, Request | GatewayError)
+    if isinstance(result, Request) and result.policy is not None:
+        assert result.unique_key is not None and len(result.unique_key) == 64
+        decide((), result, T0, seed=b"x")  # and it decides
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=6),
+        st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=6),
+        min_size=1,
+        max_size=6,
+    ),
+    st.randoms(),
+)
+def test_oban_keys_do_not_depend_on_the_order_of_args(args: dict[str, Any], rnd: Any) -> None:
+    items = list(args.items())
+    rnd.shuffle(items)
+
+    def key(a: dict[str, Any]) -> str | None:
+        return parsed({"dialect": "oban", "worker": "W", "args": a, "unique": True}).unique_key
+
+    assert key(args) == key(dict(items))
