@@ -1,12 +1,39 @@
-"""What every command shares: its one-line error, and the Kafka options."""
+"""What every command shares: its one-line error, exit codes, the Kafka options and probe.
+
+Exit codes, the same for every command:
+  0  done (enqueue: accepted, replaced or ignored)
+  1  a negative answer or a refusal: rejected, differences found, nothing found,
+     a conflict with existing topics or a local cluster
+  2  bad input: a usage error, an invalid job, policy or setting
+  3  Kafka could not be reached, or gave no answer in time
+  130 interrupted (Ctrl-C)
+  141 the reader of its output went away (`gateway explain ... | head`)
+"""
+
+from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_INVALID = 2
+EXIT_UNAVAILABLE = 3
+EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141
+
+# How long a command waits for a first answer from Kafka before giving up;
+# with the interpreter's start, every command fails within 10 s.
+PROBE_S = 5.0
 
 
 class CommandError(Exception):
     """A failure reported to the user as one line, with a non-zero exit."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -14,5 +41,35 @@ class CommandError(Exception):
 def add_kafka_arguments(p: argparse.ArgumentParser, bootstrap: bool = True) -> None:
     """--bootstrap and --namespace, the same for every command that reaches Kafka."""
     if bootstrap:
-        p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: see README)")
-    p.add_argument("--namespace", help="prefix every topic name with NAMESPACE.")
+        p.add_argument(
+            "--bootstrap", metavar="HOST:PORT[,...]",
+            help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP, else bootstrap.servers "
+            "from $GATEWAY_CONFIG, else the running local cluster, else 127.0.0.1:9092)",
+        )  # fmt: skip
+    p.add_argument(
+        "--namespace",
+        help="prefix every topic name with NAMESPACE. (default $GATEWAY_NAMESPACE, else none)",
+    )
+
+
+def reachable_config(bootstrap: str | None) -> dict[str, Any]:
+    """The Kafka client settings, once a broker has answered at their address.
+
+    Fails in PROBE_S with one line naming the address and what to do, instead
+    of letting each client retry for its own, much longer, timeout.
+    """
+    from gateway import config
+
+    settings = config.client_config(bootstrap)
+    address = settings["bootstrap.servers"]
+    try:
+        # Silent: the connection errors would bury the one line we print.
+        AdminClient({**settings, "log_level": 0}).list_topics(timeout=PROBE_S)
+    except KafkaException as exc:
+        raise CommandError(
+            f"no Kafka broker answered at {address} within {PROBE_S:.0f}s "
+            f"({exc.args[0].str()}): start one with: gateway kafka up, "
+            "or name yours with --bootstrap",
+            EXIT_UNAVAILABLE,
+        ) from exc
+    return settings

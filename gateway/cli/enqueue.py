@@ -10,15 +10,18 @@ import orjson
 from confluent_kafka import KafkaException
 
 from gateway.catalogue import CatalogueError
-from gateway.cli.common import CommandError, add_kafka_arguments
+from gateway.cli.common import (
+    EXIT_INVALID,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    CommandError,
+    add_kafka_arguments,
+    reachable_config,
+)
 from gateway.core import INVALID_PAYLOAD, INVALID_REQUEST, GatewayError
 
-EXIT_REJECTED = 1
-EXIT_INVALID = 2
-# Kafka unreachable, a topic missing, no decision in time: not a verdict on the job.
-EXIT_FAILED = 3
 _EXIT_BY_OUTCOME = {
-    "accepted": 0, "replaced": 0, "ignored": 0, "updated": 0, "rejected": EXIT_REJECTED,
+    "accepted": 0, "replaced": 0, "ignored": 0, "updated": 0, "rejected": EXIT_REFUSED,
 }  # fmt: skip
 
 
@@ -55,16 +58,18 @@ def run(args: argparse.Namespace) -> int:
     job = _job(args)
     if isinstance(job, GatewayError):
         return _invalid(job)
+    bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     try:
         # librdkafka's connection logs would bury the one line we print.
-        with Client(args.bootstrap, args.namespace, log_level=0) as client:
+        with Client(bootstrap, args.namespace, log_level=0) as client:
             answer = client.enqueue(job, wait=not args.no_wait, timeout=args.timeout)
     except InvalidJob as exc:
         return _invalid(exc.error)
     except (ClientError, CatalogueError) as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from exc
+        # Kafka unreachable, a topic missing, no decision in time: not a verdict on the job.
+        raise CommandError(str(exc), EXIT_UNAVAILABLE) from exc
     except KafkaException as exc:  # a Kafka setting the client refused
-        raise CommandError(f"kafka: {exc.args[0].str()}", EXIT_FAILED) from exc
+        raise CommandError(f"kafka: {exc.args[0].str()}", EXIT_UNAVAILABLE) from exc
     if not isinstance(answer, EnqueueResult):
         _print({"request_id": answer.request_id, "unique_key": answer.unique_key})
         return 0

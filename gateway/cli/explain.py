@@ -8,11 +8,10 @@ from collections.abc import Sequence
 
 import orjson
 
-from gateway import config
 from gateway.audit import HistoryItem, LogRecord, explain_history
 from gateway.audit.explain import find_key
-from gateway.cli.common import CommandError
-from gateway.cli.replay import EXIT_ERROR, add_log_arguments, load_catalogue, read_log
+from gateway.cli.common import EXIT_INVALID, CommandError, reachable_config
+from gateway.cli.replay import add_log_arguments, load_catalogue, read_log
 from gateway.core.times import parse_rfc3339
 
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -36,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.retention_seconds < 1:
-        raise CommandError("--retention-seconds must be positive", EXIT_ERROR)
+        raise CommandError("--retention-seconds must be positive", EXIT_INVALID)
     cat = load_catalogue(args.namespace)
     decisions_topic, requests_topic = cat.name("decisions"), cat.name("requests")
-    logs = read_log(config.client_config(args.bootstrap), [decisions_topic, requests_topic])
+    logs = read_log(reachable_config(args.bootstrap), [decisions_topic, requests_topic])
     items = history_items(logs[decisions_topic], logs[requests_topic])
     target = args.target.strip().lower()
     key = target if _KEY.fullmatch(target) else find_key(items, target)

@@ -6,9 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from gateway import catalogue, config, logs
+from gateway import catalogue, logs
 from gateway.catalogue import CatalogueError
-from gateway.cli.common import CommandError, add_kafka_arguments
+from gateway.cli.common import CommandError, add_kafka_arguments, reachable_config
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor.dedup import Limits
 
@@ -58,7 +58,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
     except CatalogueError as exc:
         raise CommandError(str(exc)) from exc
     return ProcessorSettings(
-        client_config=config.client_config(args.bootstrap),
+        client_config=reachable_config(args.bootstrap),
         catalogue=cat,
         instance_id=args.instance_id,
         group=f"{args.namespace}.gateway-dedup" if args.namespace else "gateway-dedup",

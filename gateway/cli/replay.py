@@ -13,18 +13,23 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from gateway import catalogue, config
+from gateway import catalogue
 from gateway.audit import FlipReport, LogRecord, ReplayReport, replay, replay_under_policy
 from gateway.audit.kafka import ReadError, count_records, read_topics
 from gateway.audit.replay import Position
 from gateway.catalogue import Catalogue, CatalogueError
-from gateway.cli.common import CommandError, add_kafka_arguments
+from gateway.cli.common import (
+    EXIT_INVALID,
+    EXIT_UNAVAILABLE,
+    CommandError,
+    add_kafka_arguments,
+    reachable_config,
+)
 from gateway.core import DEFAULT_RETENTION_MS, GatewayError, UniquePolicy, parse_policy
 from gateway.core.times import parse_rfc3339
 from gateway.processor.dedup import Limits
 
 EXIT_DIFFERENT = 1
-EXIT_ERROR = 2
 LONG_READ = 10_000  # records; shorter reads show no progress bar
 
 
@@ -71,12 +76,12 @@ def add_log_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cat = load_catalogue(args.namespace)
     if args.max_request_bytes < 1 or args.retention_seconds < 1:
-        raise CommandError("--max-request-bytes and --retention-seconds must be positive", 2)
+        raise CommandError("--max-request-bytes and --retention-seconds must be positive", EXIT_INVALID)
     limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
     policy = _policy(args.policy) if args.policy else None
     from_ms = _time(args.from_time) if args.from_time else None
     roles = ("intake", "requests", "decisions")
-    logs = read_log(config.client_config(args.bootstrap), [cat.name(r) for r in roles])
+    logs = read_log(reachable_config(args.bootstrap), [cat.name(r) for r in roles])
     intake, requests, decisions = (logs[cat.name(r)] for r in roles)
     recorded = recorded_decisions(decisions)
     # The processor's warnings (re-routed requests, events not applied) are the
@@ -95,7 +100,7 @@ def load_catalogue(namespace: str | None) -> Catalogue:
     try:
         return catalogue.load(namespace=namespace)
     except CatalogueError as exc:
-        raise CommandError(str(exc), EXIT_ERROR) from exc
+        raise CommandError(str(exc), EXIT_INVALID) from exc
 
 
 def read_log(client: dict[str, str], topics: Sequence[str]) -> dict[str, list[LogRecord]]:
@@ -104,7 +109,7 @@ def read_log(client: dict[str, str], topics: Sequence[str]) -> dict[str, list[Lo
         with progress_bar(count_records(client, topics)) as advance:
             return read_topics(client, topics, advance)
     except ReadError as exc:
-        raise CommandError(str(exc), EXIT_ERROR) from exc
+        raise CommandError(str(exc), EXIT_UNAVAILABLE) from exc
 
 
 @contextmanager
@@ -131,7 +136,7 @@ def recorded_decisions(records: Sequence[LogRecord]) -> dict[Position, dict[str,
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise CommandError(
                 f"{record.topic} offset {record.offset} is not a decision record: {exc}",
-                EXIT_ERROR,
+                EXIT_INVALID,
             ) from exc
     return out
 
@@ -185,10 +190,10 @@ def _policy(path: Path) -> UniquePolicy:
     try:
         raw: Mapping[str, Any] = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise CommandError(f"--policy {path}: {exc}", EXIT_ERROR) from exc
+        raise CommandError(f"--policy {path}: {exc}", EXIT_INVALID) from exc
     policy = parse_policy(raw, "--policy")
     if isinstance(policy, GatewayError):
-        raise CommandError(str(policy), EXIT_ERROR)
+        raise CommandError(str(policy), EXIT_INVALID)
     return policy
 
 
@@ -197,6 +202,6 @@ def _time(text: str) -> int:
     if ms is None:
         raise CommandError(
             f"--from {text!r} is not an RFC 3339 time with a zone, e.g. 2026-02-12T10:00:00Z",
-            EXIT_ERROR,
+            EXIT_INVALID,
         )
     return ms

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from gateway import logs
-from gateway.cli.common import CommandError, add_kafka_arguments
+from gateway.cli.common import CommandError, add_kafka_arguments, reachable_config
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
 
 
@@ -47,8 +47,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_body_bytes < 1 or args.timeout <= 0:
         raise CommandError("--max-body-bytes and --timeout must be positive")
     logs.configure(args.log_level)
+    bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     settings = HttpSettings(
-        bootstrap=args.bootstrap,
+        bootstrap=bootstrap,
         namespace=args.namespace,
         token=args.token or None,
         max_body_bytes=args.max_body_bytes,

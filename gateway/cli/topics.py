@@ -6,9 +6,14 @@ import argparse
 
 from confluent_kafka import KafkaException
 
-from gateway import catalogue, config
+from gateway import catalogue
 from gateway.catalogue import CatalogueError
-from gateway.cli.common import CommandError, add_kafka_arguments
+from gateway.cli.common import (
+    EXIT_UNAVAILABLE,
+    CommandError,
+    add_kafka_arguments,
+    reachable_config,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,11 +32,11 @@ def _apply(args: argparse.Namespace) -> int:
 
     try:
         cat = catalogue.load(namespace=args.namespace)
-        report = admin.apply(cat, config.client_config(args.bootstrap))
+        report = admin.apply(cat, reachable_config(args.bootstrap))
     except CatalogueError as exc:
         raise CommandError(str(exc)) from exc
     except KafkaException as exc:
-        raise CommandError(f"Kafka: {exc.args[0].str()}") from exc
+        raise CommandError(f"Kafka: {exc.args[0].str()}", EXIT_UNAVAILABLE) from exc
     for name in report.created:
         print(f"created   {name}")
     for name in report.unchanged:
