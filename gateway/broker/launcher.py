@@ -349,69 +349,71 @@ class UpResult:
 
 
 def up(
-    brokers: int = 1,
-    port: int = DEFAULT_PORT,
+    brokers: int | None = None,
+    port: int | None = None,
     version: str | None = None,
     directory: Path | None = None,
 ) -> UpResult:
-    """Start the cluster, or reuse the one already running; wait until it answers.
+    """Start the cluster, or reuse the one already there; wait until it answers.
 
-    `directory` holds the cluster's configs, data, logs and pid files (default:
-    cluster/ under the gateway home); tests give each run a directory of its own.
+    Unset options take the existing cluster's values, else the defaults (one
+    node, DEFAULT_PORT, $GATEWAY_KAFKA_VERSION or DEFAULT_VERSION). A cluster
+    that exists with other values, running or stopped, is never replaced: its
+    data goes only with `down(purge=True)`. `directory` holds the cluster's
+    configs, data, logs and pid files (default: cluster/ under the gateway
+    home); tests give each run a directory of its own.
     """
     directory = directory or cluster_dir()
     existing = load_cluster(directory)
-    if existing is not None and running_nodes(existing):
-        if existing.brokers != brokers or (version and existing.version != version):
+    if existing is not None:
+        wanted = {"brokers": brokers, "port": port, "version": version}
+        differs = [
+            f"--{name.replace('_', '-')} {value}"
+            for name, value in wanted.items()
+            if value is not None and value != getattr(existing, name)
+        ]
+        running = bool(running_nodes(existing))
+        if differs:
             raise BrokerError(
-                f"a {existing.brokers}-node Kafka {existing.version} cluster is already "
-                "running; run `gateway kafka down` first to start a different one"
+                f"a {existing.brokers}-node Kafka {existing.version} cluster on port "
+                f"{existing.port} {'is running' if running else 'is stopped, with its data'} "
+                f"in {existing.directory}; to replace it with {' '.join(differs)}, delete it "
+                "first with `gateway kafka down --purge`"
             )
-        for node_id in existing.node_ids():
-            start_node(existing, node_id)
-        wait_ready(existing.bootstrap, nodes=existing.brokers)
-        return UpResult(existing, reused=True, seconds=0.0)
-
-    version = version or kafka_version()
-    reuse_data = (
-        existing is not None
-        and existing.brokers == brokers
-        and existing.version == version
-        and existing.port == port
-    )
-    if existing is not None and not reuse_data:
-        shutil.rmtree(existing.directory, ignore_errors=True)
-    cluster = (
-        existing
-        if reuse_data and existing
-        else Cluster(
-            version=version,
-            brokers=brokers,
-            port=port,
+        if running:
+            for node_id in existing.node_ids():
+                start_node(existing, node_id)
+            wait_ready(existing.bootstrap, nodes=existing.brokers)
+            return UpResult(existing, reused=True, seconds=0.0)
+        cluster = existing
+    else:
+        cluster = Cluster(
+            version=version or kafka_version(),
+            brokers=brokers or 1,
+            port=port or DEFAULT_PORT,
             cluster_id=_cluster_id(),
             directory=str(directory),
         )
-    )
-    libs = ensure_jars(version)
+    libs = ensure_jars(cluster.version)
     started = time.monotonic()
     _write_configs(cluster)
     _format_storage(cluster, libs)
     for node_id in cluster.node_ids():
         start_node(cluster, node_id)
     try:
-        wait_ready(cluster.bootstrap, nodes=brokers, cluster=cluster)
+        wait_ready(cluster.bootstrap, nodes=cluster.brokers, cluster=cluster)
     except BrokerError as exc:
         down(cluster)
         raise BrokerError(f"{exc}; see {cluster.log_path(1)}") from exc
     return UpResult(cluster, reused=False, seconds=time.monotonic() - started)
 
 
-def down(cluster: Cluster | None = None, purge: bool = False) -> list[int]:
-    """Stop every node we started; with purge, delete the cluster's data too."""
+def down(cluster: Cluster | None = None, purge: bool = False, timeout: float = 30.0) -> list[int]:
+    """Stop every node we started (killing any still up after `timeout`); purge deletes data."""
     cluster = cluster or load_cluster()
     if cluster is None:
         return []
-    stopped = stop_nodes(cluster, list(cluster.node_ids()))
+    stopped = stop_nodes(cluster, list(cluster.node_ids()), timeout)
     if purge:
         shutil.rmtree(cluster.directory, ignore_errors=True)
     return stopped

@@ -13,6 +13,7 @@ Exit codes, the same for every command:
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -50,6 +51,15 @@ def add_kafka_arguments(p: argparse.ArgumentParser, bootstrap: bool = True) -> N
         "--namespace",
         help="prefix every topic name with NAMESPACE. (default $GATEWAY_NAMESPACE, else none)",
     )
+
+
+def add_log_level_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper,
+        help="JSON logs on stderr from this level up; the uniqueness key is logged only at "
+        "DEBUG (default $GATEWAY_LOG_LEVEL, else INFO)",
+    )  # fmt: skip
 
 
 def reachable_config(bootstrap: str | None) -> dict[str, Any]:

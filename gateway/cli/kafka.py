@@ -6,37 +6,60 @@ import argparse
 
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError, Cluster
-from gateway.cli.common import CommandError
+from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
+from gateway.processor import state_identity
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("kafka", help="run a local Apache Kafka cluster (KRaft, loopback)")
+    parser = sub.add_parser(
+        "kafka",
+        help="run a local Apache Kafka cluster (KRaft, loopback) from Apache's jars",
+        description="A local Apache Kafka cluster in KRaft mode on 127.0.0.1, for trying "
+        "and testing the gateway; its data, logs and pid files live under the gateway home "
+        "($GATEWAY_HOME, default ~/.cache/unique-jobs-gateway).",
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    p = actions.add_parser("up", help="start the local cluster, or reuse the running one")
-    p.add_argument("--brokers", type=int, choices=(1, 3), default=1, help="nodes (default 1)")
+    p = actions.add_parser(
+        "up",
+        help="start the local cluster, restart a stopped one, or reuse the running one",
+        description="Start the local cluster and wait until it answers. A stopped cluster "
+        "restarts with its data; one that exists with another --brokers, --port or "
+        "--kafka-version is never replaced: delete it first with `gateway kafka down --purge`.",
+    )
     p.add_argument(
-        "--port", type=int, default=launcher.DEFAULT_PORT,
+        "--brokers", type=int, choices=(1, 3), default=None,
+        help="nodes (default: the existing cluster's, else 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--port", type=int, default=None,
         help="first broker port; node N listens on PORT+N-1, its controller on PORT+99+N "
-        "(default %(default)s)",
+        f"(default: the existing cluster's, else {launcher.DEFAULT_PORT})",
     )  # fmt: skip
     p.add_argument(
         "--kafka-version", default=None,
-        help=f"Apache Kafka release (default $GATEWAY_KAFKA_VERSION or {launcher.DEFAULT_VERSION})",
+        help="Apache Kafka release (default: the existing cluster's, else "
+        f"$GATEWAY_KAFKA_VERSION, else {launcher.DEFAULT_VERSION})",
     )  # fmt: skip
     p.set_defaults(func=_up)
 
     p = actions.add_parser("down", help="stop the nodes this launcher started")
-    p.add_argument("--purge", action="store_true", help="also delete the cluster's data")
+    p.add_argument(
+        "--purge", action="store_true",
+        help="also delete the cluster's data and the processor state built from it "
+        "(default: keep both)",
+    )  # fmt: skip
     p.set_defaults(func=_down)
 
-    p = actions.add_parser("status", help="show nodes, bootstrap and log files")
+    p = actions.add_parser(
+        "status", help="show nodes, pids, bootstrap and log files (exit 3 when stopped)"
+    )
     p.set_defaults(func=_status)
 
-    for name, func in (("stop-node", _stop_node), ("start-node", _start_node)):
-        p = actions.add_parser(name, help=f"{name.split('-')[0]} one node by its node id")
-        p.add_argument("node_id", type=int)
-        p.set_defaults(func=func)
+    for name, verb in (("stop-node", "stop"), ("start-node", "start")):
+        p = actions.add_parser(name, help=f"{verb} one node of the local cluster, for fault tests")
+        p.add_argument("node_id", type=int, metavar="N", help="node id, 1 to the node count")
+        p.set_defaults(func=_stop_node if verb == "stop" else _start_node)
 
 
 def _cluster() -> Cluster:
@@ -66,6 +89,8 @@ def _down(args: argparse.Namespace) -> int:
     print(f"stopped node(s): {', '.join(map(str, stopped))}" if stopped else "nothing running")
     if args.purge and cluster is not None:
         print(f"deleted {cluster.directory}")
+        for state_dir in state_identity.purge(cluster.cluster_id):
+            print(f"deleted processor state {state_dir}")
     return 0
 
 
@@ -79,7 +104,7 @@ def _status(args: argparse.Namespace) -> int:
         state = f"running (pid {pid})" if pid else "stopped"
         print(f"node {node_id}: {state}, port {cluster.port + node_id - 1}")
         print(f"  log: {cluster.log_path(node_id)}")
-    return 0 if running else 3
+    return 0 if running else EXIT_UNAVAILABLE
 
 
 def _stop_node(args: argparse.Namespace) -> int:

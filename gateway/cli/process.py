@@ -8,13 +8,25 @@ from pathlib import Path
 
 from gateway import catalogue, logs
 from gateway.catalogue import CatalogueError
-from gateway.cli.common import CommandError, add_kafka_arguments, reachable_config
+from gateway.cli.common import (
+    CommandError,
+    add_kafka_arguments,
+    add_log_level_argument,
+    reachable_config,
+)
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor.dedup import Limits
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("process", help="run the dedup processor")
+    p = sub.add_parser(
+        "process",
+        help="run the dedup processor (exactly-once) until Ctrl-C or SIGTERM",
+        description="Run the dedup processor: read intake, requests and job_events, decide "
+        "each request with the core, and write jobs, cancellations, rejections and decisions "
+        "in one Kafka transaction per checkpoint. Restarts its runtime after a failure; "
+        "stops within 10 s of Ctrl-C or SIGTERM.",
+    )
     add_arguments(p)
     p.set_defaults(func=_process)
 
@@ -28,8 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stable id of this instance: its transactional id and state directory "
         "(default $GATEWAY_INSTANCE_ID or 1)",
     )
-    p.add_argument("--state-dir", type=Path, help="RocksDB state (default under the gateway home)")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--state-dir", type=Path,
+        help="RocksDB state, a cache of the changelog topic, deleted and rebuilt when it came "
+        "from another cluster or changelog (default $GATEWAY_HOME/state/GROUP/INSTANCE_ID)",
+    )  # fmt: skip
+    p.add_argument(
+        "--metrics-port", type=int,
+        help="serve /metrics (Prometheus), /ready and /live on 127.0.0.1:PORT (default: none)",
+    )  # fmt: skip
     p.add_argument(
         "--max-request-bytes", type=int, default=Limits.max_request_bytes,
         help="larger requests are refused with payload_too_large (default %(default)s)",
@@ -43,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--commit-interval", type=float, default=0.1,
         help="seconds between transaction commits (default %(default)s)",
     )  # fmt: skip
-    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    add_log_level_argument(p)
 
 
 def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported lazily

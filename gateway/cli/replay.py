@@ -76,7 +76,9 @@ def add_log_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cat = load_catalogue(args.namespace)
     if args.max_request_bytes < 1 or args.retention_seconds < 1:
-        raise CommandError("--max-request-bytes and --retention-seconds must be positive", EXIT_INVALID)
+        raise CommandError(
+            "--max-request-bytes and --retention-seconds must be positive", EXIT_INVALID
+        )
     limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
     policy = _policy(args.policy) if args.policy else None
     from_ms = _time(args.from_time) if args.from_time else None

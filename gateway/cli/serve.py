@@ -6,8 +6,15 @@ import argparse
 import os
 
 from gateway import logs
-from gateway.cli.common import CommandError, add_kafka_arguments, reachable_config
+from gateway.cli.common import (
+    CommandError,
+    add_kafka_arguments,
+    add_log_level_argument,
+    reachable_config,
+)
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
+
+GRACEFUL_SHUTDOWN_S = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Serve POST /ojs/v1/jobs (answered once the decision is committed), "
             "/ojs/v1/jobs/batch, GET and DELETE /ojs/v1/jobs/{id}, /ojs/v1/workers/fetch|ack|nack, "
-            "/ojs/manifest and /ojs/v1/health."
+            "/ojs/manifest, /ojs/v1/health (readiness) and /ojs/v1/health/live."
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
@@ -35,7 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timeout", type=float, default=30.0,
         help="seconds to wait for a decision before answering 504 (default %(default)s)",
     )  # fmt: skip
-    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--processor-url", default=os.environ.get("GATEWAY_PROCESSOR_URL"),
+        help="the processor's status URL (`gateway process --metrics-port P` serves "
+        "http://127.0.0.1:P): health is ready only when that processor owns its partitions "
+        "and has restored its state (default $GATEWAY_PROCESSOR_URL, else health checks "
+        "the consumer group only)",
+    )  # fmt: skip
+    add_log_level_argument(p)
     p.set_defaults(func=_serve)
 
 
@@ -54,9 +68,12 @@ def _serve(args: argparse.Namespace) -> int:
         token=args.token or None,
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
+        processor_url=args.processor_url,
     )
     uvicorn.run(
         create_app(settings), host=args.host, port=args.port,
         log_level=args.log_level.lower(), log_config=None,
+        # Requests still waiting for a decision get this long after Ctrl-C.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )  # fmt: skip
     return 0

@@ -2,14 +2,16 @@
 
 Starts the local Kafka broker (unless --bootstrap names one), applies the topic
 catalogue, and runs the dedup processor and the HTTP binding until Ctrl-C, then
-stops what it started.
+stops what it started, all within STOP_BUDGET_S.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
 import sys
+import time
 
 from confluent_kafka import KafkaException
 
@@ -18,15 +20,26 @@ from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError
 from gateway.catalogue import CatalogueError
 from gateway.cli import process
-from gateway.cli.common import CommandError
+from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
+
+# From Ctrl-C to the last process gone; the processor takes at most
+# supervisor.KILL_AFTER_S of it, the broker gets what is left.
+STOP_BUDGET_S = 10.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up",
-        help="start the broker (unless --bootstrap), apply topics, run the processor and HTTP",
+        help="run everything on this machine: broker, topics, processor, HTTP; Ctrl-C stops it",
+        description="Start the local Kafka broker (unless --bootstrap names one), apply the "
+        "topic catalogue, and run the dedup processor and the OJS HTTP binding in the "
+        "foreground. Ctrl-C stops everything it started within 10 s.",
     )
-    p.add_argument("--port", type=int, default=launcher.DEFAULT_PORT, help="local broker port")
+    p.add_argument(
+        "--port", type=int, default=None,
+        help="local broker port, when no --bootstrap is given (default: the existing local "
+        f"cluster's, else {launcher.DEFAULT_PORT})",
+    )  # fmt: skip
     p.add_argument("--http-host", default="127.0.0.1", help="HTTP address (default %(default)s)")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
     process.add_arguments(p)
@@ -38,16 +51,24 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "gateway", "serve", "--bootstrap", args.bootstrap,
         "--host", args.http_host, "--port", str(args.http_port), "--log-level", args.log_level,
+        "--processor-url", f"http://127.0.0.1:{args.metrics_port}",
     ]  # fmt: skip
     if args.namespace:
         command += ["--namespace", args.namespace]
     return subprocess.Popen(command)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _up(args: argparse.Namespace) -> int:
     from gateway.processor.supervisor import supervise
 
     started: launcher.Cluster | None = None
+    stop = {"at": float("inf")}
     try:
         if not args.bootstrap:
             result = launcher.up(port=args.port)
@@ -56,6 +77,8 @@ def _up(args: argparse.Namespace) -> int:
                 started = result.cluster
                 print(f"Kafka {started.version} started in {result.seconds:.1f}s")
         print(f"bootstrap: {args.bootstrap}", flush=True)
+        # The HTTP binding asks the processor on this port whether it is ready.
+        args.metrics_port = args.metrics_port or _free_port()
         settings = process.settings_from(args)
         report = admin.apply(settings.catalogue, settings.client_config)
         print(f"topics: {len(report.created)} created, {len(report.unchanged)} present")
@@ -63,16 +86,32 @@ def _up(args: argparse.Namespace) -> int:
         print(f"http: http://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
         print("processor: starting; press Ctrl-C to stop", flush=True)
         logs.configure(args.log_level)
-        try:
-            return supervise(settings, args.log_level)
-        finally:
+
+        def on_stop() -> None:
+            stop["at"] = time.monotonic()
             http.terminate()
-            http.wait(timeout=30)
+
+        try:
+            return supervise(settings, args.log_level, on_stop)
+        finally:
+            _end(http, stop["at"] + STOP_BUDGET_S - 1.0)
     except (BrokerError, CatalogueError) as exc:
         raise CommandError(str(exc)) from exc
     except KafkaException as exc:
-        raise CommandError(f"Kafka: {exc.args[0].str()}") from exc
+        raise CommandError(f"Kafka: {exc.args[0].str()}", EXIT_UNAVAILABLE) from exc
     finally:
         if started is not None:
-            launcher.down(started)
-            print("stopped the local Kafka broker")
+            left = min(STOP_BUDGET_S, stop["at"] + STOP_BUDGET_S - time.monotonic())
+            launcher.down(started, timeout=max(1.0, left - 0.5))
+            print("stopped the local Kafka broker", flush=True)
+
+
+def _end(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Terminate `proc` and wait for it until `deadline` (monotonic), then kill it."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=max(0.5, min(deadline - time.monotonic(), STOP_BUDGET_S)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

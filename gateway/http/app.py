@@ -55,6 +55,7 @@ def create_app(settings: HttpSettings) -> Starlette:
     routes = [
         Route("/ojs/manifest", _manifest, methods=["GET"]),
         Route("/ojs/v1/health", _health, methods=["GET"]),
+        Route("/ojs/v1/health/live", _live, methods=["GET"]),
         Route("/ojs/v1/jobs", endpoint(jobs.enqueue), methods=["POST"]),
         Route("/ojs/v1/jobs/batch", endpoint(jobs.enqueue_batch), methods=["POST"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
@@ -77,11 +78,23 @@ async def _manifest(request: Request) -> Response:
 
 
 async def _health(request: Request) -> Response:
+    """Readiness: 200 once the processor owns its partitions and has restored its state."""
     binding: Binding = request.app.state.binding
-    group = health.processor_group(binding.settings.namespace)
-    problem = await asyncio.to_thread(health.check, binding.admin, binding.requests_topic, group)
-    if problem is not None:
-        return error_response(problem, request_id_of(request))
+    settings = binding.settings
+    reason = await asyncio.to_thread(
+        health.not_ready,
+        binding.admin,
+        binding.requests_topic,
+        health.processor_group(settings.namespace),
+        settings.processor_url,
+    )
+    if reason is not None:
+        return ojs_response(503, {"status": "starting", "reason": reason}, request_id_of(request))
+    return ojs_response(200, {"status": "ok"}, request_id_of(request))
+
+
+async def _live(request: Request) -> Response:
+    """Liveness: this process answers; Kafka and the processor are readiness's business."""
     return ojs_response(200, {"status": "ok"}, request_id_of(request))
 
 

@@ -30,6 +30,9 @@ class HttpSettings:
     decision_timeout: float = 30.0
     manifest: Path = DEFAULT_MANIFEST
     kafka_settings: dict[str, Any] = field(default_factory=dict)
+    # The processor's status URL (`gateway process --metrics-port`): health asks
+    # it whether it owns its partitions and has restored its state.
+    processor_url: str | None = None
 
 
 @dataclass

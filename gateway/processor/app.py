@@ -13,8 +13,6 @@ written only after that commit.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +21,18 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from quixstreams import Application, message_context
 
-from gateway.broker.launcher import gateway_home
 from gateway.catalogue import Catalogue
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
+from gateway.processor.readiness import Readiness
+from gateway.processor.readiness import serve as serve_status
 from gateway.processor.records import Output, Source, headers_of
 from gateway.processor.router import Router
+from gateway.processor.shutdown import Shutdown
+from gateway.processor.state_identity import current, reconcile, state_root
 
 log = logging.getLogger("gateway.processor")
-
-FAILED_SHUTDOWN_GRACE_S = 10.0
-EXIT_FAILED = 75  # EX_TEMPFAIL: the supervisor restarts the runtime
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
             "statistics.interval.ms": 5_000,
             "stats_cb": metrics.observe_consumer_stats,
         },
-        state_dir=str(settings.state_dir or _default_state_dir(settings)),
+        state_dir=str(state_dir_of(settings)),
         # Our topics exist (gateway topics apply); the runtime creates only its
         # changelog topics.
         auto_create_topics=True,
@@ -159,33 +157,22 @@ class KnownTopics:
 
 def run(settings: ProcessorSettings) -> None:
     """Run until stopped; raise if the runtime fails (the supervisor restarts us)."""
+    shutdown = Shutdown()
+    shutdown.install_handlers()
     app, metrics = build(settings)
+    # Before any partition's state is opened: drop state from another cluster.
+    reconcile(state_dir_of(settings), current(AdminClient(settings.client_config), settings.group))
+    shutdown.attach(app)
+    readiness = Readiness(app, shutdown)
     if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port)
+        serve_status(settings.metrics_port, metrics.registry, readiness)
+    if shutdown.requested:
+        return
     log.info(
         "processor starting",
         extra={"instance_id": settings.instance_id, "group": settings.group},
     )
-    threading.Thread(target=_exit_if_stuck_failing, args=(app,), daemon=True).start()
     app.run()
-
-
-def _exit_if_stuck_failing(app: Application) -> None:
-    """Leave at once if a failed runtime cannot shut down.
-
-    After a failure (a broker restart can fail a rebalance) the runtime aborts
-    its transaction and closes its consumer, and that close can hang on a
-    cluster that is still moving leaders. Nothing uncommitted matters once we
-    failed: our successor fences our transactional id and replays from the
-    last commit. So after a grace period the process exits hard, and the
-    supervisor starts a fresh runtime. `_failed` is the runtime's own flag.
-    """
-    while not getattr(app, "_failed", False):
-        time.sleep(0.5)
-    time.sleep(FAILED_SHUTDOWN_GRACE_S)
-    log.error("the failed runtime did not shut down in time; exiting")
-    logging.shutdown()
-    os._exit(EXIT_FAILED)
 
 
 def _log_failure(stage: str) -> Any:
@@ -208,5 +195,5 @@ def _source(timestamp: int, headers: Any, metrics: Metrics) -> Source:
     return Source(ctx.topic, ctx.partition, ctx.offset, timestamp, headers_of(headers))
 
 
-def _default_state_dir(settings: ProcessorSettings) -> Path:
-    return gateway_home() / "state" / settings.group / settings.instance_id
+def state_dir_of(settings: ProcessorSettings) -> Path:
+    return settings.state_dir or state_root() / settings.group / settings.instance_id

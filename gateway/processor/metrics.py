@@ -1,4 +1,4 @@
-"""Prometheus metrics of the processor, served on a configurable port."""
+"""Prometheus metrics of the processor (served with its readiness, see readiness.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Metrics:
@@ -84,6 +84,3 @@ class Metrics:
                 if position is None:
                     position = max(p.get("committed_offset", -1), p.get("lo_offset", -1), 0)
                 self.consumer_lag.labels(topic, name).set(max(0, end - position))
-
-    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
-        start_http_server(port, addr=addr, registry=self.registry)

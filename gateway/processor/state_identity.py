@@ -1,0 +1,103 @@
+"""Local state belongs to the cluster and the changelog it was built from.
+
+The RocksDB state in a processor's state directory is a cache of its changelog
+topic. Opened against another cluster (a local one purged and made anew) or a
+changelog deleted and created again, it would decide from jobs that log never
+held: a first request refused as a duplicate of a job nobody can find. So the
+directory records where its state came from, the cluster id and each
+changelog's topic id, and when either differs the state is deleted before the
+runtime opens it; the runtime then restores it from the changelog.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+from confluent_kafka import TopicCollection
+from confluent_kafka.admin import AdminClient
+
+from gateway.broker.launcher import gateway_home
+
+log = logging.getLogger("gateway.processor")
+
+IDENTITY_FILE = "identity.json"
+TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Identity:
+    cluster_id: str
+    changelogs: dict[str, str]  # changelog topic name -> topic id
+
+
+def state_root() -> Path:
+    """Where processors keep their state by default: state/<group>/<instance> under the home."""
+    return gateway_home() / "state"
+
+
+def current(admin: AdminClient, group: str) -> Identity:
+    """The cluster's id and the topic ids of the group's changelogs, as the brokers say now.
+
+    The runtime names a group's changelogs `changelog__<group>--...` and has
+    created them by the time it is built.
+    """
+    cluster = admin.describe_cluster(request_timeout=TIMEOUT_S).result()
+    prefix = f"changelog__{group}--"
+    names = sorted(t for t in admin.list_topics(timeout=TIMEOUT_S).topics if t.startswith(prefix))
+    described = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+    return Identity(
+        str(cluster.cluster_id), {n: str(described[n].result().topic_id) for n in names}
+    )
+
+
+def recorded(state_dir: Path) -> Identity | None:
+    try:
+        return Identity(**orjson.loads((state_dir / IDENTITY_FILE).read_bytes()))
+    except (OSError, orjson.JSONDecodeError, TypeError):
+        return None
+
+
+def reconcile(state_dir: Path, identity: Identity) -> bool:
+    """Make `state_dir` belong to `identity`; True if it held state from elsewhere, now gone."""
+    before = recorded(state_dir)
+    if before == identity:
+        return False
+    stale = [p for p in state_dir.glob("*") if p.name != IDENTITY_FILE]
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if stale:
+        log.warning(
+            "local state was built from another cluster or changelog; "
+            "deleted it, the runtime restores it from the changelog",
+            extra={
+                "state_dir": str(state_dir),
+                "was": asdict(before) if before else None,
+                "now": asdict(identity),
+            },
+        )
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tmp = state_dir / f".{IDENTITY_FILE}.tmp"
+    tmp.write_bytes(orjson.dumps(asdict(identity)))
+    tmp.replace(state_dir / IDENTITY_FILE)
+    return bool(stale)
+
+
+def purge(cluster_id: str, root: Path | None = None) -> list[Path]:
+    """Delete the processor state under `root` built from `cluster_id` (or of unknown origin)."""
+    root = root or state_root()
+    deleted = []
+    for state_dir in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        identity = recorded(state_dir)
+        if identity is None or identity.cluster_id == cluster_id:
+            shutil.rmtree(state_dir, ignore_errors=True)
+            deleted.append(state_dir)
+            if not any(state_dir.parent.iterdir()):
+                state_dir.parent.rmdir()
+    return deleted
