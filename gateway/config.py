@@ -13,27 +13,38 @@ the settings' bootstrap.servers, else the local cluster started by
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from gateway.broker import launcher
 
 _PREFIX = "GATEWAY_KAFKA_"
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}
+KAFKA_LOGGER = logging.getLogger("librdkafka")
 
 
 class ConfigError(Exception):
     """The configuration file is missing or malformed."""
 
 
-def client_config(explicit_bootstrap: str | None = None) -> dict[str, str]:
-    """librdkafka settings common to producers, consumers and admin clients."""
-    config = _file_settings() | {
-        name[len(_PREFIX) :].lower().replace("_", "."): value
-        for name, value in os.environ.items()
-        if name.startswith(_PREFIX) and name not in _LAUNCHER_VARS
-    }
+def client_config(explicit_bootstrap: str | None = None) -> dict[str, Any]:
+    """librdkafka settings common to producers, consumers and admin clients.
+
+    librdkafka's own log lines go to the `librdkafka` logger, so they come out
+    as JSON like every other line, instead of raw `%3|...|FAIL|...` on stderr.
+    """
+    config: dict[str, Any] = (
+        {"logger": KAFKA_LOGGER}
+        | _file_settings()
+        | {
+            name[len(_PREFIX) :].lower().replace("_", "."): value
+            for name, value in os.environ.items()
+            if name.startswith(_PREFIX) and name not in _LAUNCHER_VARS
+        }
+    )
     config["bootstrap.servers"] = (
         explicit_bootstrap
         or os.environ.get("KAFKA_BOOTSTRAP")

@@ -11,7 +11,9 @@ import sys
 
 import orjson
 
-_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# Record attributes that are not fields of the line: the standard ones, and
+# uvicorn's copy of its message with terminal colours.
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):

@@ -54,10 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gateway.sdk import Client, ClientError, EnqueueResult, InvalidJob
+    from gateway.sdk.prepare import prepare
 
     job = _job(args)
-    if isinstance(job, GatewayError):
-        return _invalid(job)
+    # An invalid job is refused before Kafka is asked anything.
+    problem = job if isinstance(job, GatewayError) else prepare(job)
+    if isinstance(problem, GatewayError):
+        return _invalid(problem)
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     try:
         # librdkafka's connection logs would bury the one line we print.

@@ -32,7 +32,10 @@ def test_the_file_sets_every_client_and_the_environment_wins(monkeypatch, tmp_pa
 
 
 def test_without_anything_the_default_broker_is_used():
-    assert config.client_config() == {"bootstrap.servers": "127.0.0.1:9092"}
+    assert config.client_config() == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "logger": config.KAFKA_LOGGER,
+    }
 
 
 def test_a_missing_or_malformed_file_is_one_clear_error(monkeypatch, tmp_path):

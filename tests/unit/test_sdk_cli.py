@@ -38,4 +38,5 @@ def test_an_invalid_job_exits_2_naming_the_problem(monkeypatch, capsys, stdin, a
 def test_kafka_out_of_reach_is_one_line_and_exit_3(monkeypatch, capsys):
     code, out, err = run(monkeypatch, capsys, b"", "--type", "t", "--timeout", "1")
     assert (code, out) == (3, "")
-    assert err.startswith("gateway: kafka: Kafka at 127.0.0.1:1:") and err.count("\n") == 1
+    assert err.startswith("gateway: no Kafka broker answered at 127.0.0.1:1 within 5s")
+    assert "start one with: gateway kafka up" in err and err.count("\n") == 1
