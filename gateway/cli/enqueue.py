@@ -36,9 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(`invalid_request: ...` on stderr), 3 when no decision could be had."
         ),
     )
-    p.add_argument("--type", dest="job_type", help="the job type; without it the job is on stdin")
+    p.add_argument(
+        "--type", dest="job_type",
+        help="the job type (default: none, the whole job is read as JSON on stdin)",
+    )  # fmt: skip
     p.add_argument("--args", help="the job's args as JSON (default: [])")
-    p.add_argument("--unique", help='the unique policy as JSON, e.g. \'{"keys": ["type"]}\'')
+    p.add_argument(
+        "--unique",
+        help='the unique policy as JSON, e.g. \'{"keys": ["type"]}\' (default: none)',
+    )
     p.add_argument("--queue", help="the queue (default: default)")
     add_kafka_arguments(p)
     p.add_argument(

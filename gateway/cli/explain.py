@@ -28,7 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "applied and why each outcome followed. Exits 1 if nothing mentions it."
         ),
     )
-    p.add_argument("target", metavar="JOB_ID|UNIQUE_KEY")
+    p.add_argument(
+        "target", metavar="JOB_ID|UNIQUE_KEY",
+        help="a job id, or a uniqueness key (64 hex digits, as `gateway fingerprint` prints)",
+    )  # fmt: skip
     add_log_arguments(p)
     p.set_defaults(func=run)
 

@@ -50,9 +50,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--from", dest="from_time", metavar="ISO-TIME",
         help="compare only decisions at or after this RFC 3339 time; the state is still "
-        "rebuilt from the start of the log",
+        "rebuilt from the start of the log (default: compare all)",
     )  # fmt: skip
-    p.add_argument("--policy", type=Path, metavar="FILE", help="a JSON OJS UniquePolicy")
+    p.add_argument(
+        "--policy", type=Path, metavar="FILE",
+        help="decide every request under this JSON OJS UniquePolicy and report the flips "
+        "(default: none, compare with the recorded decisions)",
+    )  # fmt: skip
     p.add_argument(
         "--max-request-bytes", type=int, default=Limits.max_request_bytes,
         help="the processor's --max-request-bytes (default %(default)s)",

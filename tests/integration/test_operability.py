@@ -1,0 +1,138 @@
+"""What a user meets around the quick start: health, failures, logs, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from gateway.sdk import Client
+from tests.integration.cli import gateway
+from tests.integration.harness import Processor, apply_topics, fingerprint_of
+from tests.integration.running import Up
+from tests.support import free_port_block
+
+# Ctrl-C rounds in CI; GATEWAY_SHUTDOWN_ROUNDS=150 runs more by hand.
+SHUTDOWN_ROUNDS = int(os.environ.get("GATEWAY_SHUTDOWN_ROUNDS", "12"))
+
+JOB = {"type": "email.send", "args": {"user_id": 7}, "unique": {"keys": ["type", "args"]}}
+
+
+def _unreachable() -> str:
+    return f"127.0.0.1:{free_port_block()}"  # nothing listens there
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("topics", "apply"),
+        ("enqueue", "--type", "t"),
+        ("explain", "0" * 64),
+        ("replay",),
+        ("process",),
+        ("serve",),
+        ("up",),
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_without_a_broker_every_command_fails_fast_in_one_line(argv):
+    address = _unreachable()
+    started = time.monotonic()
+    result = gateway(*argv, "--bootstrap", address, input="", timeout=60)
+    took = time.monotonic() - started
+    print(f"gateway {argv[0]} without a broker: exit {result.returncode} in {took:.1f}s")
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"gateway: no Kafka broker answered at {address} within 5s")
+    assert "start one with: gateway kafka up" in result.stderr
+    assert took < 10
+
+
+@pytest.mark.kafka
+def test_explain_into_head_ends_without_a_traceback(kafka_bootstrap, namespace, tmp_path):
+    apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1").start()
+    try:
+        with Client(kafka_bootstrap, namespace) as client:
+            # Far more than a pipe holds (64 KiB), so the writer meets the closed pipe.
+            answers = client.enqueue_many([JOB] * 600, wait=True, timeout=120)
+        assert sum(a.outcome == "rejected" for a in answers) == 599
+    finally:
+        proc.stop()
+    command = (
+        f"set -o pipefail; {sys.executable} -m gateway explain {fingerprint_of(JOB)} "
+        f"--bootstrap {kafka_bootstrap} --namespace {namespace} | head -3"
+    )
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    assert result.stdout.count("\n") == 3
+    assert result.stdout.startswith("unique_key ")
+    assert result.stderr == ""
+    assert result.returncode == 141  # the writer's documented exit when its reader left
+
+
+@pytest.mark.kafka
+def test_health_is_503_until_this_runs_processor_owns_its_partitions(
+    kafka_bootstrap, namespace, tmp_path
+):
+    http_port = free_port_block()
+    base = f"http://127.0.0.1:{http_port}"
+    args = ("--bootstrap", kafka_bootstrap, "--namespace", namespace)
+    args += ("--http-port", str(http_port), "--state-dir", str(tmp_path / "state"))
+    for round_ in ("first", "restarted"):
+        # The restarted round begins while the first run's static member is
+        # still listed in the group: only this run's processor may make it ready.
+        up = Up(tmp_path / round_, *args)
+        try:
+            seen = up.wait_ready(f"{base}/ojs/v1/health")
+            assert seen[0].status_code == 503, [a.text for a in seen]
+            body = seen[0].json()
+            assert body["status"] == "starting" and body["reason"], body
+            assert seen[-1].json() == {"status": "ok"}
+            live = httpx.get(f"{base}/ojs/v1/health/live")
+            assert live.status_code == 200 and live.json() == {"status": "ok"}
+            posted = httpx.post(f"{base}/ojs/v1/jobs", json=JOB, timeout=60)
+            assert posted.status_code == (201 if round_ == "first" else 409), posted.text
+        finally:
+            took = up.interrupt()
+        reasons = sorted({a.json()["reason"] for a in seen if a.status_code == 503})
+        print(f"{round_}: {len(seen) - 1} answers of 503 before 200: {reasons}; stop {took:.2f}s")
+        _assert_logs(up, fingerprint_of(JOB))
+
+
+def _assert_logs(up: Up, key: str) -> None:
+    """Every stderr line is JSON, uvicorn's under its own loggers; the key only at DEBUG."""
+    lines = up.log_lines()
+    loggers = {line["logger"] for line in lines}
+    assert {"uvicorn.error", "uvicorn.access", "gateway.processor"} <= loggers, loggers
+    above_debug = [line for line in lines if line["level"] != "debug"]
+    assert not [line for line in above_debug if key in str(line)]
+
+
+@pytest.mark.kafka
+def test_ctrl_c_ends_everything_within_10s_every_time(kafka_bootstrap, namespace, tmp_path):
+    """Ctrl-C at a random moment of `gateway up`'s life, SHUTDOWN_ROUNDS times."""
+    http_port = free_port_block()
+    args = ("--bootstrap", kafka_bootstrap, "--namespace", namespace)
+    args += ("--http-port", str(http_port), "--state-dir", str(tmp_path / "state"))
+    rng = random.Random()
+    times = []
+    for round_ in range(SHUTDOWN_ROUNDS):
+        up = Up(tmp_path / f"round-{round_}", *args)
+        # From still importing to joining the group to serving: 0.5 to 12 s.
+        time.sleep(rng.uniform(0.5, 12.0))
+        took = up.interrupt()
+        times.append(took)
+        assert took < 10, f"round {round_}: {took:.1f}s\n{up.stderr()[-3000:]}"
+        up.log_lines()  # every line JSON, no traceback
+    print(
+        f"Ctrl-C to the last process gone, {len(times)} rounds: median "
+        f"{statistics.median(times):.2f}s (min {min(times):.2f}, max {max(times):.2f})"
+    )

@@ -1,0 +1,47 @@
+"""The help a user reads: what the gateway does first, every flag with its default."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from gateway.broker import launcher
+from gateway.cli import build_parser
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "gateway"):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _parsers(sub, f"{name} {sub_name}")
+
+
+def test_gateway_help_opens_with_what_the_gateway_does():
+    text = build_parser().format_help()
+    description = text.split("\n\n", 1)[1]
+    assert description.startswith("gateway: a Kafka-native unique-jobs gateway.")
+    assert "exit codes:" in text
+
+
+def test_every_command_and_flag_has_help_naming_its_default():
+    missing = []
+    for name, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{name} {c.dest}" for c in action._choices_actions if not c.help]
+                continue
+            label = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help:
+                missing.append(label)
+            elif action.option_strings and action.nargs != 0 and "default" not in action.help:
+                missing.append(f"{label} (no default named)")
+    assert not missing, missing
+
+
+def test_docker_compose_runs_the_launchers_kafka_release():
+    compose = (Path(__file__).parents[2] / "docker-compose.yml").read_text()
+    assert re.findall(r"image: apache/kafka:(\S+)", compose) == [launcher.DEFAULT_VERSION]
