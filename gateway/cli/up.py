@@ -71,7 +71,7 @@ def _up(args: argparse.Namespace) -> int:
     stop = {"at": float("inf")}
     try:
         if not args.bootstrap:
-            result = launcher.up(port=args.port)
+            result = _start_broker(args.port)
             args.bootstrap = result.cluster.bootstrap
             if not result.reused:
                 started = result.cluster
@@ -104,6 +104,19 @@ def _up(args: argparse.Namespace) -> int:
             left = min(STOP_BUDGET_S, stop["at"] + STOP_BUDGET_S - time.monotonic())
             launcher.down(started, timeout=max(1.0, left - 0.5))
             print("stopped the local Kafka broker", flush=True)
+
+
+def _start_broker(port: int | None) -> launcher.UpResult:
+    """launcher.up, and on Ctrl-C while it waits, stop the nodes it had started."""
+    before = launcher.load_cluster()
+    was_running = before is not None and bool(launcher.running_nodes(before))
+    try:
+        return launcher.up(port=port)
+    except KeyboardInterrupt:
+        cluster = launcher.load_cluster()
+        if cluster is not None and not was_running:
+            launcher.down(cluster, timeout=STOP_BUDGET_S / 2)
+        raise
 
 
 def _end(proc: subprocess.Popen[bytes], deadline: float) -> None:

@@ -285,8 +285,10 @@ def test_without_a_processor_health_is_503_and_a_post_times_out_with_504(
         unhealthy = http.get("/ojs/v1/health")
         assert unhealthy.status_code == 503
         assert_ojs_headers(unhealthy)
-        assert unhealthy.json()["error"]["code"] == "unavailable"
-        assert unhealthy.json()["error"]["retryable"] is True
+        assert unhealthy.json()["status"] == "starting"
+        assert "no processor is consuming" in unhealthy.json()["reason"]
+        live = http.get("/ojs/v1/health/live")
+        assert live.status_code == 200 and live.json() == {"status": "ok"}
         timed_out = http.post("/ojs/v1/jobs", json=job())
         assert timed_out.status_code == 504
         assert_ojs_headers(timed_out)
