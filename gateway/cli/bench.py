@@ -58,7 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records-per-input", type=float, default=3.0,
                    help="passthrough records per input when the gateway is not measured "
                    "in the same run (default %(default)s)")  # fmt: skip
-    p.add_argument("--bootstrap", help="use this Kafka cluster (broker CPU is then not measured)")
+    p.add_argument(
+        "--bootstrap",
+        help="use this Kafka cluster, whose broker CPU is then not measured "
+        "(default: a local broker started for the run)",
+    )
     p.set_defaults(func=_bench)
 
 
