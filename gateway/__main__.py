@@ -1,3 +1,8 @@
-from gateway.cli import main
+import sys
+
+try:
+    from gateway.cli import main
+except KeyboardInterrupt:  # Ctrl-C while still starting: no traceback for that
+    sys.exit(130)
 
 raise SystemExit(main())

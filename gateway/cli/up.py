@@ -47,7 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
-    """The HTTP binding in a process of its own (it runs its own event loop and signals)."""
+    """The HTTP binding in a process of its own (it runs its own event loop and signals).
+
+    Like the processor, it ignores the terminal's Ctrl-C until uvicorn installs
+    its handlers, so a Ctrl-C while it starts is no KeyboardInterrupt there;
+    we stop it with SIGTERM.
+    """
+    from gateway.processor.supervisor import ignore_sigint
+
     command = [
         sys.executable, "-m", "gateway", "serve", "--bootstrap", args.bootstrap,
         "--host", args.http_host, "--port", str(args.http_port), "--log-level", args.log_level,
@@ -55,7 +62,7 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     ]  # fmt: skip
     if args.namespace:
         command += ["--namespace", args.namespace]
-    return subprocess.Popen(command)
+    return subprocess.Popen(command, preexec_fn=ignore_sigint)
 
 
 def _free_port() -> int:

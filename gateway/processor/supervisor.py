@@ -84,7 +84,7 @@ def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[byte
     child = subprocess.Popen(
         [sys.executable, "-m", "gateway.processor.supervisor"],
         stdin=subprocess.PIPE,
-        preexec_fn=_ignore_sigint,
+        preexec_fn=ignore_sigint,
     )
     assert child.stdin is not None
     with child.stdin:
@@ -92,7 +92,7 @@ def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[byte
     return child
 
 
-def _ignore_sigint() -> None:
+def ignore_sigint() -> None:
     """In the forked child, before exec: an ignored signal stays ignored across exec."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -73,12 +73,13 @@ class Up:
 
     def log_lines(self) -> list[dict[str, Any]]:
         """Every stderr line, each of which must be a JSON object."""
-        lines = []
+        lines, other = [], []
         for line in self.stderr().splitlines():
             try:
                 lines.append(orjson.loads(line))
             except orjson.JSONDecodeError:
-                raise AssertionError(f"not a JSON log line: {line!r}") from None
+                other.append(line)
+        assert not other, "lines on stderr that are not JSON:\n" + "\n".join(other)
         return lines
 
 
