@@ -8,6 +8,7 @@ stops what it started, all within STOP_BUDGET_S.
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 import subprocess
 import sys
@@ -89,19 +90,28 @@ def _up(args: argparse.Namespace) -> int:
         settings = process.settings_from(args)
         report = admin.apply(settings.catalogue, settings.client_config)
         print(f"topics: {len(report.created)} created, {len(report.unchanged)} present")
-        http = _start_http(args)
-        print(f"http: http://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
-        print("processor: starting; press Ctrl-C to stop", flush=True)
-        logs.configure(args.log_level)
+        http: subprocess.Popen[bytes] | None = None
 
         def on_stop() -> None:
             stop["at"] = time.monotonic()
-            http.terminate()
+            if http is not None:
+                http.terminate()
 
         try:
+            # A Ctrl-C now waits until `http` is recorded, so the finally ends it.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                http = _start_http(args)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+            print(f"http: http://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
+            print("processor: starting; press Ctrl-C to stop", flush=True)
+            logs.configure(args.log_level)
             return supervise(settings, args.log_level, on_stop)
         finally:
-            _end(http, stop["at"] + STOP_BUDGET_S - 1.0)
+            if http is not None:
+                stopped_at = min(stop["at"], time.monotonic())
+                _end(http, stopped_at + STOP_BUDGET_S - 1.0)
     except (BrokerError, CatalogueError) as exc:
         raise CommandError(str(exc)) from exc
     except KafkaException as exc:
