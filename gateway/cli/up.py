@@ -22,6 +22,7 @@ from gateway.broker.launcher import BrokerError
 from gateway.catalogue import CatalogueError
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
+from gateway.cli.serve import GRACEFUL_SHUTDOWN_S
 
 # From Ctrl-C to the last process gone; the processor takes at most
 # supervisor.KILL_AFTER_S of it, the broker gets what is left.
@@ -110,8 +111,10 @@ def _up(args: argparse.Namespace) -> int:
             return supervise(settings, args.log_level, on_stop)
         finally:
             if http is not None:
+                # Its own graceful stop takes GRACEFUL_SHUTDOWN_S; a uvicorn
+                # still starting only sees SIGTERM once started: kill it then.
                 stopped_at = min(stop["at"], time.monotonic())
-                _end(http, stopped_at + STOP_BUDGET_S - 1.0)
+                _end(http, stopped_at + GRACEFUL_SHUTDOWN_S + 1.0)
     except (BrokerError, CatalogueError) as exc:
         raise CommandError(str(exc)) from exc
     except KafkaException as exc:
