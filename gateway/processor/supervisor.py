@@ -93,8 +93,12 @@ def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[byte
 
 
 def ignore_sigint() -> None:
-    """In the forked child, before exec: an ignored signal stays ignored across exec."""
+    """In the forked child, before exec: an ignored signal stays ignored across exec.
+
+    The signal mask is inherited too, so clear what a parent may hold blocked.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:
