@@ -19,16 +19,16 @@ Rules, each decided here and only here:
   even if it was terminal and nothing was cancelled.
 - replace_except_schedule is replace, except that when the existing job is
   still scheduled the new job keeps its scheduled_at.
-- A request carrying the id of a job already stored under its key is a
-  resubmission of that job, never a second job: it is ignored under
-  on_conflict ignore and rejected otherwise, whatever its states and period.
-- A request without a unique policy is accepted and stores nothing.
+- Job ids are unique. A request carrying the id of a known job (one stored
+  under its key, or `known`, the job record the processor holds under that
+  id) is rejected as a duplicate naming that job, whatever its policy.
+- A request without a unique policy is accepted and stores no entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -39,7 +39,7 @@ from gateway.core.jobs import initial_state, job_record, uuid7
 from gateway.core.policy import OnConflict, UniquePolicy
 from gateway.core.request import Request
 from gateway.core.states import State
-from gateway.core.times import format_rfc3339
+from gateway.core.times import format_rfc3339, parse_rfc3339
 
 DUPLICATE_MESSAGE = "A job matching the uniqueness key already exists"
 
@@ -93,20 +93,26 @@ def decide(
     retention_ms: int = DEFAULT_RETENTION_MS,
     *,
     seed: bytes,
+    known: Mapping[str, Any] | None = None,
 ) -> Decision:
-    """Decide one request. `seed` identifies the request (see jobs.uuid7)."""
+    """Decide one request. `seed` identifies the request (see jobs.uuid7).
+
+    `known`: the job record already held under the request's id, if any.
+    """
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
         return Decision(Outcome.INVALID, now_ms, kept, error=request)
     policy, key = request.policy, request.unique_key
+    job_id = request.envelope.id
+    taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None
+    if taken is None and known is not None:
+        taken = entry_of(known)
+    if taken is not None:
+        refused = _refuse(Outcome.REJECTED, request, kept, now_ms, taken)
+        message = f"job id {taken.job_id} is already taken by a {taken.state} job"
+        return replace(refused, error=GatewayError(DUPLICATE, message))
     if policy is None:
         return _accept(request, kept, now_ms, seed)
-
-    resubmitted = [e for e in kept if e.job_id == request.envelope.id]
-    if resubmitted:
-        existing = resubmitted[0]
-        outcome = Outcome.IGNORED if policy.on_conflict is OnConflict.IGNORE else Outcome.REJECTED
-        return _refuse(outcome, request, kept, now_ms, existing)
 
     matches = [e for e in kept if _matches(e, policy, now_ms)]
     if not matches:
@@ -137,6 +143,22 @@ def decide(
         existing=existing,
         existing_state=effective_state(existing, now_ms),
         cancelled=tuple(to_cancel),
+    )
+
+
+def entry_of(job: Mapping[str, Any]) -> Entry:
+    """A stored job record seen as an entry, to report it as the existing job."""
+    created = parse_rfc3339(str(job.get("created_at", ""))) or 0
+    scheduled = job.get("scheduled_at")
+    return Entry(
+        job_id=str(job["id"]),
+        state=State(job["state"]),
+        created_at=created,
+        state_changed_at=created,
+        type=str(job.get("type", "")),
+        queue=str(job.get("queue", "")),
+        scheduled_at=parse_rfc3339(scheduled) if isinstance(scheduled, str) else None,
+        max_attempts=int(job.get("max_attempts") or 1),
     )
 
 

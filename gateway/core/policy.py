@@ -113,8 +113,11 @@ def policy_or_raise(raw: object, field: str) -> UniquePolicy:
                 f"{field}.args_keys must not be empty; omit it to include all of args, "
                 'or list the args fields that define uniqueness, e.g. ["user_id"]'
             )
-    else:
-        args_keys = None
+    elif args_keys is not None:
+        raise invalid_request(
+            f'{field}.args_keys is given but {field}.{keys_field} does not contain "args"; '
+            f'add "args" to {field}.{keys_field}, or drop {field}.args_keys'
+        )
     if Dimension.META in keys:
         if meta_keys is None:
             raise invalid_request(

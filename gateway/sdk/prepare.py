@@ -46,7 +46,7 @@ def prepare(job: Any) -> Outgoing | GatewayError:
 
 
 def prepare_event(event: Any) -> Outgoing | GatewayError:
-    """A job-state event, validated by the core and keyed by its unique_key."""
+    """A job-state event, validated by the core and keyed by its job's route (core.route_key)."""
     try:
         value = orjson.dumps(event)
     except TypeError as exc:
@@ -54,4 +54,4 @@ def prepare_event(event: Any) -> Outgoing | GatewayError:
     parsed = parse_event_json(value)
     if isinstance(parsed, GatewayError):
         return parsed
-    return Outgoing(value, parsed.unique_key.encode(), uuid.uuid4().hex, parsed.unique_key)
+    return Outgoing(value, parsed.route.encode(), uuid.uuid4().hex, parsed.unique_key)
