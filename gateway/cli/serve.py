@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from gateway import logs
 from gateway.cli.common import CommandError, add_kafka_arguments
@@ -35,6 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timeout", type=float, default=30.0,
         help="seconds to wait for a decision before answering 504 (default %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--view-dir", type=Path, default=None,
+        help="where this process keeps its job view (RocksDB; default: under the gateway home, "
+        "per namespace and port). Two serve processes need two directories.",
+    )  # fmt: skip
     p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
     p.set_defaults(func=_serve)
 
@@ -43,6 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.http import HttpSettings, create_app
+    from gateway.http.view import default_view_dir
 
     if args.max_body_bytes < 1 or args.timeout <= 0:
         raise CommandError("--max-body-bytes and --timeout must be positive")
@@ -53,6 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         token=args.token or None,
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
+        view_dir=args.view_dir or default_view_dir(args.namespace, f"port-{args.port}"),
     )
     uvicorn.run(
         create_app(settings), host=args.host, port=args.port,

@@ -57,8 +57,18 @@ def for_client_error(exc: ClientError) -> ApiError:
     return ApiError(503, errors.UNAVAILABLE, str(exc), retryable=True)
 
 
-def batch_item(answer: Answer | ApiError, request_id: str) -> dict[str, Any]:
-    """One batch item's result: its status and what a single POST would have said."""
-    if isinstance(answer, ApiError):
-        return {"status": answer.status, **answer.envelope(request_id)}
-    return {"status": answer.status, **answer.body}
+def batch_item(outcome: Any) -> dict[str, Any]:
+    """One batch job: the job (new, or the existing one it duplicates) with its outcome."""
+    if isinstance(outcome, EnqueueResult):
+        job = dict(outcome.job or {"id": outcome.job_id})
+        job.pop("route", None)
+        job.pop("partition", None)
+        job["deduplicated"] = outcome.outcome in (Outcome.IGNORED, Outcome.REJECTED)
+        if outcome.outcome is Outcome.REJECTED:
+            job["existing_job_id"] = outcome.existing_job_id
+            job["error"] = for_result(outcome).envelope("")["error"]  # type: ignore[union-attr]
+        return job
+    error = for_client_error(outcome) if isinstance(outcome, ClientError) else ApiError(
+        504, errors.TIMEOUT, "no decision in time", retryable=True
+    )  # fmt: skip
+    return {"error": error.envelope("")["error"]}

@@ -12,8 +12,7 @@ from starlette.requests import Request
 
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
-from gateway.http.publisher import Publisher
-from gateway.http.read_model import ReadModel
+from gateway.http.view import JobView
 from gateway.sdk import AsyncClient
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -30,16 +29,19 @@ class HttpSettings:
     decision_timeout: float = 30.0
     manifest: Path = DEFAULT_MANIFEST
     kafka_settings: dict[str, Any] = field(default_factory=dict)
+    # Where this process keeps its job view (RocksDB); one directory per serve process.
+    view_dir: Path | None = None
 
 
 @dataclass
 class Binding:
     settings: HttpSettings
     client: AsyncClient
-    model: ReadModel
-    publisher: Publisher
+    view: JobView
     admin: AdminClient
     requests_topic: str
+    # Job id -> until when (monotonic) this process's own claim of it is pending.
+    claims: dict[str, float] = field(default_factory=dict)
 
 
 Handler = Callable[[Request, Binding, str], Awaitable[Answer | ApiError]]
