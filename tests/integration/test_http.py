@@ -41,6 +41,7 @@ class Served:
         config = uvicorn.Config(
             create_app(settings), host="127.0.0.1", port=port, log_level="warning"
         )
+        self.app = config.app
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -51,6 +52,10 @@ class Served:
             assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
             time.sleep(0.05)
         return self
+
+    def app_state(self) -> Any:
+        """The running app's binding (its view, its client)."""
+        return self.app.state.binding
 
     def __exit__(self, *_: object) -> None:
         self.server.should_exit = True
