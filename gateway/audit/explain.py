@@ -11,8 +11,10 @@ processor gave it. Nothing is decided again here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import orjson
 
 from gateway.core import (
     DEFAULT_RETENTION_MS,
@@ -20,12 +22,14 @@ from gateway.core import (
     EventOutcome,
     EventResult,
     GatewayError,
+    Holder,
     IgnoredReason,
     JobEvent,
     State,
     UniquePolicy,
     apply_event,
     effective_state,
+    holds,
     parse_event,
     prune,
 )
@@ -86,7 +90,10 @@ def explain_history(
 
 
 def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
-    """Why the decision's outcome followed, given the key's entries before it."""
+    """Why the decision's outcome followed, given the key's entries before it.
+
+    Whether a job held the key is asked of `core.holds`, the engine's own predicate.
+    """
     outcome = record.get("outcome")
     now = _time(record.get("decided_at")) or 0
     policy = _policy(record)
@@ -98,41 +105,54 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
             f"accepted: job {record.get('job_id')}; the job has no unique policy, "
             "so nothing can duplicate it"
         )
-    states = _states(policy)
+    kept = prune(prior, now)
     if outcome == "accepted":
-        reasons = [_why_not(e, policy, now) for e in prune(prior, now)]
-        detail = f" ({'; '.join(reasons)})" if reasons else ""
-        return (
-            f"accepted: job {record.get('job_id')}; no existing job under this key is in "
-            f"states {states} within the period{detail}"
-        )
+        reasons = [holds(e, policy, now).why for e in kept]
+        detail = f" against this request: {'; '.join(reasons)}" if reasons else ""
+        return f"accepted: job {record.get('job_id')}; no job holds this key{detail}"
     existing = record.get("existing_job_id")
-    state = record.get("existing_job_state")
-    job = record.get("job") or {}
-    if outcome in ("rejected", "ignored"):
-        then = "the request is refused" if outcome == "rejected" else "the existing job is returned"
-        created = _time(job.get("created_at"))
-        if not _duplicate(state, created, policy, now):
+    held = next((e for e in kept if e.job_id == existing), None)
+    if outcome in ("rejected", "ignored", "updated"):
+        then = {
+            "rejected": "the request is refused",
+            "ignored": "the existing job is returned",
+            "updated": f"the request updates it: {_changes(record)}; the updated job is published",
+        }[outcome]
+        if held is None:
+            state = record.get("existing_job_state")
+            return f"{outcome}: job {existing} was `{state}` (before this log's history); {then}"
+        holding = holds(held, policy, now)
+        if not holding.holds:
             return (
                 f"{outcome}: the request carried the id of job {existing}, which already holds "
                 f"this key: a resubmitted job is never a second job; {then}"
             )
-        return (
-            f"{outcome}: job {existing} was `{state}`, which is in the policy's states "
-            f"{states} and {_period(policy, created)} has not elapsed; {then}"
-        )
+        return f"{outcome}: {holding.why}; {then}"
     if outcome == "replaced":
         cancelled = [
-            f"cancelled job {jid} ({_state_before(jid, prior, now, existing, state)})"
+            f"cancelled job {jid} ({_state_before(jid, prior, now, existing, record)})"
             for jid in record.get("cancelled_job_ids") or []
         ]
         if not cancelled:
             cancelled = [
-                f"job {existing} was `{state}`, which is in the policy's states but terminal: "
-                "superseded, not cancelled"
+                f"job {existing} was `{record.get('existing_job_state')}`, which is in the "
+                "policy's states but terminal: superseded, not cancelled"
             ]
         return f"replaced: {'; '.join(cancelled)}; accepted job {record.get('job_id')} in its place"
     return f"{outcome}: no explanation for this outcome"
+
+
+def _changes(record: Mapping[str, Any]) -> str:
+    changes = record.get("updated_fields") or []
+    return ", ".join(
+        f"{c.get('field')} {_show(c.get('from'))} → {_show(c.get('to'))}"
+        for c in changes
+        if isinstance(c, Mapping)
+    )
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is None else orjson.dumps(value).decode()
 
 
 def explain_event(event: JobEvent | GatewayError, result: EventResult) -> str:
@@ -159,12 +179,26 @@ def after_decision(prior: Entries, record: Mapping[str, Any]) -> Entries:
     cancelled = set(record.get("cancelled_job_ids") or [])
     entries = [e.moved_to(State.CANCELLED, now) if e.job_id in cancelled else e for e in prior]
     job = record.get("job")
-    known = {e.job_id for e in entries}
-    if isinstance(job, Mapping) and job.get("id") not in known:
-        entry = _entry(job)
+    if not isinstance(job, Mapping):
+        return tuple(entries)
+    if record.get("outcome") == "updated":
+        return tuple(_updated(e, job) if e.job_id == job.get("id") else e for e in entries)
+    if job.get("id") not in {e.job_id for e in entries}:
+        entry = _entry(job, record.get("holder"))
         if entry is not None:
             entries.append(entry)
     return tuple(entries)
+
+
+def _updated(entry: Entry, job: Mapping[str, Any]) -> Entry:
+    """The entry as an update's record shows its job."""
+    fresh = _entry(job, None)
+    if fresh is None:
+        return entry
+    return replace(
+        entry, state=fresh.state, type=fresh.type, queue=fresh.queue,
+        scheduled_at=fresh.scheduled_at, max_attempts=fresh.max_attempts, job=dict(job),
+    )  # fmt: skip
 
 
 def describe_policy(policy: Mapping[str, Any]) -> str:
@@ -177,53 +211,29 @@ def describe_policy(policy: Mapping[str, Any]) -> str:
         f"period {policy.get('period') or 'none'}",
         f"on_conflict {policy.get('on_conflict')}",
     ]
+    if policy.get("period_from"):
+        parts.append(f"period from {policy['period_from']}")
+    if policy.get("judge") == "holder":
+        parts.append("the holder's rule decides")
+    if isinstance(policy.get("update_fields"), Mapping):
+        updates = "; ".join(f"{s}: {_list(f)}" for s, f in policy["update_fields"].items())
+        parts.append(f"update {updates}")
     return ", ".join(parts)
 
 
-def _why_not(entry: Entry, policy: UniquePolicy, now: int) -> str:
-    state = effective_state(entry, now)
-    if state not in policy.states:
-        return f"job {entry.job_id} is `{state}`, not one of them"
-    if policy.period_ms is not None and now >= entry.created_at + policy.period_ms:
-        return (
-            f"job {entry.job_id} is `{state}` but was created at "
-            f"{format_rfc3339(entry.created_at)}: the period ({_iso(policy)}) had elapsed"
-        )
-    return f"job {entry.job_id} is `{state}` in this log"
-
-
-def _duplicate(state: Any, created: int | None, policy: UniquePolicy, now: int) -> bool:
-    if state not in {str(s) for s in policy.states}:
-        return False
-    return policy.period_ms is None or created is None or now < created + policy.period_ms
-
-
-def _period(policy: UniquePolicy, created: int | None) -> str:
-    if policy.period_ms is None:
-        return "the period (none)"
-    since = f", counted from its creation at {format_rfc3339(created)}," if created else ""
-    return f"the period ({_iso(policy)}){since}"
-
-
-def _state_before(job_id: str, prior: Entries, now: int, existing: Any, existing_state: Any) -> str:
+def _state_before(
+    job_id: str, prior: Entries, now: int, existing: Any, record: Mapping[str, Any]
+) -> str:
     for entry in prior:
         if entry.job_id == job_id:
             return str(effective_state(entry, now))
-    return str(existing_state) if job_id == existing else "state before this log"
+    return str(record.get("existing_job_state")) if job_id == existing else "state before this log"
 
 
 def _policy(record: Mapping[str, Any]) -> UniquePolicy | None:
     raw = record.get("policy")
     policy = UniquePolicy.from_dict(raw) if isinstance(raw, Mapping) else None
     return policy if isinstance(policy, UniquePolicy) else None
-
-
-def _iso(policy: UniquePolicy) -> str:
-    return str(policy.to_dict()["period"])
-
-
-def _states(policy: UniquePolicy) -> str:
-    return _list(policy.to_dict()["states"])
 
 
 def _list(values: Any) -> str:
@@ -245,7 +255,7 @@ def _event_name(raw: Any) -> str:
     return f"{name} job {raw.get('job_id')}"
 
 
-def _entry(job: Mapping[str, Any]) -> Entry | None:
+def _entry(job: Mapping[str, Any], holder: Any) -> Entry | None:
     """The entry a job record stands for; None if the record lacks what an entry needs."""
     created = _time(job.get("created_at"))
     try:
@@ -264,4 +274,12 @@ def _entry(job: Mapping[str, Any]) -> Entry | None:
         queue=str(job.get("queue")),
         scheduled_at=_time(job.get("scheduled_at")),
         max_attempts=max_attempts if isinstance(max_attempts, int) else 3,
+        holder=_holder(holder),
     )
+
+
+def _holder(raw: Any) -> Holder | None:
+    try:
+        return Holder.from_dict(raw) if isinstance(raw, Mapping) else None
+    except ValueError:
+        return None  # a record written by something else: explain without the rule

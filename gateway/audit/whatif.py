@@ -57,12 +57,12 @@ class FlipReport:
 
 
 def with_policy(request: Request, policy: UniquePolicy) -> Request | GatewayError:
-    """The request as if it had carried `policy`."""
+    """The request as if it had been an OJS job carrying `policy`, whatever its dialect."""
     env = request.envelope
     key = fingerprint(policy, env.type, env.queue, env.args, env.meta, "--policy")
     if isinstance(key, GatewayError):
         return key
-    return replace(request, policy=policy, unique_key=key)
+    return Request(env, policy, key)
 
 
 def replay_under_policy(

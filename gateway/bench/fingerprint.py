@@ -1,13 +1,11 @@
-"""Fingerprints per second on one core, fast path and reference path.
+"""Fingerprints per second on one core: the fast path, the reference path, a whole parse.
 
-Run: python -m gateway.bench.fingerprint [--seconds S]
-The process pins itself to one CPU when the platform allows it (as
-`taskset -c 0` would) and reports the best of several rounds.
+The process pins itself to one CPU while it measures (as `taskset -c 0`
+would) and puts its affinity back afterwards.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections.abc import Callable
@@ -21,8 +19,6 @@ from gateway.core import (
     parse_request,
 )
 
-Fingerprinter = Callable[..., object]
-
 # A typical small job: the unique-jobs page's worked example.
 JOB: dict[str, Any] = {
     "type": "email.send",
@@ -30,49 +26,46 @@ JOB: dict[str, Any] = {
     "args": {"user_id": 42, "template": "welcome"},
 }
 POLICY: dict[str, Any] = {"keys": ["type", "queue", "args"], "args_keys": ["user_id"]}
+ROUNDS = 5
 
 
-def rate(compute: Fingerprinter, policy: UniquePolicy, seconds: float, rounds: int = 5) -> float:
-    """Best observed fingerprints per second over `rounds` rounds of about `seconds` each."""
-    args = (policy, JOB["type"], JOB["queue"], JOB["args"], None)
-    batch, best = 1000, 0.0
-    for _ in range(rounds):
-        done, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds / rounds:
-            for _ in range(batch):
-                compute(*args)
-            done += batch
-        best = max(best, done / elapsed)
-    return best
+def fingerprint_rates(seconds: float) -> dict[str, dict[str, float]]:
+    """Per path, median/min/max fingerprints per second over rounds, about `seconds` per path."""
+    from gateway.bench.report import spread
 
-
-def pin_to_one_cpu() -> str:
-    if not hasattr(os, "sched_setaffinity"):
-        return "not pinned (no sched_setaffinity)"
-    cpu = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
-    return f"pinned to CPU {cpu}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.bench.fingerprint")
-    parser.add_argument("--seconds", type=float, default=3.0, help="time per path (default 3)")
-    options = parser.parse_args(argv)
     policy = parse_policy(POLICY)
     assert isinstance(policy, UniquePolicy)
-    job = (JOB["type"], JOB["queue"], JOB["args"])
-    fast, reference = fingerprint(policy, *job), fingerprint_reference(policy, *job)
-    if fast != reference:
-        raise SystemExit(f"fast path {fast} differs from reference {reference}")
-    print(f"job: {JOB} with policy {POLICY}; {pin_to_one_cpu()}")
-    for name, compute in (("fast path", fingerprint), ("reference", fingerprint_reference)):
-        print(f"{name:>10}: {rate(compute, policy, options.seconds):>10,.0f} fingerprints/s")
-    # For scale: the whole per-request parse (envelope, policy, key) the processor runs.
+    args = (policy, JOB["type"], JOB["queue"], JOB["args"], None)
+    if fingerprint(*args) != fingerprint_reference(*args):
+        raise AssertionError("the fast path and the reference path disagree")
     raw = {**JOB, "unique": POLICY}
-    per_second = rate(lambda *_: parse_request(raw), policy, options.seconds)
-    print(f"{'parse_request':>10}: {per_second:>10,.0f} requests/s (validation + policy + key)")
-    return 0
+    paths: dict[str, Callable[[], object]] = {
+        "fingerprint (fast path)": lambda: fingerprint(*args),
+        "fingerprint (rfc8785 reference)": lambda: fingerprint_reference(*args),
+        "parse_request (validation + policy + key)": lambda: parse_request(raw),
+    }
+    with _one_cpu():
+        return {name: spread(_rates(compute, seconds)) or {} for name, compute in paths.items()}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _rates(compute: Callable[[], object], seconds: float) -> list[float]:
+    rates, batch = [], 1000
+    for _ in range(ROUNDS):
+        done, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds / ROUNDS:
+            for _ in range(batch):
+                compute()
+            done += batch
+        rates.append(done / elapsed)
+    return rates
+
+
+class _one_cpu:  # noqa: N801 - used as a context manager
+    def __enter__(self) -> None:
+        self.saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        if self.saved:
+            os.sched_setaffinity(0, {min(self.saved)})
+
+    def __exit__(self, *_: object) -> None:
+        if self.saved:
+            os.sched_setaffinity(0, self.saved)

@@ -7,7 +7,18 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
-from gateway.cli import enqueue, explain, fingerprint, kafka, process, replay, serve, topics, up
+from gateway.cli import (
+    bench,
+    enqueue,
+    explain,
+    fingerprint,
+    kafka,
+    process,
+    replay,
+    serve,
+    topics,
+    up,
+)
 from gateway.cli.common import CommandError
 from gateway.config import ConfigError
 
@@ -16,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve):
+    for module in (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve, bench):
         module.register(sub)
     return parser
 

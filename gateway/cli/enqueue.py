@@ -17,7 +17,9 @@ EXIT_REJECTED = 1
 EXIT_INVALID = 2
 # Kafka unreachable, a topic missing, no decision in time: not a verdict on the job.
 EXIT_FAILED = 3
-_EXIT_BY_OUTCOME = {"accepted": 0, "replaced": 0, "ignored": 0, "rejected": EXIT_REJECTED}
+_EXIT_BY_OUTCOME = {
+    "accepted": 0, "replaced": 0, "ignored": 0, "updated": 0, "rejected": EXIT_REJECTED,
+}  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:

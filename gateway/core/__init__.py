@@ -1,16 +1,31 @@
 """The pure core: unique policy, fingerprint, decision engine, job-state events.
 
 No I/O, no clock, no Kafka. The processor calls, per request record,
-`parse_request_json` then `decide`, and per job-state event
+`parse_request_json` (any dialect) then `decide`, and per job-state event
 `parse_event_json` then `apply_event`, storing the returned entries.
 """
 
-from gateway.core.engine import Decision, Outcome, audit_fields, cancellations, decide
+from gateway.core.dialects import (
+    DIALECTS,
+    UNKNOWN_DIALECT,
+    parse_request,
+    parse_request_json,
+    requested_dialect,
+)
+from gateway.core.engine import (
+    Change,
+    Decision,
+    Outcome,
+    audit_fields,
+    cancellations,
+    decide,
+)
 from gateway.core.entries import (
     DEFAULT_RETENTION_MS,
     Entry,
     dump_entries,
     effective_state,
+    entry_expires_at,
     expires_at,
     load_entries,
     prune,
@@ -38,14 +53,30 @@ from gateway.core.events import (
     route_key,
 )
 from gateway.core.fingerprint import canonical_form, fingerprint, fingerprint_reference
+from gateway.core.holder import FaktoryRule, Holder, UniqueUntil, ZizqRule, ZizqScope
 from gateway.core.jobs import uuid7
-from gateway.core.policy import Dimension, OnConflict, UniquePolicy, parse_policy
-from gateway.core.request import Request, parse_request, parse_request_json
+from gateway.core.matching import Holding, holds
+from gateway.core.policy import Dimension, Judge, OnConflict, PeriodFrom, UniquePolicy, parse_policy
+from gateway.core.request import OJS, Request
 from gateway.core.retry import RetryPolicy
 from gateway.core.states import DEFAULT_UNIQUE_STATES, TERMINAL_STATES, State
 
 __all__ = [
     "DEFAULT_RETENTION_MS",
+    "DIALECTS",
+    "UNKNOWN_DIALECT",
+    "OJS",
+    "Change",
+    "FaktoryRule",
+    "Holder",
+    "Holding",
+    "Judge",
+    "PeriodFrom",
+    "UniqueUntil",
+    "ZizqRule",
+    "ZizqScope",
+    "entry_expires_at",
+    "holds",
     "DEFAULT_UNIQUE_STATES",
     "DUPLICATE",
     "INVALID_EVENT",
@@ -89,5 +120,6 @@ __all__ = [
     "parse_request",
     "parse_request_json",
     "prune",
+    "requested_dialect",
     "uuid7",
 ]

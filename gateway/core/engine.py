@@ -4,9 +4,8 @@ Pure: no clock, no I/O. Times are epoch milliseconds (the request record's
 broker timestamp), so replaying the log replays every decision.
 
 Rules, each decided here and only here:
-- An entry is a duplicate iff its effective state (a scheduled job whose
-  time has passed counts as available) is in the request's states and the
-  request has no period or now < entry.created_at + period.
+- An entry is a duplicate iff it holds its key against the request
+  (`matching.holds`: the request's states and period, or the holder's rule).
 - Entries are first pruned (see entries.py); matching sees what is kept.
 - Several entries may match. The one reported as the existing job is the
   newest-created live (non-terminal) match, else the newest terminal match.
@@ -19,10 +18,20 @@ Rules, each decided here and only here:
   even if it was terminal and nothing was cancelled.
 - replace_except_schedule is replace, except that when the existing job is
   still scheduled the new job keeps its scheduled_at.
+- update (Oban's replace) updates, in the existing job, the fields the policy
+  names for its state, to the request's values; the outcome is `updated` and
+  the updated job is published. When its state names no fields or no value
+  changes, the existing job is returned as under ignore.
 - Job ids are unique. A request carrying the id of a known job (one stored
   under its key, or `known`, the job record the processor holds under that
-  id) is rejected as a duplicate naming that job, whatever its policy.
+  id) is never a second job. In OJS it is rejected as a duplicate naming that
+  job, whatever its policy. In a dialect, resubmitting the job that holds the
+  request's own key is answered as that dialect answers a conflict: ignored
+  under on_conflict ignore and update, rejected otherwise, whatever its states
+  and period; any other known id is rejected as in OJS.
 - A request without a unique policy is accepted and stores no entry.
+- The accepted job's entry keeps the request's holder rule (Zizq, Faktory)
+  and, for dialects whose conflicts update it, the job itself.
 """
 
 from __future__ import annotations
@@ -31,13 +40,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, assert_never
 
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
-from gateway.core.errors import DUPLICATE, GatewayError
+from gateway.core.errors import GatewayError
+from gateway.core.holder import Holder, holder_for
 from gateway.core.jobs import initial_state, job_record, uuid7
+from gateway.core.matching import holds
 from gateway.core.policy import OnConflict, UniquePolicy
-from gateway.core.request import Request
+from gateway.core.request import OJS, Request
 from gateway.core.states import State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -49,7 +60,17 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     IGNORED = "ignored"
     REPLACED = "replaced"
+    UPDATED = "updated"
     INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One field an update changed in the existing job."""
+
+    field: str
+    before: Any
+    after: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +81,7 @@ class Decision:
     entries: tuple[Entry, ...]
     unique_key: str | None = None
     policy: UniquePolicy | None = None
-    # The accepted job record (accepted, replaced).
+    # The accepted job record (accepted, replaced), or the updated one (updated).
     job: dict[str, Any] | None = None
     # The matched job (rejected, ignored, replaced) and its effective state.
     existing: Entry | None = None
@@ -68,12 +89,18 @@ class Decision:
     # Jobs moved to cancelled by a replace, as they were before.
     cancelled: tuple[Entry, ...] = ()
     error: GatewayError | None = None
+    # The fields an update changed (updated).
+    changes: tuple[Change, ...] = ()
+    # The holder the accepted job keeps its key by (Zizq, Faktory).
+    holder: Holder | None = None
 
     @property
     def existing_job(self) -> dict[str, Any] | None:
         """The existing job as reported to the caller (e.g. for ignore's deduplicated reply)."""
         if self.existing is None:
             return None
+        if self.existing.job is not None:
+            return {**self.existing.job, "state": str(self.existing_state)}
         job = {
             "id": self.existing.job_id,
             "type": self.existing.type,
@@ -102,44 +129,69 @@ def decide(
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
         return Decision(Outcome.INVALID, now_ms, kept, error=request)
-    policy, key = request.policy, request.unique_key
+    policy = request.policy
     job_id = request.envelope.id
     taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None
-    if taken is None and known is not None:
-        taken = entry_of(known)
     if taken is not None:
-        refused = _refuse(Outcome.REJECTED, request, kept, now_ms, taken)
-        message = f"job id {taken.job_id} is already taken by a {taken.state} job"
-        return replace(refused, error=GatewayError(DUPLICATE, message))
+        return _id_taken(request, kept, now_ms, taken, holds_this_key=True)
+    if known is not None:
+        return _id_taken(request, kept, now_ms, entry_of(known), holds_this_key=False)
     if policy is None:
         return _accept(request, kept, now_ms, seed)
 
-    matches = [e for e in kept if _matches(e, policy, now_ms)]
+    matches = [e for e in kept if holds(e, policy, now_ms).holds]
     if not matches:
         return _accept(request, kept, now_ms, seed)
     existing = _pick(matches)
-    if policy.on_conflict is OnConflict.REJECT:
-        return _refuse(Outcome.REJECTED, request, kept, now_ms, existing)
-    if policy.on_conflict is OnConflict.IGNORE:
-        return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+    match policy.on_conflict:
+        case OnConflict.REJECT:
+            return _refuse(Outcome.REJECTED, request, kept, now_ms, existing)
+        case OnConflict.IGNORE:
+            return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+        case OnConflict.UPDATE:
+            return _update(request, kept, now_ms, existing)
+        case OnConflict.REPLACE | OnConflict.REPLACE_EXCEPT_SCHEDULE:
+            return _replace(request, kept, now_ms, seed, matches, existing, retention_ms)
+        case _:
+            assert_never(policy.on_conflict)
 
+
+def _resubmitted(on_conflict: OnConflict) -> Outcome:
+    """A resubmitted job id is never a second job; what the caller hears instead."""
+    match on_conflict:
+        case OnConflict.IGNORE | OnConflict.UPDATE:
+            return Outcome.IGNORED
+        case OnConflict.REJECT | OnConflict.REPLACE | OnConflict.REPLACE_EXCEPT_SCHEDULE:
+            return Outcome.REJECTED
+        case _:
+            assert_never(on_conflict)
+
+
+def _replace(
+    request: Request,
+    kept: tuple[Entry, ...],
+    now_ms: int,
+    seed: bytes,
+    matches: list[Entry],
+    existing: Entry,
+    retention_ms: int,
+) -> Decision:
+    policy = request.policy
     to_cancel = [e for e in matches if not e.terminal]
     scheduled_at = request.envelope.scheduled_at
     if (
-        policy.on_conflict is OnConflict.REPLACE_EXCEPT_SCHEDULE
+        policy is not None
+        and policy.on_conflict is OnConflict.REPLACE_EXCEPT_SCHEDULE
         and effective_state(existing, now_ms) is State.SCHEDULED
     ):
         scheduled_at = existing.scheduled_at
     cancel_ids = {e.job_id for e in to_cancel}
     after = [e.moved_to(State.CANCELLED, now_ms) if e.job_id in cancel_ids else e for e in kept]
     accepted = _accept(request, after, now_ms, seed, scheduled_at)
-    return Decision(
-        Outcome.REPLACED,
-        now_ms,
-        prune(accepted.entries, now_ms, retention_ms),
-        key,
-        policy,
-        job=accepted.job,
+    return replace(
+        accepted,
+        outcome=Outcome.REPLACED,
+        entries=prune(accepted.entries, now_ms, retention_ms),
         existing=existing,
         existing_state=effective_state(existing, now_ms),
         cancelled=tuple(to_cancel),
@@ -162,10 +214,118 @@ def entry_of(job: Mapping[str, Any]) -> Entry:
     )
 
 
-def _matches(entry: Entry, policy: UniquePolicy, now_ms: int) -> bool:
-    if effective_state(entry, now_ms) not in policy.states:
-        return False
-    return policy.period_ms is None or now_ms < entry.created_at + policy.period_ms
+def _id_taken(
+    request: Request, kept: tuple[Entry, ...], now_ms: int, taken: Entry, *, holds_this_key: bool
+) -> Decision:
+    """The request's id is already a job's: never a second job (see the rules above)."""
+    policy = request.policy
+    if policy is not None and holds_this_key and resubmits_own_key(request, request.unique_key):
+        return _refuse(_resubmitted(policy.on_conflict), request, kept, now_ms, taken)
+    refused = _refuse(Outcome.REJECTED, request, kept, now_ms, taken)
+    message = f"job id {taken.job_id} is already taken by a {refused.existing_state} job"
+    return replace(refused, error=GatewayError(request.duplicate_code, message))
+
+
+def resubmits_own_key(request: Request, holder_key: str | None) -> bool:
+    """Whether a request carrying the id of the job that holds `holder_key` is answered as
+    its dialect answers a conflict (a dialect resubmitting its own key's job) rather than
+    refused as a taken id (always, in OJS). The binding asks this before refusing at once."""
+    return (
+        request.dialect != OJS
+        and request.policy is not None
+        and holder_key is not None
+        and holder_key == request.unique_key
+    )
+
+
+def _update(request: Request, kept: tuple[Entry, ...], now_ms: int, existing: Entry) -> Decision:
+    """Oban's replace: the existing job, its named fields set to the request's values."""
+    assert request.policy is not None
+    state = effective_state(existing, now_ms)
+    wanted = request.policy.fields_to_update(state)
+    if existing.job is None or not wanted:
+        return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+    values = _updatable_values(request, now_ms)
+    changes = tuple(
+        Change(name, existing.job.get(name), values[name])
+        for name in wanted
+        if existing.job.get(name) != values[name]
+    )
+    if not changes:
+        return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+    job = {**existing.job, **{c.field: c.after for c in changes}}
+    for change in changes:
+        if change.after is None:
+            job.pop(change.field)
+    updated = _updated_entry(existing, job, state, now_ms)
+    job["state"] = str(effective_state(updated, now_ms))
+    entries = tuple(updated if e is existing else e for e in kept)
+    return Decision(
+        Outcome.UPDATED,
+        now_ms,
+        entries,
+        request.unique_key,
+        request.policy,
+        job=job,
+        existing=existing,
+        existing_state=state,
+        changes=changes,
+    )
+
+
+def updated_record(job: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    """A stored job record after an `updated` decision: the changed fields set, and the
+    state the update left it in (a new scheduled time can (un)schedule it)."""
+    out = dict(job)
+    for change in decision.changes:
+        if change.after is None:
+            out.pop(change.field, None)
+        else:
+            out[change.field] = change.after
+    if isinstance(out.get("retry"), Mapping) and "max_attempts" in out:
+        out["retry"] = {**out["retry"], "max_attempts": out["max_attempts"]}
+    entry = next((e for e in decision.entries if e.job_id == out["id"]), None)
+    if entry is not None:
+        out["state"] = str(entry.state)
+        if entry.state is State.AVAILABLE:
+            out.setdefault("enqueued_at", format_rfc3339(decision.decided_at))
+    return out
+
+
+def _updatable_values(request: Request, now_ms: int) -> dict[str, Any]:
+    """The request's value of every updatable field, as the job record holds it.
+
+    A job without a scheduled time is scheduled now, as Oban does at insert.
+    """
+    env = request.envelope
+    return {
+        "args": env.args,
+        "max_attempts": env.max_attempts,
+        "meta": env.meta,
+        "priority": env.priority,
+        "queue": env.queue,
+        "scheduled_at": format_rfc3339(now_ms if env.scheduled_at is None else env.scheduled_at),
+        "tags": env.raw.get("tags"),
+        "type": env.type,
+    }
+
+
+def _updated_entry(entry: Entry, job: Mapping[str, Any], state: State, now_ms: int) -> Entry:
+    scheduled = job.get("scheduled_at")
+    scheduled_at = parse_rfc3339(scheduled) if isinstance(scheduled, str) else None
+    if state in (State.SCHEDULED, State.AVAILABLE):
+        state = initial_state(scheduled_at, now_ms)  # a new time can (un)schedule it
+    else:
+        state = entry.state
+    return replace(
+        entry,
+        type=str(job["type"]),
+        queue=str(job["queue"]),
+        max_attempts=int(job["max_attempts"]),
+        scheduled_at=scheduled_at,
+        state=state,
+        job=dict(job),
+    )
 
 
 def _pick(matches: list[Entry]) -> Entry:
@@ -184,7 +344,11 @@ def _refuse(
         request.policy,
         existing=existing,
         existing_state=effective_state(existing, now_ms),
-        error=GatewayError(DUPLICATE, DUPLICATE_MESSAGE) if outcome is Outcome.REJECTED else None,
+        error=(
+            GatewayError(request.duplicate_code, DUPLICATE_MESSAGE)
+            if outcome is Outcome.REJECTED
+            else None
+        ),
     )
 
 
@@ -201,6 +365,8 @@ def _accept(
     job_id = envelope.id or uuid7(now_ms, key, seed)
     job = job_record(envelope, job_id, key, now_ms, scheduled_at)
     stored = tuple(kept)
+    rule = request.holder_rule
+    holder = None if rule is None else holder_for(rule, now_ms, scheduled_at)
     if key is not None:
         stored += (
             Entry(
@@ -212,9 +378,11 @@ def _accept(
                 queue=envelope.queue,
                 scheduled_at=scheduled_at,
                 max_attempts=envelope.max_attempts,
+                holder=holder,
+                job=job if request.stores_job else None,
             ),
         )
-    return Decision(Outcome.ACCEPTED, now_ms, stored, key, request.policy, job=job)
+    return Decision(Outcome.ACCEPTED, now_ms, stored, key, request.policy, job=job, holder=holder)
 
 
 def audit_fields(decision: Decision) -> dict[str, Any]:
@@ -236,6 +404,12 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
         "cancelled_job_ids": [e.job_id for e in decision.cancelled],
         "error": None if decision.error is None else decision.error.to_dict(),
         "policy": None if decision.policy is None else _policy_dict(decision.policy),
+        "holder": None if decision.holder is None else decision.holder.to_dict(),
+        "updated_fields": (
+            [{"field": c.field, "from": c.before, "to": c.after} for c in decision.changes]
+            if decision.outcome is Outcome.UPDATED
+            else None
+        ),
     }
 
 
@@ -247,7 +421,7 @@ def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
 
 
 def _job_id(decision: Decision) -> str | None:
-    """The job the caller ends up with: the new one, or the existing one it was refused for."""
+    """The job the caller ends up with: the new or updated one, or the existing one."""
     if decision.job is not None:
         return str(decision.job["id"])
     return None if decision.existing is None else decision.existing.job_id

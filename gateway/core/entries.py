@@ -3,17 +3,23 @@
 Several entries coexist under one key (a completed job and a newer available
 one, say); each request's states and period decide which of them count.
 
-Pruning bound. An entry is dropped only when no valid request could match it:
-- non-terminal entries are live and always kept;
-- a terminal entry is kept for `retention_ms` after it became terminal
+Pruning bound. An entry is dropped only when no valid request could match it
+and its job's lifecycle no longer needs it (see `entry_expires_at`):
+- an entry without a holder rule (OJS, Oban) that is live is always kept;
+- one that is terminal is kept for `retention_ms` after it became terminal
   (default 7 days), so a request listing completed/cancelled/discarded in its
   states sees terminal jobs for that long and no longer, whatever its period;
-- of the terminal entries in one state, only the newest-created is kept: a
+- of those terminal entries in one state, only the newest-created is kept: a
   request that matches an older one (state listed, period not elapsed since
-  its created_at) matches the newer one as well, so the older adds nothing.
-Hence a key holds at most its live jobs plus three terminal entries.
-Entries with a holder rule (dialects) are exempt from the last rule, since
-their own rule may keep them holding the key differently.
+  its created_at or scheduled time) matches the newer one as well;
+- an entry with a holder rule (Zizq, Faktory) matches only while its rule
+  holds (holder.py). Once the rule has let go for good (a Faktory lock that
+  expired, a job that finished or left its Zizq scope), a terminal entry is
+  dropped at once and a live one `retention_ms` later, so job events about a
+  running job still find it for that long and a key whose only holder expired
+  is eventually deleted. A Zizq `exists` entry is kept as a terminal one is.
+Hence a key holds at most its live jobs, three terminal entries without a
+holder rule, and the holder entries whose rules may still hold.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 import orjson
 
 from gateway.core.envelope import DEFAULT_MAX_ATTEMPTS
+from gateway.core.holder import Holder, after_transition, released_since
 from gateway.core.states import TERMINAL_STATES, State
 
 DEFAULT_RETENTION_MS = 7 * 86_400_000
@@ -41,20 +48,24 @@ class Entry:
     scheduled_at: int | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     # The rule under which this job holds its key when its dialect has one
-    # (Zizq's scope, Faktory's TTL); None for OJS, where only the newcomer's
-    # policy decides.
-    holder: Mapping[str, Any] | None = None
+    # (Zizq's scope, Faktory's lock); None for OJS and Oban, where only the
+    # newcomer's policy decides.
+    holder: Holder | None = None
+    # The job as published, kept where a conflict may update it (Oban's replace).
+    job: Mapping[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
     def moved_to(self, state: State, at_ms: int, scheduled_at: int | None = None) -> Entry:
+        """The entry after a transition; a holder rule records what the move means to it."""
         return replace(
             self,
             state=state,
             state_changed_at=at_ms,
             scheduled_at=self.scheduled_at if scheduled_at is None else scheduled_at,
+            holder=None if self.holder is None else after_transition(self.holder, state, at_ms),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,7 +82,9 @@ class Entry:
         if self.scheduled_at is not None:
             out["scheduled_at"] = self.scheduled_at
         if self.holder is not None:
-            out["holder"] = dict(self.holder)
+            out["holder"] = self.holder.to_dict()
+        if self.job is not None:
+            out["job"] = dict(self.job)
         return out
 
     @staticmethod
@@ -87,7 +100,8 @@ class Entry:
                 queue=_typed(raw["queue"], str),
                 scheduled_at=_optional(raw.get("scheduled_at"), int),
                 max_attempts=_typed(raw.get("max_attempts", DEFAULT_MAX_ATTEMPTS), int),
-                holder=_optional(raw.get("holder"), dict),
+                holder=_holder(raw.get("holder")),
+                job=_optional(raw.get("job"), dict),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed stored entry {raw!r}: {exc!r}") from None
@@ -104,11 +118,23 @@ def effective_state(entry: Entry, now_ms: int) -> State:
     return entry.state
 
 
+def entry_expires_at(entry: Entry, retention_ms: int = DEFAULT_RETENTION_MS) -> int | None:
+    """From when the entry is no longer needed (see the module docstring); None: not yet known."""
+    if entry.holder is None:
+        return entry.state_changed_at + retention_ms if entry.terminal else None
+    released = released_since(entry.holder, entry.state, entry.state_changed_at)
+    if entry.terminal:
+        return entry.state_changed_at + retention_ms if released is None else released
+    return None if released is None else released + retention_ms
+
+
 def prune(
     entries: Iterable[Entry], now_ms: int, retention_ms: int = DEFAULT_RETENTION_MS
 ) -> tuple[Entry, ...]:
     """The entries worth keeping (see the module docstring), in their original order."""
-    kept = [e for e in entries if not e.terminal or e.state_changed_at + retention_ms > now_ms]
+    kept = [
+        e for e in entries if (until := entry_expires_at(e, retention_ms)) is None or until > now_ms
+    ]
     newest: dict[State, Entry] = {}
     for entry in kept:
         if entry.terminal and entry.holder is None:
@@ -121,16 +147,17 @@ def prune(
 def expires_at(entries: Iterable[Entry], retention_ms: int = DEFAULT_RETENTION_MS) -> int | None:
     """When `prune` will have dropped every entry of a key, or None while one never expires.
 
-    Live entries never expire; a key of terminal entries only is gone once the
-    last of them passed its retention. The processor hands this time to the
-    state store, which deletes the key then (a changelog tombstone) even if no
-    request or event touches it again, so state does not grow with history.
+    Each entry is gone at `entry_expires_at`: a live entry without a holder rule
+    never, a terminal one at the end of its retention, a holder entry once its
+    rule let go (see the module docstring). The processor hands this time to
+    the state store, which deletes the key then (a changelog tombstone) even if
+    no request or event touches it again, so state does not grow with history.
     """
     due: int | None = None
     for entry in entries:
-        if not entry.terminal:
+        expiry = entry_expires_at(entry, retention_ms)
+        if expiry is None:
             return None
-        expiry = entry.state_changed_at + retention_ms
         due = expiry if due is None else max(due, expiry)
     return due
 
@@ -150,6 +177,11 @@ def _typed(value: Any, kind: type) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"expected {kind.__name__}, got {value!r}")
     return value
+
+
+def _holder(value: Any) -> Holder | None:
+    # Entries stored before holder rules existed have none.
+    return None if value is None else Holder.from_dict(_typed(value, dict))
 
 
 def _optional(value: Any, kind: type) -> Any:

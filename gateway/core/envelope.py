@@ -103,7 +103,7 @@ def envelope_or_raise(raw: object) -> Envelope:
         type=job_type,
         queue=queue,
         args=args,
-        id=_job_id(raw.get("id")),
+        id=job_id_or_raise(raw.get("id")),
         meta=meta,
         scheduled_at=_scheduled_at(scheduled_at if scheduled_at is not None else delay_until),
         max_attempts=retry.max_attempts,
@@ -143,7 +143,8 @@ def _option(raw: Mapping[str, Any], options: Mapping[str, Any], name: str) -> An
     return top if top is not None else nested
 
 
-def _job_id(value: object) -> str | None:
+def job_id_or_raise(value: object) -> str | None:
+    """A client-supplied job id, in every dialect: the gateway's ids are lowercase UUIDv7."""
     if value is None:
         return None
     if isinstance(value, str) and _UUID7.fullmatch(value):

@@ -73,7 +73,7 @@ def job_record(
         priority=envelope.priority or 0,
         attempt=0,
         max_attempts=envelope.max_attempts,
-        retry=envelope.retry.to_dict(),
+        retry=envelope.retry.to_dict() | {"max_attempts": envelope.max_attempts},
         created_at=format_rfc3339(now_ms),
         unique_key=unique_key,
     )

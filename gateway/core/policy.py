@@ -1,15 +1,27 @@
-"""The OJS UniquePolicy, validated once into one canonical, immutable value.
+"""The canonical unique policy, and the OJS UniquePolicy validated into it.
 
 Canonical means behaviour-equal policies are equal values: dimensions and
 states in a fixed order, args_keys/meta_keys NFC-normalised and sorted, and
 dropped when their dimension is not selected, the period in milliseconds.
+
+Every dialect maps onto this value (see core/dialects); beyond OJS it adds:
+- `period_from`: whether a period counts from the existing job's creation
+  (OJS, Oban's default) or from its scheduled time (Oban `timestamp:
+  scheduled_at`, Oban for Python);
+- `judge`: who decides whether an existing job holds the key: the newcomer's
+  states and period (OJS, Oban), or the holder's own rule (Zizq, Faktory;
+  see holder.py);
+- on_conflict `update` with `update_fields`: Oban's `replace`, which updates
+  named fields of the existing job when it is in a named state.
+A dialect may leave `type` out of `keys` (Oban without `worker` in fields);
+an OJS policy never does.
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -32,11 +44,30 @@ class OnConflict(StrEnum):
     REPLACE = "replace"
     REPLACE_EXCEPT_SCHEDULE = "replace_except_schedule"
     IGNORE = "ignore"
+    # Not an OJS strategy: Oban's `replace` (the existing job is updated in place).
+    UPDATE = "update"
+
+
+class PeriodFrom(StrEnum):
+    CREATED_AT = "created_at"
+    SCHEDULED_AT = "scheduled_at"
+
+
+class Judge(StrEnum):
+    NEWCOMER = "newcomer"
+    HOLDER = "holder"
+
+
+# The job fields an `update` may change, by their canonical (OJS) names.
+UPDATABLE_FIELDS = (
+    "args", "max_attempts", "meta", "priority", "queue", "scheduled_at", "tags", "type",
+)  # fmt: skip
 
 
 _DIMENSION_ORDER: tuple[Dimension, ...] = tuple(Dimension)
 _STATE_NAMES = frozenset(s.value for s in State)
-_ON_CONFLICT_NAMES = frozenset(c.value for c in OnConflict)
+_OJS_ON_CONFLICT = tuple(c for c in OnConflict if c is not OnConflict.UPDATE)
+_ON_CONFLICT_NAMES = frozenset(c.value for c in _OJS_ON_CONFLICT)
 _FIELDS = ("keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict")
 _MS_PER_DAY = 86_400_000
 # The largest duration isodate (and datetime.timedelta) can represent.
@@ -51,10 +82,20 @@ class UniquePolicy:
     period_ms: int | None = None
     states: frozenset[State] = DEFAULT_UNIQUE_STATES
     on_conflict: OnConflict = OnConflict.REJECT
+    period_from: PeriodFrom = PeriodFrom.CREATED_AT
+    judge: Judge = Judge.NEWCOMER
+    # For on_conflict update: per state of the existing job, the fields to update.
+    update_fields: tuple[tuple[State, tuple[str, ...]], ...] = ()
+
+    def fields_to_update(self, state: State) -> tuple[str, ...]:
+        return next((fields for s, fields in self.update_fields if s is state), ())
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy as applied, for the audit record; `from_dict` reads it back."""
-        return {
+        """The policy as applied, for the audit record; `from_dict` reads it back.
+
+        The fields beyond OJS appear only when they differ from OJS's behaviour.
+        """
+        out: dict[str, Any] = {
             "keys": [str(k) for k in self.keys],
             "args_keys": None if self.args_keys is None else list(self.args_keys),
             "meta_keys": None if self.meta_keys is None else list(self.meta_keys),
@@ -63,6 +104,13 @@ class UniquePolicy:
             "states": [str(s) for s in ALL_STATES if s in self.states],
             "on_conflict": str(self.on_conflict),
         }
+        if self.period_from is not PeriodFrom.CREATED_AT:
+            out["period_from"] = str(self.period_from)
+        if self.judge is not Judge.NEWCOMER:
+            out["judge"] = str(self.judge)
+        if self.update_fields:
+            out["update_fields"] = {str(s): list(f) for s, f in self.update_fields}
+        return out
 
     @staticmethod
     def from_dict(raw: Mapping[str, Any]) -> UniquePolicy | GatewayError:
@@ -71,14 +119,42 @@ class UniquePolicy:
             return GatewayError(INVALID_REQUEST, "policy must be an object")
         fields = dict(raw)
         period_ms = fields.pop("period_ms", None)
-        policy = parse_policy(fields)
-        if isinstance(policy, UniquePolicy) and policy.period_ms != period_ms:
+        try:
+            extra = _canonical_extras(fields)
+            ojs_fields = {k: v for k, v in fields.items() if k != "on_conflict"}
+            policy = policy_or_raise(ojs_fields, "policy", ojs=False)
+            on_conflict = fields.get("on_conflict", "reject")
+            if on_conflict not in {c.value for c in OnConflict}:
+                raise invalid_request(f"policy.on_conflict {_show(on_conflict)} is unknown")
+        except Invalid as exc:
+            return exc.error
+        if policy.period_ms != period_ms:
             return GatewayError(
                 INVALID_REQUEST,
                 f"policy.period_ms ({period_ms!r}) does not match policy.period "
                 f"({fields.get('period')!r})",
             )
-        return policy
+        return replace(policy, on_conflict=OnConflict(on_conflict), **extra)
+
+
+def _canonical_extras(fields: dict[str, Any]) -> dict[str, Any]:
+    """Pop and read the canonical fields beyond OJS (see `to_dict`)."""
+    extra: dict[str, Any] = {}
+    try:
+        if "period_from" in fields:
+            extra["period_from"] = PeriodFrom(fields.pop("period_from"))
+        if "judge" in fields:
+            extra["judge"] = Judge(fields.pop("judge"))
+        if "update_fields" in fields:
+            raw = fields.pop("update_fields")
+            if not isinstance(raw, Mapping):
+                raise ValueError("update_fields must be an object")
+            extra["update_fields"] = tuple(
+                (State(s), tuple(str(f) for f in raw[s])) for s in ALL_STATES if s in raw
+            )
+    except ValueError as exc:
+        raise invalid_request(f"policy: {exc}") from None
+    return extra
 
 
 def parse_policy(raw: object, field: str = "unique") -> UniquePolicy | GatewayError:
@@ -89,7 +165,9 @@ def parse_policy(raw: object, field: str = "unique") -> UniquePolicy | GatewayEr
         return exc.error
 
 
-def policy_or_raise(raw: object, field: str) -> UniquePolicy:
+def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
+    """`ojs` applies OJS's own rules (type always a dimension, meta_keys required with
+    meta); without it, a canonical policy a dialect produced is read as it is."""
     if not isinstance(raw, Mapping):
         raise invalid_request(
             f'{field} must be an object such as {{"keys": ["type", "args"]}}, not {_json_type(raw)}'
@@ -104,7 +182,7 @@ def policy_or_raise(raw: object, field: str) -> UniquePolicy:
         raise invalid_request(f"give either {field}.keys or its alias {field}.key, not both")
     keys_field = "key" if "key" in raw else "keys"
 
-    keys = _parse_keys(raw.get(keys_field), f"{field}.{keys_field}")
+    keys = _parse_keys(raw.get(keys_field), f"{field}.{keys_field}", ojs)
     args_keys = _parse_field_names(raw.get("args_keys"), f"{field}.args_keys")
     meta_keys = _parse_field_names(raw.get("meta_keys"), f"{field}.meta_keys")
     if Dimension.ARGS in keys:
@@ -113,12 +191,16 @@ def policy_or_raise(raw: object, field: str) -> UniquePolicy:
                 f"{field}.args_keys must not be empty; omit it to include all of args, "
                 'or list the args fields that define uniqueness, e.g. ["user_id"]'
             )
-    elif args_keys is not None:
+    elif args_keys is not None and ojs:
         raise invalid_request(
             f'{field}.args_keys is given but {field}.{keys_field} does not contain "args"; '
             f'add "args" to {field}.{keys_field}, or drop {field}.args_keys'
         )
-    if Dimension.META in keys:
+    else:
+        args_keys = None
+    if Dimension.META not in keys:
+        meta_keys = None
+    elif ojs:
         if meta_keys is None:
             raise invalid_request(
                 f'{field}.meta_keys is required when {field}.{keys_field} contains "meta"'
@@ -128,8 +210,6 @@ def policy_or_raise(raw: object, field: str) -> UniquePolicy:
                 f"{field}.meta_keys must not be empty when {field}.{keys_field} contains "
                 '"meta"; list the meta fields that define uniqueness, e.g. ["tenant_id"]'
             )
-    else:
-        meta_keys = None
 
     return UniquePolicy(
         keys=keys,
@@ -141,7 +221,7 @@ def policy_or_raise(raw: object, field: str) -> UniquePolicy:
     )
 
 
-def _parse_keys(raw: object, field: str) -> tuple[Dimension, ...]:
+def _parse_keys(raw: object, field: str, always_type: bool = True) -> tuple[Dimension, ...]:
     if raw is None:
         return (Dimension.TYPE,)
     names = _string_list(raw, field, 'e.g. ["type", "args"]')
@@ -149,8 +229,8 @@ def _parse_keys(raw: object, field: str) -> tuple[Dimension, ...]:
     for name in names:
         if name not in _DIMENSION_ORDER:
             raise invalid_request(f'{field} contains unknown dimension "{name}"; use {allowed}')
-    # type is always part of the key, so jobs of different types never collide.
-    chosen = set(names) | {Dimension.TYPE}
+    # type is always part of an OJS key, so jobs of different types never collide.
+    chosen = set(names) | ({Dimension.TYPE} if always_type else set())
     return tuple(d for d in _DIMENSION_ORDER if d in chosen)
 
 
@@ -183,7 +263,7 @@ def _parse_states(raw: object, field: str) -> frozenset[State]:
 def _parse_on_conflict(raw: object, field: str) -> OnConflict:
     if raw is None:
         return OnConflict.REJECT
-    allowed = ", ".join(f'"{c}"' for c in OnConflict)
+    allowed = ", ".join(f'"{c}"' for c in _OJS_ON_CONFLICT)
     if not isinstance(raw, str) or raw not in _ON_CONFLICT_NAMES:
         raise invalid_request(f"{field} must be one of {allowed}, not {_show(raw)}")
     return OnConflict(raw)

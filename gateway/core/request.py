@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.core.envelope import Envelope, envelope_or_raise
-from gateway.core.errors import INVALID_PAYLOAD, GatewayError, Invalid
+from gateway.core.errors import DUPLICATE
 from gateway.core.fingerprint import fingerprint_or_raise
+from gateway.core.holder import HolderRule
 from gateway.core.policy import UniquePolicy, policy_or_raise
 
 OJS = "ojs"
@@ -22,31 +23,25 @@ class Request:
     unique_key: str | None
     # Which option language the request spoke; every dialect maps onto the same policy.
     dialect: str = OJS
+    # The rule the accepted job will hold its key by (Zizq, Faktory), if any.
+    holder_rule: HolderRule | None = None
+    # Whether the accepted job is kept with its entry, for conflicts that update it.
+    stores_job: bool = False
+    # The error code of a rejected duplicate (Faktory says NOTUNIQUE).
+    duplicate_code: str = DUPLICATE
 
 
-def parse_request(raw: object) -> Request | GatewayError:
+def ojs_request_or_raise(raw: object) -> Request:
     """Validate an OJS job (envelope or HTTP form) and compute its key."""
-    try:
-        envelope = envelope_or_raise(raw)
-        if envelope.unique_field is None:
-            return Request(envelope, None, None)
-        policy = _policy(envelope.unique, envelope.unique_field)
-        key = fingerprint_or_raise(
-            policy, envelope.type, envelope.queue, envelope.args, envelope.meta,
-            envelope.unique_field,
-        )  # fmt: skip
-    except Invalid as exc:
-        return exc.error
+    envelope = envelope_or_raise(raw)
+    if envelope.unique_field is None:
+        return Request(envelope, None, None)
+    policy = _policy(envelope.unique, envelope.unique_field)
+    key = fingerprint_or_raise(
+        policy, envelope.type, envelope.queue, envelope.args, envelope.meta,
+        envelope.unique_field,
+    )  # fmt: skip
     return Request(envelope, policy, key)
-
-
-def parse_request_json(data: bytes | str) -> Request | GatewayError:
-    """`parse_request` of a JSON text; malformed JSON is an `invalid_payload` error."""
-    try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        return GatewayError(INVALID_PAYLOAD, f"the request is not valid JSON: {exc}")
-    return parse_request(raw)
 
 
 _POLICIES: dict[tuple[bytes, str], UniquePolicy] = {}

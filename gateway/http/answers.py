@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import PAYLOAD_TOO_LARGE, Outcome
+from gateway.core import OJS, PAYLOAD_TOO_LARGE, Outcome
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
@@ -23,16 +23,22 @@ class Answer:
 
 
 def for_result(result: EnqueueResult) -> Answer | ApiError:
-    """201 for a new job (accepted, replaced), 200 deduplicated for ignored, 409, 400."""
+    """201 for a new job (accepted, replaced), 200 for one that already existed (ignored,
+    updated), 409 for a rejected duplicate, 400 (413) for an invalid request.
+
+    The body is the dialect's (`EnqueueResult.answer`): `conflicted` for Oban,
+    `duplicate` for Zizq, `deduplicated` for OJS's ignore; Faktory's duplicate is
+    a 409 with its own code, NOTUNIQUE.
+    """
     if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED) and result.job is not None:
         location = f"{JOBS_PATH}/{result.job_id}"
-        return Answer(201, {"job": result.job}, {"Location": location})
-    if result.outcome is Outcome.IGNORED:
-        return Answer(200, {"job": result.job, "deduplicated": True})
+        return Answer(201, result.answer, {"Location": location})
+    if result.outcome in (Outcome.IGNORED, Outcome.UPDATED):
+        return Answer(200, result.answer)
     if result.outcome is Outcome.REJECTED:
         return ApiError(
             409,
-            errors.DUPLICATE,
+            result.error.code if result.error else errors.DUPLICATE,
             result.error.message if result.error else "a duplicate of a live job",
             details={
                 "existing_job_id": result.existing_job_id,
@@ -57,8 +63,14 @@ def for_client_error(exc: ClientError) -> ApiError:
     return ApiError(503, errors.UNAVAILABLE, str(exc), retryable=True)
 
 
-def batch_item(outcome: Any) -> dict[str, Any]:
-    """One batch job: the job (new, or the existing one it duplicates) with its outcome."""
+def batch_item(outcome: Any, request_id: str) -> dict[str, Any]:
+    """One batch job. OJS: the job (new, or the existing one it duplicates) with its
+    outcome. A dialect's item: its status and what a single POST would have said."""
+    if isinstance(outcome, EnqueueResult) and outcome.dialect != OJS:
+        answer = for_result(outcome)
+        if isinstance(answer, ApiError):
+            return {"status": answer.status, **answer.envelope(request_id)}
+        return {"status": answer.status, **answer.body}
     if isinstance(outcome, EnqueueResult):
         job = dict(outcome.job or {"id": outcome.job_id})
         job.pop("route", None)
@@ -66,9 +78,9 @@ def batch_item(outcome: Any) -> dict[str, Any]:
         job["deduplicated"] = outcome.outcome in (Outcome.IGNORED, Outcome.REJECTED)
         if outcome.outcome is Outcome.REJECTED:
             job["existing_job_id"] = outcome.existing_job_id
-            job["error"] = for_result(outcome).envelope("")["error"]  # type: ignore[union-attr]
+            job["error"] = for_result(outcome).envelope(request_id)["error"]  # type: ignore[union-attr]
         return job
     error = for_client_error(outcome) if isinstance(outcome, ClientError) else ApiError(
         504, errors.TIMEOUT, "no decision in time", retryable=True
     )  # fmt: skip
-    return {"error": error.envelope("")["error"]}
+    return {"error": error.envelope(request_id)["error"]}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import Request as HttpRequest
 
-from gateway.core import GatewayError, Outcome, job_effective_state, parse_request
+from gateway.core import GatewayError, Outcome, Request, job_effective_state, parse_request
+from gateway.core.engine import resubmits_own_key
 from gateway.http import answers, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -21,12 +22,12 @@ from gateway.http.plumbing import read_json
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 
 
-async def enqueue(request: Request, binding: Binding, request_id: str) -> Answer | ApiError:
+async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer | ApiError:
     job = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(job, ApiError):
         return job
     if isinstance(job, dict):
-        taken = _id_taken(binding, job.get("id"))
+        taken = _id_taken(binding, job, None)
         if taken is not None:
             return taken
         job = {**job, "request_id": request_id}
@@ -40,7 +41,9 @@ async def enqueue(request: Request, binding: Binding, request_id: str) -> Answer
     return answers.for_result(result)
 
 
-async def enqueue_batch(request: Request, binding: Binding, request_id: str) -> Answer | ApiError:
+async def enqueue_batch(
+    request: HttpRequest, binding: Binding, request_id: str
+) -> Answer | ApiError:
     """Validate every job first (one invalid: nothing is enqueued), then enqueue them all."""
     body = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
@@ -50,7 +53,7 @@ async def enqueue_batch(request: Request, binding: Binding, request_id: str) -> 
     problems = []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
-        taken = _id_taken(binding, job.get("id")) if isinstance(job, dict) else None
+        taken = _id_taken(binding, job, parsed) if isinstance(job, dict) else None
         if isinstance(parsed, GatewayError):
             problems.append({"index": index, "code": parsed.code, "message": parsed.message})
         elif taken is not None:
@@ -74,14 +77,14 @@ async def enqueue_batch(request: Request, binding: Binding, request_id: str) -> 
     except ClientError as exc:
         return answers.for_client_error(exc)
     items = []
-    for outcome in outcomes:
+    for outcome, item_id in zip(outcomes, ids, strict=True):
         if isinstance(outcome, EnqueueResult):
             await _settled(binding, outcome)
-        items.append(answers.batch_item(outcome))
+        items.append(answers.batch_item(outcome, item_id))
     return Answer(201, {"jobs": items, "count": len(items)})
 
 
-async def get_job(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
     job_id = request.path_params["job_id"]
     job = binding.view.get(job_id)
     if job is None:
@@ -89,7 +92,7 @@ async def get_job(request: Request, binding: Binding, _: str) -> Answer | ApiErr
     return Answer(200, {"job": shown(job)})
 
 
-async def cancel_job(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
     """Ask the processor to cancel; it writes the cancellation for the job's worker."""
     job_id = request.path_params["job_id"]
     job = binding.view.get(job_id)
@@ -113,19 +116,34 @@ def shown(job: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _settled(binding: Binding, result: EnqueueResult) -> None:
-    if result.job is not None and result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
+    """Until the view shows what the answer reports: the new job, or an updated one's fields."""
+    if result.job is None:
+        return
+    if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
         await transitions.wait_for_view(binding, result.job)
+    elif result.outcome is Outcome.UPDATED:
+        changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
+        await transitions.wait_for_view(binding, result.job, changed)
 
 
-def _id_taken(binding: Binding, job_id: Any) -> ApiError | None:
-    """A client id the view already knows: refused at once (the processor checks too)."""
+def _id_taken(
+    binding: Binding, job: dict[str, Any], parsed: Request | GatewayError | None
+) -> ApiError | None:
+    """A client id the view already knows: refused at once (the processor checks too),
+    unless the core answers it as a dialect's resubmission of its own key's job."""
+    job_id = job.get("id")
     if not isinstance(job_id, str):
         return None
     known = binding.view.get(job_id)
     if known is None:
         return None
+    if parsed is None:
+        parsed = parse_request(job)
+    if isinstance(parsed, Request) and resubmits_own_key(parsed, known.get("unique_key")):
+        return None
+    code = parsed.duplicate_code if isinstance(parsed, Request) else errors.DUPLICATE
     return ApiError(
-        409, errors.DUPLICATE, f"job id {job_id} is already taken by a {known['state']} job",
+        409, code, f"job id {job_id} is already taken by a {known['state']} job",
         details={"existing_job_id": job_id, "existing_job_state": known["state"]},
     )  # fmt: skip
 

@@ -65,16 +65,16 @@ def refused(ack: EventAck, job_id: str, operation: str) -> ApiError | None:
 
 
 async def wait_for_view(
-    binding: Binding, job: dict[str, Any], timeout: float = VIEW_WAIT_S
+    binding: Binding,
+    job: dict[str, Any],
+    fields: tuple[str, ...] = ("state", "attempt"),
+    timeout: float = VIEW_WAIT_S,
 ) -> None:
-    """Until this process's view holds the job as the processor left it (or `timeout`)."""
+    """Until this process's view holds the job as the processor left it, judged by
+    `fields` (or `timeout`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         seen = binding.view.get(str(job["id"]))
-        if (
-            seen is not None
-            and seen.get("state") == job.get("state")
-            and seen.get("attempt") == job.get("attempt")
-        ):
+        if seen is not None and all(seen.get(f) == job.get(f) for f in fields):
             return
         await asyncio.sleep(0.01)

@@ -33,12 +33,14 @@ from gateway.core import (
     INVALID_EVENT,
     PAYLOAD_TOO_LARGE,
     TERMINAL_STATES,
+    UNKNOWN_DIALECT,
     Decision,
     Entry,
     EventOutcome,
     EventResult,
     GatewayError,
     JobEvent,
+    Outcome,
     Request,
     State,
     apply_event,
@@ -49,8 +51,10 @@ from gateway.core import (
     load_entries,
     parse_event_json,
     parse_request_json,
+    requested_dialect,
     route_key,
 )
+from gateway.core.engine import updated_record
 from gateway.core.events import follow
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.partitioner import partition_for
@@ -92,6 +96,15 @@ def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError
             f"the request is {size} bytes; the limit is {limits.max_request_bytes}",
         )
     return parse_request_json(value or b"")
+
+
+def dialect_of(request: Request | GatewayError, value: bytes | None) -> str:
+    """The dialect to record for a request, also when it was refused."""
+    if isinstance(request, Request):
+        return request.dialect
+    if request.code == PAYLOAD_TOO_LARGE:
+        return UNKNOWN_DIALECT  # not worth reading
+    return requested_dialect(value or b"")
 
 
 def parse_event_record(value: bytes | None, key: bytes | None) -> JobEvent | GatewayError:
@@ -188,7 +201,7 @@ class Dedup:
         if unique_key:
             self._store(state, entries, decision.entries, source.timestamp_ms)
         raw = request.envelope.raw if isinstance(request, Request) else None
-        dialect = request.dialect if isinstance(request, Request) else "ojs"
+        dialect = dialect_of(request, value)
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
             self.emit(output, source)
         self._record_jobs(decision, state, source)
@@ -213,7 +226,14 @@ class Dedup:
         return None if raw is None else dict(orjson.loads(raw))
 
     def _record_jobs(self, decision: Decision, state: KeyState, source: Source) -> None:
-        """Store and publish the jobs a decision made or moved (new, replaced ones cancelled)."""
+        """Store and publish the jobs a decision made or moved: a new one, replaced ones
+        cancelled, an updated one (Oban's replace) with its changed fields."""
+        if decision.outcome is Outcome.UPDATED and decision.job is not None:
+            # The stored record keeps what the update does not touch (attempts, stamps).
+            stored = self._load_job(state, str(decision.job["id"]))
+            if stored is not None:
+                self._put_job(state, updated_record(stored, decision), source)
+                return
         if decision.job is not None:
             route = route_key(decision.unique_key, str(decision.job["id"]))
             job = {**decision.job, "route": route, "partition": source.partition}

@@ -86,9 +86,7 @@ def request_id(source: Source, value: object) -> str:
     return f"{source.topic}/{source.partition}/{source.offset}"
 
 
-def decision_outputs(
-    decision: Decision, source: Source, req_id: str, dialect: str = "ojs"
-) -> list[Output]:
+def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: str) -> list[Output]:
     """Everything one decision writes: cancellations, the job, a rejection, the record."""
     key = decision.unique_key.encode() if decision.unique_key else None
     key_header: Headers = [("unique_key", key)] if key else []

@@ -15,7 +15,7 @@ from __future__ import annotations
 import orjson
 
 from gateway.core import GatewayError, Request, decide, uuid7
-from gateway.processor.dedup import Emit, Limits, parse_limited
+from gateway.processor.dedup import Emit, Limits, dialect_of, parse_limited
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
     JOB_EVENT,
@@ -39,9 +39,10 @@ class Router:
         req_id = request_id(source, raw)
         if isinstance(request, GatewayError):
             decision = decide((), request, source.timestamp_ms, seed=source.seed)
-            for output in decision_outputs(decision, source, req_id):
+            dialect = dialect_of(request, value)
+            for output in decision_outputs(decision, source, req_id, dialect):
                 self.emit(output, source)
-            self.metrics.decided(decision.outcome, "ojs", source.timestamp_ms)
+            self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
             return
         # The request keeps the id it was given on intake, wherever it is decided.
         headers = {**source.headers, "request_id": req_id.encode()}

@@ -13,6 +13,7 @@ from gateway.sdk.errors import (
     InvalidJob,
 )
 from gateway.sdk.result import EnqueueResult, EventAck, Sent
+from gateway.sdk.zizq import zizq_unique_key
 
 __all__ = [
     "AsyncClient",
@@ -27,4 +28,5 @@ __all__ = [
     "InvalidEvent",
     "InvalidJob",
     "Sent",
+    "zizq_unique_key",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import EventOutcome, GatewayError, Outcome
+from gateway.core import OJS, EventOutcome, GatewayError, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +21,9 @@ class Sent:
 class EnqueueResult:
     """The processor's committed decision for one request.
 
-    `job` is the accepted job, or for rejected and ignored the existing one;
-    `job_id` is that job's id. `record` is the decision record as written.
+    `job` is the accepted job, the updated one, or for rejected and ignored
+    the existing one; `job_id` is that job's id. `record` is the decision
+    record as written. `answer` is what the request's dialect answers.
     """
 
     outcome: Outcome
@@ -35,10 +36,22 @@ class EnqueueResult:
     cancelled_job_id: str | None
     error: GatewayError | None
     record: dict[str, Any] = field(repr=False, compare=False)
+    dialect: str = OJS
+
+    @property
+    def conflicted(self) -> bool:
+        """An existing job matched: Oban's `conflicted`, Zizq's `duplicate`."""
+        return self.outcome in _CONFLICTS
+
+    @property
+    def answer(self) -> dict[str, Any]:
+        """The answer in the request's dialect (the body of the HTTP answer)."""
+        return answer_body(self)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> EnqueueResult:
         return cls(
+            dialect=str(record.get("dialect") or OJS),
             outcome=Outcome(record["outcome"]),
             request_id=str(record["request_id"]),
             unique_key=record.get("unique_key"),
@@ -82,6 +95,39 @@ class EventAck:
             error=_error(record),
             record=dict(record),
         )
+
+
+_CONFLICTS = frozenset({Outcome.IGNORED, Outcome.UPDATED, Outcome.REJECTED, Outcome.REPLACED})
+
+
+def answer_body(result: EnqueueResult) -> dict[str, Any]:
+    """What each dialect tells its caller: the job and a flag, or the error.
+
+    Oban: the new job with conflicted false, or the existing (or updated) one
+    with conflicted true. Zizq: the same with `duplicate`. Faktory and OJS: the
+    job, or for a refused request the error; OJS's ignore adds deduplicated.
+    """
+    if result.outcome is Outcome.INVALID or (
+        result.outcome is Outcome.REJECTED and result.error is not None
+    ):
+        error = result.error or GatewayError("invalid_request", "the request was refused")
+        details = {
+            "existing_job_id": result.existing_job_id,
+            "existing_job_state": result.existing_job_state,
+            "unique_key": result.unique_key,
+        }
+        out: dict[str, Any] = {"code": error.code, "message": error.message}
+        if result.outcome is Outcome.REJECTED:
+            out["details"] = details
+        return {"error": out}
+    body: dict[str, Any] = {"job": result.job}
+    if result.dialect in ("oban", "oban-py"):
+        body["conflicted"] = result.conflicted
+    elif result.dialect == "zizq":
+        body["duplicate"] = result.conflicted
+    elif result.outcome is Outcome.IGNORED:
+        body["deduplicated"] = True
+    return body
 
 
 def _error(record: Mapping[str, Any]) -> GatewayError | None:

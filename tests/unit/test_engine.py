@@ -190,6 +190,8 @@ def test_an_invalid_request_is_an_invalid_decision() -> None:
         "cancelled_job_ids": [],
         "error": {"code": "invalid_request", "message": error.message},
         "policy": None,
+        "holder": None,
+        "updated_fields": None,
     }
 
 

@@ -9,9 +9,15 @@ from hypothesis import strategies as st
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     Entry,
+    FaktoryRule,
+    Holder,
     State,
+    UniqueUntil,
+    ZizqRule,
+    ZizqScope,
     dump_entries,
     effective_state,
+    entry_expires_at,
     expires_at,
     load_entries,
     prune,
@@ -19,6 +25,15 @@ from gateway.core import (
 
 T0 = 1_770_000_000_000
 DAY = 86_400_000
+
+times = st.integers(min_value=0, max_value=2**48)
+holders = st.builds(
+    Holder,
+    rule=st.builds(ZizqRule, st.sampled_from(list(ZizqScope)))
+    | st.builds(FaktoryRule, st.integers(1, 10 * DAY), st.sampled_from(list(UniqueUntil))),
+    since=times,
+    released_at=st.none() | times,
+)
 
 entries = st.builds(
     Entry,
@@ -30,8 +45,8 @@ entries = st.builds(
     queue=st.text(min_size=1, max_size=20),
     scheduled_at=st.none() | st.integers(min_value=0, max_value=2**48),
     max_attempts=st.integers(min_value=1, max_value=100),
-    holder=st.none()
-    | st.dictionaries(st.text(max_size=5), st.integers(-1000, 1000) | st.text(), max_size=3),
+    holder=st.none() | holders,
+    job=st.none() | st.dictionaries(st.text(max_size=5), st.integers(-1000, 1000) | st.text()),
 )
 
 
@@ -129,7 +144,7 @@ def test_only_the_newest_terminal_entry_per_state_is_kept() -> None:
 
 
 def test_entries_with_a_holder_rule_are_not_collapsed() -> None:
-    a = Entry("a", State.COMPLETED, T0, T0, "t", "q", holder={"scope": "exists"})
+    a = Entry("a", State.COMPLETED, T0, T0, "t", "q", holder=Holder(ZizqRule(ZizqScope.EXISTS), T0))
     b = Entry("b", State.COMPLETED, T0 + 1, T0 + 1, "t", "q")
     assert prune([a, b], T0 + 2) == (a, b)
 
@@ -139,7 +154,13 @@ def test_the_bound_live_jobs_plus_three(stored: list[Entry], now: int) -> None:
     kept = prune(stored, now)
     plain_terminal = [e for e in kept if e.terminal and e.holder is None]
     assert len(plain_terminal) <= 3
-    assert [e for e in stored if not e.terminal] == [e for e in kept if not e.terminal]
+    plain_live = [e for e in stored if not e.terminal and e.holder is None]
+    assert plain_live == [e for e in kept if not e.terminal and e.holder is None]
+    # A holder entry goes exactly when it is no longer needed.
+    for e in stored:
+        if e.holder is not None:
+            due = entry_expires_at(e)
+            assert (e in kept) == (due is None or due > now)
 
 
 def test_a_key_expires_when_its_last_terminal_entry_does_and_never_while_one_is_live() -> None:

@@ -48,9 +48,8 @@ def held(record: dict[str, Any], state: State, at: int) -> tuple[Entry, ...]:
 
 def test_accepted_without_existing_jobs_names_the_states():
     record = decided(job(), (), T0)
-    assert explain_decision(record, ()) == (
-        f"accepted: job {record['job_id']}; no existing job under this key is in states "
-        "[scheduled, available, pending, active, retryable] within the period"
+    assert (
+        explain_decision(record, ()) == f"accepted: job {record['job_id']}; no job holds this key"
     )
 
 
@@ -59,13 +58,18 @@ def test_accepted_says_why_each_earlier_job_did_not_count():
     prior = held(first, State.COMPLETED, T0 + 5)
     record = decided(job(), prior, T0 + 10, 1)
     assert record["outcome"] == "accepted"
-    assert f"job {first['job_id']} is `completed`, not one of them" in explain_decision(
-        record, prior
+    assert explain_decision(record, prior) == (
+        f"accepted: job {record['job_id']}; no job holds this key against this request: "
+        f"job {first['job_id']} is `completed`, not one of the states "
+        "[scheduled, available, pending, active, retryable]"
     )
     periodic = job(period="PT1M")
     first = decided(periodic, (), T0)
     later = decided(periodic, after_decision((), first), T0 + 120_000, 1)
-    assert "the period (PT1M) had elapsed" in explain_decision(later, after_decision((), first))
+    assert "the period (PT1M, counted from its creation at" in explain_decision(
+        later, after_decision((), first)
+    )
+    assert explain_decision(later, after_decision((), first)).endswith("had elapsed")
 
 
 def test_accepted_without_a_policy():
@@ -78,14 +82,14 @@ def test_rejected_names_the_job_its_state_and_the_period():
     prior = held(first, State.RETRYABLE, T0 + 1)
     record = decided(job(), prior, T0 + 2, 1)
     assert explain_decision(record, prior) == (
-        f"rejected: job {first['job_id']} was `retryable`, which is in the policy's states "
-        "[scheduled, available, pending, active, retryable] and the period (none) has not "
-        "elapsed; the request is refused"
+        f"rejected: job {first['job_id']} is `retryable`, in the states "
+        "[scheduled, available, pending, active, retryable], and there is no period; "
+        "the request is refused"
     )
     periodic = job(period="PT5M")
     first = decided(periodic, (), T0)
     record = decided(periodic, after_decision((), first), T0 + 1000, 1)
-    assert "the period (PT5M), counted from its creation at 2025-10-09T08:53:20.000Z," in (
+    assert "the period (PT5M, counted from its creation at 2025-10-09T08:53:20.000Z)" in (
         explain_decision(record, after_decision((), first))
     )
 
@@ -94,7 +98,7 @@ def test_ignored_returns_the_existing_job():
     first = decided(job("ignore"), (), T0)
     record = decided(job("ignore"), after_decision((), first), T0 + 1, 1)
     text = explain_decision(record, after_decision((), first))
-    assert text.startswith(f"ignored: job {first['job_id']} was `available`")
+    assert text.startswith(f"ignored: job {first['job_id']} is `available`")
     assert text.endswith("the existing job is returned")
 
 
@@ -174,5 +178,5 @@ def test_history_is_explained_in_order_with_the_state_each_item_left():
     assert lines[6].strip() == f"job {jid}: available → active"
     assert "event job.completed job" in lines[7]
     assert lines[8].strip() == f"job {jid}: active → completed"
-    assert f"job {jid} is `completed`, not one of them" in lines[10]
+    assert f"job {jid} is `completed`, not one of the states" in lines[10]
     assert find_key(items, jid.upper()) == key and find_key(items, "nope") is None

@@ -82,9 +82,9 @@ def test_sdk_errors_map_to_400_504_and_503():
 
 
 def test_a_batch_item_is_the_job_with_its_dedup_outcome():
-    new = batch_item(result("accepted", job={"id": "n", "route": "n", "partition": 3}))
+    new = batch_item(result("accepted", job={"id": "n", "route": "n", "partition": 3}), "r.0")
     assert new == {"id": "n", "deduplicated": False}
-    ignored = batch_item(result("ignored", job={"id": "e"}))
+    ignored = batch_item(result("ignored", job={"id": "e"}), "r.1")
     assert ignored == {"id": "e", "deduplicated": True}
-    timed_out = batch_item(None)
+    timed_out = batch_item(None, "r.2")
     assert timed_out["error"]["code"] == "timeout"

@@ -1,0 +1,363 @@
+"""`gateway bench`: every system on the same workload, rounds interleaved, checked, reported."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gateway.bench import report, stores, streams, web
+from gateway.bench.fingerprint import fingerprint_rates
+from gateway.bench.services import Processes, broker_port, start_postgres, start_redis
+from gateway.bench.streams import BenchError, Broker, Options
+from gateway.bench.workload import Workload, generate
+from gateway.broker import launcher
+
+EXTRA_MODULES = {"redis": ["redis"], "postgres": ["psycopg"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    systems: tuple[str, ...]
+    figures: tuple[str, ...]
+    requests: int
+    rounds: int
+    duplicates: float
+    seed: int
+    latency_seconds: float
+    commit_interval: float
+    http_concurrency: tuple[int, ...]
+    http_batch_concurrency: tuple[int, ...]
+    http_seconds: float
+    restore_keys: int
+    records_per_input: float
+    bootstrap: str | None
+    output: Path
+    quick: bool
+
+
+def missing_extras(plan: Plan) -> list[str]:
+    """Modules of the `bench` extra this plan needs and that are not installed."""
+    import importlib.util
+
+    wanted = ["matplotlib"] + [m for s in plan.systems for m in EXTRA_MODULES.get(s, [])]
+    return [m for m in wanted if importlib.util.find_spec(m) is None]
+
+
+def run(plan: Plan, console: Console) -> dict[str, Any]:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = plan.output / stamp
+    out.mkdir(parents=True, exist_ok=False)
+    workload = generate(plan.requests, plan.duplicates, plan.seed)
+    rounds: list[dict[str, Any]] = []
+    figures: dict[str, dict[str, Any]] = {}
+    versions: dict[str, Any] = _versions()
+    result: dict[str, Any] = {
+        "started": stamp, "settings": _settings(plan), "workload": workload.describe(),
+        "machine": _machine(), "versions": versions, "rounds": rounds, "figures": figures,
+    }  # fmt: skip
+    processes = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-", dir=_scratch()))
+    with _stopping_on_signals(), _progress(console) as progress:
+        try:
+            per_round = (
+                len(plan.systems)
+                - 1
+                + len(plan.http_concurrency)
+                + len(plan.http_batch_concurrency)
+                if "http" in plan.systems
+                else len(plan.systems)
+            )
+            steps = per_round * plan.rounds + len(plan.figures)
+            task = progress.add_task("starting", total=steps)
+
+            def step(name: str) -> None:
+                progress.update(task, description=name)
+
+            def done(line: str) -> None:
+                progress.advance(task)
+                progress.console.print(line, markup=False, highlight=False)
+
+            with _broker(plan, workdir) as broker:
+                versions["kafka"] = broker.version
+                _measure(plan, workload, broker, processes, workdir, rounds, figures,
+                         versions, step, done)  # fmt: skip
+        finally:
+            processes.stop_all()
+            shutil.rmtree(workdir, ignore_errors=True)
+            result["finished"] = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            result["summary"] = report.summarise(rounds)
+            if rounds:
+                result["charts"] = report.charts(result, out)
+            report.write_json(result, out / "results.json")
+            (out / "results.md").write_text(report.markdown(result))
+    result["directory"] = str(out)
+    return result
+
+
+def _measure(
+    plan: Plan,
+    workload: Workload,
+    broker: Broker,
+    processes: Processes,
+    workdir: Path,
+    rounds: list[dict[str, Any]],
+    figures: dict[str, dict[str, Any]],
+    versions: dict[str, Any],
+    step: Callable[[str], None],
+    done: Callable[[str], None],
+) -> None:
+    opts = Options(plan.commit_interval, plan.latency_seconds, workdir)
+    measured_records: list[float] = []
+
+    def records_per_input() -> float:
+        return measured_records[-1] if measured_records else plan.records_per_input
+
+    gateway_duplicates: list[int] = []
+    services = {}
+    if "redis" in plan.systems:
+        services["redis"] = start_redis(processes, workdir)
+    if "postgres" in plan.systems:
+        services["postgres"] = start_postgres(processes, workdir)
+    versions.update({name: service.version for name, service in services.items()})
+    for number in range(1, plan.rounds + 1):
+        for system in plan.systems:
+            step(f"round {number}/{plan.rounds}: {system}")
+            if system in ("gateway", "passthrough"):
+                kind = (
+                    streams.Gateway() if system == "gateway"
+                    else streams.Passthrough(records_per_input)
+                )  # fmt: skip
+                r = streams.run_round(kind, number, workload, broker, processes, opts)
+                row = {**dataclasses.asdict(r), "rate": r.rate,
+                       "records_per_request": r.records_per_request}  # fmt: skip
+                if system == "gateway":
+                    _check_gateway(r.outcomes, workload)
+                    measured_records.append(r.records_per_request)
+                    gateway_duplicates.append(
+                        r.outcomes.get("rejected", 0) + r.outcomes.get("ignored", 0)
+                    )
+                else:
+                    _check_passthrough(r, row, records_per_input())
+                rounds.append(row)
+                done(_line(row))
+            elif system in ("redis", "postgres"):
+                service = services[system]
+                measure = stores.redis_round if system == "redis" else stores.postgres_round
+                s = measure(service.port, service.pid, workload, number)
+                _check_store(s.system, s.duplicates, workload, gateway_duplicates)
+                row = {**dataclasses.asdict(s), "rate": s.rate, "cpu_process_s": s.cpu_server_s}
+                rounds.append(row)
+                done(_line(row))
+            elif system == "http":
+                loads = [(c, 1) for c in plan.http_concurrency] + [
+                    (c, web.BATCH) for c in plan.http_batch_concurrency
+                ]
+                workloads = [
+                    generate(plan.requests, plan.duplicates, plan.seed, tag=f"h{number}-{i}-")
+                    for i in range(len(loads))
+                ]
+                for h in web.run_round(number, loads, workloads, plan.http_seconds, broker,
+                                       processes, workdir, plan.commit_interval):  # fmt: skip
+                    row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
+                    rounds.append(row)
+                    done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
+    _other_figures(plan, broker, processes, opts, rounds, figures, step, done)
+
+
+def _other_figures(
+    plan: Plan,
+    broker: Broker,
+    processes: Processes,
+    opts: Options,
+    rounds: list[dict[str, Any]],
+    figures: dict[str, dict[str, Any]],
+    step: Callable[[str], None],
+    done: Callable[[str], None],
+) -> None:
+    from gateway.bench import figures as more
+
+    gateway_rounds = [r for r in rounds if r["system"] == "gateway"]
+    if gateway_rounds:
+        rss = report.spread(r["peak_rss_bytes"] / 2**20 for r in gateway_rounds)
+        figures["processor peak RSS (MiB)"] = {"value": rss, "text": report._fmt(rss)}
+        startup = report.spread(r["startup_s"] for r in gateway_rounds)
+        figures["processor start to first decisions, empty state (s)"] = {
+            "value": startup, "text": report._fmt(startup, 1),
+        }  # fmt: skip
+        per = report.spread(r["records_per_request"] for r in gateway_rounds)
+        figures["records written per decision (outputs + changelog)"] = {
+            "value": per, "text": report._fmt(per, 2),
+        }  # fmt: skip
+    if "fingerprint" in plan.figures:
+        step("fingerprints per second on one core")
+        rates = fingerprint_rates(seconds=1.0 if plan.quick else 3.0)
+        for name, value in rates.items():
+            figures[f"{name} per second, one core"] = {
+                "value": value, "text": report._fmt(value),
+            }  # fmt: skip
+        done("fingerprints: " + ", ".join(f"{n} {report._fmt(v)}/s" for n, v in rates.items()))
+    if "restore" in plan.figures and plan.restore_keys > 0:
+        step(f"restore of {plan.restore_keys:,} keys from the changelog")
+        r = more.restore(plan.restore_keys, broker, processes, opts)
+        figures[f"restart to first decision, {r.keys:,} keys restored (s)"] = {
+            "value": r.restart_to_decision_s, "text": f"{r.restart_to_decision_s:.1f}",
+            "keys_restored": r.keys_restored, "fill_seconds": r.fill_seconds,
+        }  # fmt: skip
+        figures["state on disk per key (bytes)"] = {
+            "value": r.bytes_per_key, "text": f"{r.bytes_per_key:,.0f}",
+            "state_bytes": r.state_bytes,
+        }  # fmt: skip
+        done(
+            f"restore: {r.keys_restored:,} keys restored, first decision "
+            f"{r.restart_to_decision_s:.1f}s after start; {r.bytes_per_key:,.0f} B/key"
+        )
+    if "cold-start" in plan.figures:
+        colds = []
+        for n in range(1 if plan.quick else plan.rounds):
+            step(f"cold `gateway up` {n + 1}")
+            colds.append(more.cold_start(processes, opts.workdir))
+        first = report.spread(c.first_decision_s for c in colds)
+        health = report.spread(c.health_s for c in colds)
+        figures["cold `gateway up`: health OK to first answer (s)"] = {
+            "value": first, "text": report._fmt(first, 2),
+        }  # fmt: skip
+        figures["cold `gateway up`: start to health OK (s)"] = {
+            "value": health, "text": report._fmt(health, 1),
+        }  # fmt: skip
+        done(f"cold start: first answer {report._fmt(first, 2)} s after health OK")
+
+
+def _check_gateway(outcomes: dict[str, int], workload: Workload) -> None:
+    expected = {"accepted": workload.distinct}
+    duplicates = outcomes.get("rejected", 0) + outcomes.get("ignored", 0)
+    other = {k: v for k, v in outcomes.items() if k not in ("accepted", "rejected", "ignored")}
+    if outcomes.get("accepted", 0) != expected["accepted"] or duplicates != workload.duplicates \
+            or other:  # fmt: skip
+        raise BenchError(
+            f"the gateway decided {outcomes}; the workload has {workload.distinct} new jobs "
+            f"and {workload.duplicates} duplicates"
+        )
+
+
+def _check_passthrough(r: streams.StreamRound, row: dict[str, Any], per_input: float) -> None:
+    expected = r.inputs * per_input
+    if abs(r.records_written - expected) > max(2.0, expected * 0.01):
+        raise BenchError(
+            f"the passthrough wrote {r.records_written} records for {r.inputs} inputs, "
+            f"not {per_input:.2f} per input"
+        )
+
+
+def _check_store(system: str, duplicates: int, workload: Workload, gateway: list[int]) -> None:
+    if duplicates != workload.duplicates or any(g != duplicates for g in gateway):
+        raise BenchError(
+            f"{system} found {duplicates} duplicates; the workload has {workload.duplicates}"
+            + (f" and the gateway found {gateway[-1]}" if gateway else "")
+        )
+
+
+def _line(row: dict[str, Any]) -> str:
+    parts = [f"{row['system']} round {row['round']}: {row['rate']:,.0f}/s"]
+    cpu, broker = row.get("cpu_process_s"), row.get("cpu_broker_s")
+    if cpu is not None:
+        parts.append(f"system CPU {cpu / row['requests'] * 1e6:,.0f} µs/req")
+    if broker is not None:
+        parts.append(f"broker CPU {broker / row['requests'] * 1e6:,.0f} µs/req")
+    if row.get("records_per_request"):
+        parts.append(f"{row['records_per_request']:.2f} records/req")
+    lat = row.get("latency_ms") or {}
+    if lat:
+        rate = f" at {row['latency_rate']:,.0f}/s" if row.get("latency_rate") else ""
+        parts.append(f"p50/p95/p99 {lat['p50']:,.0f}/{lat['p95']:,.0f}/{lat['p99']:,.0f} ms{rate}")
+    return ", ".join(parts)
+
+
+@contextmanager
+def _broker(plan: Plan, workdir: Path) -> Iterator[Broker]:
+    if plan.bootstrap:
+        yield Broker(plan.bootstrap, None, "external")
+        return
+    cluster = launcher.up(port=broker_port(), directory=workdir / "cluster").cluster
+    try:
+        yield Broker(cluster.bootstrap, launcher.node_pid(cluster, 1), cluster.version)
+    finally:
+        launcher.down(cluster, purge=True)
+
+
+@contextmanager
+def _stopping_on_signals() -> Iterator[None]:
+    """SIGTERM stops the run as Ctrl-C does, so every started process is stopped by pid."""
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
+    )  # fmt: skip
+
+
+def _scratch() -> Path:
+    path = launcher.gateway_home() / "bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _settings(plan: Plan) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()}
+
+
+def _machine() -> dict[str, Any]:
+    from gateway.bench import procfs
+
+    return procfs.machine()
+
+
+def _versions() -> dict[str, Any]:
+    import confluent_kafka
+    import quixstreams
+
+    from gateway import __version__
+
+    return {
+        "gateway": __version__, "gateway_commit": _commit(),
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+        "quixstreams": quixstreams.__version__,
+    }  # fmt: skip
+
+
+def _commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain"], capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")

@@ -1,0 +1,195 @@
+"""Everything the bench starts: each process is recorded and stopped by its pid.
+
+Redis and PostgreSQL come from Debian's packages (installed with apt-get when
+missing and we are root) and run as private instances on free loopback ports
+with throwaway data directories.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+START_TIMEOUT_S = 90.0
+
+
+class ServiceError(Exception):
+    """A service could not be installed or started; the message says why."""
+
+
+class Processes:
+    """The processes the bench started, stopped by pid (TERM, then KILL) in reverse order."""
+
+    def __init__(self) -> None:
+        self._running: list[subprocess.Popen[bytes]] = []
+        self._cleanups: list[Callable[[], None]] = []
+
+    def start(
+        self,
+        command: Sequence[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                list(command), stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.DEVNULL, user=user, group=user,
+            )  # fmt: skip
+        self._running.append(proc)
+        return proc
+
+    def on_exit(self, cleanup: Callable[[], None]) -> None:
+        """Run `cleanup` after every process is stopped."""
+        self._cleanups.append(cleanup)
+
+    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if proc in self._running:
+            self._running.remove(proc)
+
+    def stop_all(self) -> None:
+        for proc in reversed(list(self._running)):
+            self.stop(proc)
+        for cleanup in reversed(self._cleanups):
+            cleanup()
+        self._cleanups.clear()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def broker_port() -> int:
+    """A port, with its +100 (a local node's controller) free too, below the ephemeral range."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000)
+        if all(_free(base + d) for d in (0, 100)):
+            return base
+    raise ServiceError("no free port pair on loopback")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Service:
+    port: int
+    pid: int
+    version: str
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise ServiceError(f"{log.stem} did not start; log {log}:\n{_tail(log)}")
+        time.sleep(0.1)
+
+
+def ensure_installed(binary: str, package: str, search: str | None = None) -> str:
+    """The binary's path; apt-get installs its Debian package first if it is missing."""
+    if found := _find(binary, search):
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise ServiceError(f"{binary} is missing: install the Debian package {package}")
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+        done = subprocess.run(
+            command, capture_output=True, text=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ServiceError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    if found := _find(binary, search):
+        return found
+    raise ServiceError(f"{binary} still missing after installing {package}")
+
+
+def _find(binary: str, search: str | None) -> str | None:
+    if search:
+        matches = sorted(glob.glob(search))
+        if matches:
+            return matches[-1]
+    return shutil.which(binary)
+
+
+def start_redis(processes: Processes, workdir: Path) -> Service:
+    server = ensure_installed("redis-server", "redis-server")
+    port, data = free_port(), workdir / "redis"
+    data.mkdir()
+    log = workdir / "redis.log"
+    proc = processes.start(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+         "--save", "", "--appendonly", "no", "--daemonize", "no"],
+        log,
+    )  # fmt: skip
+    wait_for_port(port, proc, log)
+    return Service(port, proc.pid, _version(server))
+
+
+def start_postgres(processes: Processes, workdir: Path) -> Service:
+    """A throwaway cluster, run as the `postgres` user when we are root (it refuses root)."""
+    pattern = "/usr/lib/postgresql/*/bin/postgres"
+    postgres = ensure_installed("postgres", "postgresql", search=pattern)
+    bin_dir = Path(postgres).parent
+    # Its own directory in /tmp: the bench's work directory is private to root.
+    data = Path(tempfile.mkdtemp(prefix="gateway-bench-pg-"))
+    processes.on_exit(lambda: shutil.rmtree(data, ignore_errors=True))
+    user = "postgres" if os.geteuid() == 0 else None
+    if user:
+        shutil.chown(data, user, user)
+    log = workdir / "postgres.log"
+    init = subprocess.run(
+        [str(bin_dir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "bench",
+         "--no-sync"],
+        capture_output=True, text=True, user=user, group=user, cwd=data,
+    )  # fmt: skip
+    if init.returncode != 0:
+        raise ServiceError(f"initdb failed:\n{init.stdout[-1000:]}{init.stderr[-2000:]}")
+    port = free_port()
+    proc = processes.start(
+        [postgres, "-D", str(data / "db"), "-p", str(port), "-h", "127.0.0.1", "-k", str(data)],
+        log, user=user,
+    )  # fmt: skip
+    wait_for_port(port, proc, log)
+    return Service(port, proc.pid, _version(postgres))
+
+
+def _version(binary: str) -> str:
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,365 @@
+"""The two Kafka systems, driven alike from outside: the gateway and the passthrough.
+
+Each round gets a fresh namespace (topics, consumer group, state), starts the
+system in a subprocess, warms it up with one new job per partition, then:
+
+- throughput: produces every request of the workload to `requests` as fast as
+  the producer goes and waits until a read_committed consumer of `decisions`
+  has seen one decision per request; CPU of the system's process tree and of
+  the broker JVM over that window, from /proc;
+- records: counts the committed records the system wrote during the round on
+  every topic of its namespace but the inputs (outputs and state changelog);
+- latency: new jobs paced at half the measured rate; each decision's latency
+  is from its request's broker timestamp (LogAppendTime) to the moment the
+  decision is visible to the read_committed consumer.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gateway import admin, catalogue
+from gateway.bench import procfs
+from gateway.bench.services import Processes
+from gateway.bench.workload import Item, Workload, generate
+from gateway.catalogue import Catalogue
+from gateway.core.times import parse_rfc3339
+from gateway.partitioner import PRODUCER_SETTING
+
+DECIDE_TIMEOUT_S = 600.0
+INPUT_ROLES = ("intake", "requests", "job_events")
+
+
+class BenchError(Exception):
+    """A system failed or gave a wrong answer: the run stops, loudly."""
+
+
+@dataclass
+class Broker:
+    bootstrap: str
+    pid: int | None  # None for a cluster we did not start: its CPU is not ours to read
+    version: str
+
+
+@dataclass
+class StreamRound:
+    system: str
+    round: int
+    inputs: int  # requests decided in the round
+    requests: int  # of which decided in the measured window
+    seconds: float
+    cpu_process_s: float | None
+    cpu_broker_s: float | None
+    records_written: int
+    outcomes: dict[str, int]
+    peak_rss_bytes: int
+    startup_s: float  # from starting the process to its first decisions (empty state)
+    latency_rate: float = 0.0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def records_per_request(self) -> float:
+        return self.records_written / self.inputs
+
+
+@dataclass(frozen=True)
+class Options:
+    commit_interval: float
+    latency_seconds: float
+    workdir: Path
+
+
+class StreamSystem:
+    """How one system is started and how its decision records are read."""
+
+    name = ""
+    repeat = 1  # times the workload is fed in one round
+
+    def start(
+        self, processes: Processes, broker: Broker, cat: Catalogue, workdir: Path, opts: Options
+    ) -> Any:
+        raise NotImplementedError
+
+    def request_timestamp_ms(self, msg: Message) -> int:
+        raise NotImplementedError
+
+    def outcome(self, value: bytes) -> str:
+        raise NotImplementedError
+
+
+class Gateway(StreamSystem):
+    """`gateway process`, exactly as a user runs it."""
+
+    name = "gateway"
+
+    def start(
+        self, processes: Processes, broker: Broker, cat: Catalogue, workdir: Path, opts: Options
+    ) -> Any:
+        namespace = cat.name("requests").split(".", 1)[0]
+        return processes.start(
+            [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
+             "--namespace", namespace, "--state-dir", str(workdir / "state"),
+             "--commit-interval", str(opts.commit_interval), "--log-level", "WARNING"],
+            workdir / "gateway.log",
+        )  # fmt: skip
+
+    def request_timestamp_ms(self, msg: Message) -> int:
+        # Decision time is the request record's broker timestamp.
+        return parse_rfc3339(orjson.loads(msg.value())["decided_at"]) or 0
+
+    def outcome(self, value: bytes) -> str:
+        return str(orjson.loads(value)["outcome"])
+
+
+class Passthrough(StreamSystem):
+    """gateway.bench.passthrough: transactions and record counts of the gateway, no deciding."""
+
+    name = "passthrough"
+    # It decides nothing, so a repeat is the same work; five times the
+    # gateway's input keeps its much shorter window many commits long.
+    repeat = 5
+
+    def __init__(self, records_per_input: Callable[[], float]) -> None:
+        self.records_per_input = records_per_input
+
+    def start(
+        self, processes: Processes, broker: Broker, cat: Catalogue, workdir: Path, opts: Options
+    ) -> Any:
+        requests = cat.by_role("requests")
+        changelog = f"{requests.name.split('.', 1)[0]}.passthrough-changelog"
+        client = AdminClient({"bootstrap.servers": broker.bootstrap})
+        created = client.create_topics(
+            [NewTopic(changelog, requests.partitions, 1, config={"cleanup.policy": "compact"})]
+        )
+        for future in created.values():
+            future.result()
+        outputs = [cat.name("decisions"), cat.name("jobs"), changelog]
+        return processes.start(
+            [sys.executable, "-m", "gateway.bench.passthrough", "--bootstrap", broker.bootstrap,
+             "--input", requests.name, "--outputs", ",".join(outputs),
+             "--records-per-input", f"{self.records_per_input():.4f}",
+             "--group", f"{requests.name}.passthrough",
+             "--commit-interval", str(opts.commit_interval)],
+            workdir / "passthrough.log",
+        )  # fmt: skip
+
+    def request_timestamp_ms(self, msg: Message) -> int:
+        return int(msg.timestamp()[1])  # the input's timestamp, carried over
+
+    def outcome(self, value: bytes) -> str:
+        return "passed"
+
+
+def run_round(
+    system: StreamSystem,
+    number: int,
+    workload: Workload,
+    broker: Broker,
+    processes: Processes,
+    opts: Options,
+) -> StreamRound:
+    namespace = f"b{uuid.uuid4().hex[:8]}"
+    workdir = opts.workdir / f"{system.name}-{number}-{namespace}"
+    workdir.mkdir(parents=True)
+    cat = catalogue.load(namespace=namespace)
+    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    io = _Io(broker.bootstrap, cat)
+    # The whole backlog is in place before the system starts: the producer is
+    # out of the measured window, which runs from the first percent of the
+    # decisions to the last, past start-up.
+    inputs = list(workload.items) * system.repeat
+    io.send(inputs)
+    launched = time.monotonic()
+    proc = system.start(processes, broker, cat, workdir, opts)
+    try:
+        values: list[bytes] = []
+        mark = max(1, len(inputs) // 100)
+        startup = started = 0.0
+        cpu_process = cpu_broker = None
+        deadline = launched + DECIDE_TIMEOUT_S
+        while len(values) < len(inputs):
+            for msg in io.consumer.consume(1000, 0.05):
+                if msg.error() is None:
+                    values.append(msg.value())
+            if values and not startup:
+                startup = time.monotonic() - launched
+            if not started and len(values) >= mark:
+                started, at_mark = time.monotonic(), len(values)
+                cpu_process = procfs.cpu_seconds(proc.pid)
+                cpu_broker = procfs.cpu_seconds(broker.pid, children=False)
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _fail(f"{len(values)} of {len(inputs)} decisions arrived", proc, workdir)
+        seconds = time.monotonic() - started
+        cpu_process = _delta(procfs.cpu_seconds(proc.pid), cpu_process)
+        cpu_broker = _delta(procfs.cpu_seconds(broker.pid, children=False), cpu_broker)
+        if len(values) != len(inputs):
+            raise BenchError(f"{len(values)} decisions for {len(inputs)} requests")
+
+        written = _count_committed(broker.bootstrap, namespace, cat)
+        outcomes = Counter(system.outcome(v) for v in values)
+        result = StreamRound(
+            system.name, number, len(inputs), len(inputs) - at_mark, seconds, cpu_process,
+            cpu_broker, written, dict(outcomes), 0, startup,
+        )  # fmt: skip
+        if opts.latency_seconds > 0:
+            rate = max(1.0, result.rate / 2)
+            paced = generate(int(rate * opts.latency_seconds), workload.duplicate_share,
+                             workload.seed, tag=f"lat{number}-")  # fmt: skip
+            samples = io.paced(paced.items, rate, system, proc, workdir)
+            result.latency_rate = rate
+            result.latency_ms = percentiles(samples)
+        result.peak_rss_bytes = procfs.peak_rss_bytes(proc.pid)
+        return result
+    finally:
+        processes.stop(proc)
+        io.close()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if len(samples) < 2:
+        return {}
+    q = statistics.quantiles(samples, n=100)
+    return {"p50": q[49], "p95": q[94], "p99": q[98], "count": float(len(samples))}
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+class _Io:
+    """The bench's producer of requests and its read_committed reader of decisions."""
+
+    def __init__(self, bootstrap: str, cat: Catalogue) -> None:
+        self.requests = cat.name("requests")
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+            "log_level": 3, **PRODUCER_SETTING,
+        })  # fmt: skip
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50, "log_level": 3,
+        })  # fmt: skip
+        decisions = cat.by_role("decisions")
+        self.consumer.assign(
+            [TopicPartition(decisions.name, p, 0) for p in range(decisions.partitions)]
+        )
+
+    def send(self, items: list[Item] | tuple[Item, ...]) -> None:
+        for item in items:
+            self._produce(item)
+        self.producer.flush()
+
+    def _produce(self, item: Item) -> None:
+        while True:
+            try:
+                self.producer.produce(self.requests, item.value, key=item.key.encode())
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def await_decisions(
+        self, count: int, proc: Any, workdir: Path, timeout: float = DECIDE_TIMEOUT_S
+    ) -> list[bytes]:
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < count:
+            for msg in self.consumer.consume(1000, 0.1):
+                if msg.error() is None:
+                    values.append(msg.value())
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _fail(f"{len(values)} of {count} decisions arrived", proc, workdir)
+        if len(values) > count:
+            raise BenchError(f"{len(values)} decisions for {count} requests")
+        return values
+
+    def paced(
+        self, items: tuple[Item, ...], rate: float, system: StreamSystem, proc: Any, workdir: Path
+    ) -> list[float]:
+        """Send at `rate`, reading decisions in between; latency of each in milliseconds."""
+        latencies: list[float] = []
+
+        def read(wait: float) -> None:
+            for msg in self.consumer.consume(1000, wait):
+                if msg.error() is None:
+                    seen = time.time() * 1000
+                    latencies.append(seen - system.request_timestamp_ms(msg))
+
+        started = time.monotonic()
+        for n, item in enumerate(items):
+            while (pause := started + n / rate - time.monotonic()) > 0:
+                read(min(pause, 0.01))
+            self._produce(item)
+            self.producer.poll(0)
+        self.producer.flush()
+        deadline = time.monotonic() + 120
+        while len(latencies) < len(items):
+            read(0.05)
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _fail(f"{len(latencies)} of {len(items)} paced decisions", proc, workdir)
+        return latencies
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.flush()
+
+
+def _fail(what: str, proc: Any, workdir: Path) -> None:
+    logs = sorted(workdir.glob("*.log"))
+    tail = logs[0].read_text(errors="replace")[-3000:] if logs else ""
+    state = f"exited with {proc.returncode}" if proc.poll() is not None else "still running"
+    raise BenchError(f"{what}; the system {state}; log {logs[0] if logs else '-'}:\n{tail}")
+
+
+def _count_committed(bootstrap: str, namespace: str, cat: Catalogue) -> int:
+    """Committed records (transaction markers and aborted ones excluded) the system wrote.
+
+    That is every record on every topic named with the round's namespace
+    (outputs, and changelogs, whose names carry the namespaced group) but the
+    inputs.
+    """
+    inputs = {cat.name(role) for role in INPUT_ROLES}
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"bench-count-{uuid.uuid4().hex}",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+        "enable.partition.eof": True, "log_level": 3,
+    })  # fmt: skip
+    try:
+        todo = set()
+        for name, topic in consumer.list_topics(timeout=30).topics.items():
+            if namespace not in name or name in inputs:
+                continue
+            for p in topic.partitions:
+                _, end = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)
+                if end > 0:
+                    todo.add((name, p))
+        consumer.assign([TopicPartition(t, p, 0) for t, p in todo])
+        count, deadline = 0, time.monotonic() + 120
+        while todo and time.monotonic() < deadline:
+            for msg in consumer.consume(5000, 0.5):
+                where = (msg.topic(), msg.partition())
+                if msg.error() is None:
+                    count += 1
+                elif msg.error().code() == KafkaError._PARTITION_EOF:  # read to the stable end
+                    todo.discard(where)
+        if todo:
+            raise BenchError(f"could not read to the end of {sorted(todo)}")
+        return count
+    finally:
+        consumer.close()

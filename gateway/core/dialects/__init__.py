@@ -1,0 +1,74 @@
+"""Requests in any dialect: OJS, Oban (Elixir and Python), Zizq, Faktory.
+
+A request names its dialect in a top-level `dialect` field; without one it is
+OJS. Each dialect's module validates its own job shape and unique options and
+maps them onto the canonical policy (policy.py), a holder rule for the job it
+creates (holder.py) and a key. The keys live in fingerprint spaces:
+
+- OJS and Faktory share one: a Faktory job's key is the OJS key of
+  keys ["type", "queue", "args"], so a Faktory job and an OJS job of the same
+  type, queue and args collide.
+- Oban (both flavours, as both share one jobs table) has its own, since its
+  keys differ in kind (worker may be left out, `keys` picks from args and
+  meta and tolerates missing names, meta may count whole) and its `replace`
+  updates jobs that only Oban requests create.
+- Zizq has its own: its key is the caller's string, global across types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import orjson
+
+from gateway.core.dialects import faktory, oban, zizq
+from gateway.core.errors import INVALID_PAYLOAD, GatewayError, Invalid, invalid_request
+from gateway.core.request import OJS, Request, ojs_request_or_raise
+
+_PARSERS: dict[str, Callable[[Mapping[str, object]], Request]] = {
+    OJS: ojs_request_or_raise,
+    oban.ELIXIR: oban.parse_elixir,
+    oban.PYTHON: oban.parse_python,
+    zizq.ZIZQ: zizq.parse,
+    faktory.FAKTORY: faktory.parse,
+}
+DIALECTS = tuple(_PARSERS)
+# The dialect recorded for a request whose dialect cannot be told.
+UNKNOWN_DIALECT = "unknown"
+
+
+def parse_request(raw: object) -> Request | GatewayError:
+    """Validate a job in its dialect (OJS without a `dialect` field) and compute its key."""
+    try:
+        if not isinstance(raw, Mapping):
+            raise invalid_request("the job must be a JSON object")
+        dialect = raw.get("dialect", OJS)
+        parser = _PARSERS.get(dialect) if isinstance(dialect, str) else None
+        if parser is None:
+            names = ", ".join(f'"{d}"' for d in DIALECTS)
+            raise invalid_request(f"dialect must be one of {names}, or omitted for OJS")
+        return parser(raw)
+    except Invalid as exc:
+        return exc.error
+
+
+def parse_request_json(data: bytes | str) -> Request | GatewayError:
+    """`parse_request` of a JSON text; malformed JSON is an `invalid_payload` error."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        return GatewayError(INVALID_PAYLOAD, f"the request is not valid JSON: {exc}")
+    return parse_request(raw)
+
+
+def requested_dialect(data: bytes | str) -> str:
+    """The dialect a request names, for the record of one that was refused:
+    a known name, `ojs` when it names none, else `unknown`."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return UNKNOWN_DIALECT
+    if not isinstance(raw, dict):
+        return UNKNOWN_DIALECT
+    dialect = raw.get("dialect", OJS)
+    return dialect if isinstance(dialect, str) and dialect in _PARSERS else UNKNOWN_DIALECT

@@ -1,0 +1,51 @@
+"""The bench's pure parts: the workload it generates and how it reports rounds."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gateway.bench import procfs, report
+from gateway.bench.workload import generate
+from gateway.core import Request, parse_request_json
+
+
+def test_workload_repeats_the_asked_share_and_is_the_same_for_the_same_seed() -> None:
+    workload = generate(2000, 0.3, seed=5)
+    assert workload.items == generate(2000, 0.3, seed=5).items
+    assert len(workload.items) == 2000
+    assert workload.duplicates == 2000 - len({i.key for i in workload.items})
+    assert 0.25 < workload.duplicates / 2000 < 0.35
+    # A repeat is the same job, so the gateway computes the same key for it.
+    for item in workload.items[:50]:
+        request = parse_request_json(item.value)
+        assert isinstance(request, Request) and request.unique_key == item.key
+
+
+def test_a_tag_makes_every_key_new() -> None:
+    first, second = generate(300, 0.3, seed=5), generate(300, 0.3, seed=5, tag="x")
+    assert not {i.key for i in first.items} & {i.key for i in second.items}
+
+
+def test_summary_gives_median_and_spread_per_request() -> None:
+    rounds = [
+        {"system": "gateway", "requests": 1000, "rate": r, "cpu_process_s": c,
+         "cpu_broker_s": None, "latency_ms": {"p50": 10.0, "p95": 20.0, "p99": 30.0}}
+        for r, c in ((100.0, 0.1), (300.0, 0.3), (200.0, 0.2))
+    ]  # fmt: skip
+    summary = report.summarise(rounds)["gateway"]
+    assert summary["rate"] == {"median": 200.0, "min": 100.0, "max": 300.0}
+    assert summary["cpu_system_us"]["median"] == pytest.approx(200.0)
+    assert summary["cpu_broker_us"] is None
+    assert summary["latency_ms"]["p99"]["median"] == 30.0
+
+
+def test_cpu_of_this_process_is_read_from_proc() -> None:
+    if not os.path.exists("/proc/self/stat"):
+        pytest.skip("no /proc")
+    before = procfs.cpu_seconds(os.getpid())
+    sum(i * i for i in range(2_000_000))
+    after = procfs.cpu_seconds(os.getpid())
+    assert before is not None and after is not None and after > before
+    assert procfs.peak_rss_bytes(os.getpid()) > 0

@@ -1,0 +1,135 @@
+"""Answers per dialect (SDK `EnqueueResult.answer`, HTTP status and body), the Zizq key helper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.core import Decision, Request, decide, parse_request
+from gateway.core.engine import updated_record
+from gateway.http.answers import Answer, for_result
+from gateway.http.errors import ApiError
+from gateway.processor.records import Source, decision_record
+from gateway.sdk import EnqueueResult, zizq_unique_key
+
+T0 = 1_770_000_000_000
+
+
+def decisions(*jobs: dict[str, Any]) -> list[tuple[Decision, EnqueueResult]]:
+    """The decisions of `jobs`, sent one after another on one key, and the SDK's results."""
+    entries: tuple[Any, ...] = ()
+    out = []
+    for i, job in enumerate(jobs):
+        request = parse_request(job)
+        assert isinstance(request, Request)
+        decision = decide(entries, request, T0 + i, seed=b"%d" % i)
+        entries = decision.entries
+        source = Source("requests", 0, i, T0 + i, {})
+        record = decision_record(decision, source, f"r{i}", request.dialect)
+        out.append((decision, EnqueueResult.from_record(record)))
+    return out
+
+
+def results(*jobs: dict[str, Any]) -> list[EnqueueResult]:
+    """The results the SDK would return for `jobs`, sent one after another on one key."""
+    return [result for _, result in decisions(*jobs)]
+
+
+OBAN = {"dialect": "oban", "worker": "W", "args": {"id": 1}, "unique": True}
+ZIZQ = {"dialect": "zizq", "type": "send_email", "payload": {"userId": 42}, "uniqueKey": "k"}
+FAKTORY = {"dialect": "faktory", "jobtype": "T", "args": [1], "custom": {"unique_for": 600}}
+
+
+@pytest.mark.parametrize("dialect", ["oban", "oban-py"])
+def test_oban_answers_conflicted_false_then_true_never_an_error(dialect: str) -> None:
+    new, again = results({**OBAN, "dialect": dialect}, {**OBAN, "dialect": dialect})
+    assert new.answer == {"job": new.job, "conflicted": False} and not new.conflicted
+    assert again.answer == {"job": again.job, "conflicted": True} and again.conflicted
+    assert again.job is not None and again.job["id"] == new.job_id
+    assert again.job["args"] == {"id": 1}  # the whole existing job
+    first, second = for_result(new), for_result(again)
+    assert isinstance(first, Answer) and first.status == 201
+    assert first.headers["Location"] == f"/ojs/v1/jobs/{new.job_id}"
+    assert isinstance(second, Answer) and second.status == 200
+    assert second.body["conflicted"] is True
+
+
+def test_oban_an_update_answers_the_updated_job_conflicted() -> None:
+    at = "2026-03-01T00:00:00Z"
+    (_, new), (decision, updated) = decisions(
+        {**OBAN, "scheduled_at": at, "priority": 5},
+        {**OBAN, "scheduled_at": at, "priority": 0, "replace": {"scheduled": ["priority"]}},
+    )
+    assert updated.outcome == "updated" and updated.job_id == new.job_id
+    answer = for_result(updated)
+    assert isinstance(answer, Answer) and answer.status == 200
+    assert answer.body["conflicted"] is True and answer.body["job"]["priority"] == 0
+    # The record job_states carries (so GET shows it): the stored job, its fields updated,
+    # what the update does not touch kept.
+    assert new.job is not None
+    stored = {**new.job, "route": "k", "attempt": 0}
+    shown = updated_record(stored, decision)
+    assert shown["priority"] == 0 and shown["state"] == "scheduled"
+    assert shown["route"] == "k" and shown["id"] == new.job_id
+
+
+def test_zizq_answers_201_duplicate_false_then_200_duplicate_true() -> None:
+    new, again = results(ZIZQ, ZIZQ)
+    first, second = for_result(new), for_result(again)
+    assert isinstance(first, Answer) and first.status == 201
+    assert first.body == {"job": new.job, "duplicate": False}
+    assert isinstance(second, Answer) and second.status == 200
+    assert second.body["duplicate"] is True and second.body["job"]["id"] == new.job_id
+
+
+def test_faktory_answers_409_notunique_naming_the_existing_job() -> None:
+    new, again = results(FAKTORY, FAKTORY)
+    first, second = for_result(new), for_result(again)
+    assert isinstance(first, Answer) and first.status == 201 and first.body == {"job": new.job}
+    assert isinstance(second, ApiError) and second.status == 409
+    assert second.code == "NOTUNIQUE" and second.details["existing_job_id"] == new.job_id
+    assert again.answer["error"]["code"] == "NOTUNIQUE"
+
+
+def test_ojs_answers_are_unchanged() -> None:
+    job = {"type": "email.send", "args": [1], "unique": {"on_conflict": "ignore"}}
+    new, again = results(job, job)
+    assert new.answer == {"job": new.job}
+    assert again.answer == {"job": again.job, "deduplicated": True}
+    rejected = results({**job, "unique": {}}, {**job, "unique": {}})[1]
+    answer = for_result(rejected)
+    assert isinstance(answer, ApiError) and (answer.status, answer.code) == (409, "duplicate")
+
+
+def test_zizq_unique_key_is_independent_of_payload_key_order() -> None:
+    a = zizq_unique_key("example_job", {"to": "test@test.com", "subject": "Example"})
+    b = zizq_unique_key("example_job", {"subject": "Example", "to": "test@test.com"})
+    c = zizq_unique_key("example_job", {"to": "other@test.com", "subject": "Example"})
+    assert a == b != c
+    assert a.startswith("example_job:") and len(a) == len("example_job:") + 64
+    assert zizq_unique_key("other_job", {"to": "test@test.com", "subject": "Example"}) != a
+
+
+def test_zizq_unique_key_from_a_subset_of_fields() -> None:
+    one = zizq_unique_key("example_job", {"to": "test@test.com", "subject": "Example"}, "to")
+    two = zizq_unique_key("example_job", {"to": "test@test.com", "subject": "Other"}, "to")
+    three = zizq_unique_key("example_job", {"to": "other@test.com", "subject": "Example"}, "to")
+    assert one == two != three
+    # The same as hashing the subset itself: the page's "sugar" equivalence.
+    assert one == zizq_unique_key("example_job", {"to": "test@test.com"})
+    with pytest.raises(KeyError, match="userId"):
+        zizq_unique_key("example_job", {"to": "x"}, "userId")
+    with pytest.raises(ValueError):
+        zizq_unique_key("example_job", {"n": 2**60})
+
+
+def test_a_helper_key_makes_zizq_requests_collide_whatever_the_order() -> None:
+    payload = {"userId": 42, "action": "welcome"}
+    reordered = {"action": "welcome", "userId": 42}
+    key = zizq_unique_key("send_email", payload, "userId", "action")
+    first, second = results(
+        {**ZIZQ, "payload": payload, "uniqueKey": key},
+        {**ZIZQ, "payload": reordered, "uniqueKey": zizq_unique_key("send_email", reordered)},
+    )
+    assert first.answer["duplicate"] is False and second.answer["duplicate"] is True

@@ -1,0 +1,184 @@
+"""What the processor writes for dialect requests, checked against the catalogue's schemas,
+and replay and explain over a log that holds them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import orjson
+
+from gateway.audit import HistoryItem, LogRecord, explain_history, replay
+from gateway.audit.replay import KeyState
+from gateway.core import Request, parse_request
+from gateway.core.times import format_rfc3339
+from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import JOB_EVENT, KIND_HEADER, Output, Source
+from gateway.processor.router import Router
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "topics" / "schemas"
+REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
+T0 = 1_770_000_000_000
+HOUR = 3_600_000
+
+
+def schema(name: str) -> dict[str, Any]:
+    return json.loads((SCHEMAS / name).read_text())
+
+
+class Log:
+    """One partition's log (requests, and job events as the router forwards them)
+    through the processor's own code."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[Output, Source]] = []
+        self.dedup = Dedup(1, lambda o, s: self.out.append((o, s)), Metrics(), Limits())
+        self.states: dict[bytes | None, KeyState] = {}
+        self.log: list[LogRecord] = []
+        self.history: list[HistoryItem] = []
+
+    def _handle(self, record: LogRecord) -> None:
+        self.log.append(record)
+        state = self.states.setdefault(record.key, KeyState())
+        self.dedup.on_record(record.value, record.key, record.source, state)
+
+    def request(self, job: dict[str, Any], at: int) -> dict[str, Any]:
+        parsed = parse_request(job)
+        key = parsed.unique_key if isinstance(parsed, Request) else None
+        record = LogRecord(
+            REQ, 0, len(self.log), at, key.encode() if key else None, orjson.dumps(job), {}
+        )
+        self._handle(record)
+        decision = orjson.loads(self.outputs("decisions")[-1].value)
+        self.history.append(HistoryItem("decision", at, record.position, decision))
+        return decision  # type: ignore[no-any-return]
+
+    def event(self, job_id: str, key: str, at: int, **fields: Any) -> None:
+        value = {"job_id": job_id, "unique_key": key, **fields}
+        headers = {KIND_HEADER: JOB_EVENT}
+        record = LogRecord(REQ, 0, len(self.log), at, key.encode(), orjson.dumps(value), headers)
+        self._handle(record)
+        self.history.append(HistoryItem("event", at, record.position, value))
+
+    def outputs(self, role: str) -> list[Output]:
+        return [o for o, _ in self.out if o.role == role]
+
+    def recorded(self) -> dict[tuple[str, int, int], dict[str, Any]]:
+        return {
+            (s.topic, s.partition, s.offset): orjson.loads(o.value)
+            for o, s in self.out
+            if o.role == "decisions"
+        }
+
+
+def oban(**fields: Any) -> dict[str, Any]:
+    return {"dialect": "oban", "worker": "MyApp.Business", "args": {"id": 1}, "unique": True,
+            "scheduled_at": format_rfc3339(T0 + HOUR), **fields}  # fmt: skip
+
+
+def test_every_decision_record_names_its_dialect_and_fits_the_schema() -> None:
+    log = Log()
+    jobs = [
+        {"type": "email.send", "args": [1], "unique": {}},
+        oban(),
+        {"dialect": "oban-py", "worker": "W", "args": {"a": 1}, "unique": True},
+        {"dialect": "zizq", "type": "t", "payload": {}, "uniqueKey": "k", "uniqueWhile": "active"},
+        {"dialect": "faktory", "jobtype": "T", "args": [1], "custom": {"unique_for": 60}},
+        {"dialect": "faktory", "jobtype": "T", "args": [1], "custom": {"unique_for": 60}},
+        {"dialect": "zizq", "type": "t", "uniqueWhile": "sometimes"},
+        {"dialect": "sidekiq", "class": "X"},
+    ]
+    records = [log.request(job, T0 + i) for i, job in enumerate(jobs)]
+    decision_schema = schema("decision.json")
+    for record in records:
+        jsonschema.validate(record, decision_schema)
+    assert [r["dialect"] for r in records] == [
+        "ojs", "oban", "oban-py", "zizq", "faktory", "faktory", "zizq", "unknown",
+    ]  # fmt: skip
+    assert [r["outcome"] for r in records[-3:]] == ["rejected", "invalid", "invalid"]
+    assert records[4]["holder"]["kind"] == "faktory" and records[3]["holder"]["scope"] == "active"
+    [rejection] = [orjson.loads(o.value) for o in log.outputs("rejections")][:1]
+    assert rejection["error"]["code"] == "NOTUNIQUE"
+    for request, record in zip(log.log, records, strict=True):
+        if record["outcome"] != "invalid":
+            jsonschema.validate(orjson.loads(request.value or b""), schema("request.json"))
+
+
+def test_an_invalid_request_on_intake_keeps_its_dialect() -> None:
+    out: list[Output] = []
+    router = Router(lambda o, s: out.append(o), Metrics(), Limits())
+    source = Source(INTAKE, 0, 0, T0, {})
+    router.on_record(orjson.dumps({"dialect": "oban", "args": {}}), None, source)
+    [decision] = [orjson.loads(o.value) for o in out if o.role == "decisions"]
+    assert decision["dialect"] == "oban" and decision["outcome"] == "invalid"
+
+
+def test_an_update_publishes_the_updated_job_and_records_what_changed() -> None:
+    log = Log()
+    first = log.request(oban(max_attempts=3, priority=3), T0)
+    update = log.request(
+        oban(max_attempts=5, priority=0, replace={"scheduled": ["max_attempts", "priority"]}),
+        T0 + 1,
+    )
+    jsonschema.validate(update, schema("decision.json"))
+    assert update["outcome"] == "updated" and update["job_id"] == first["job_id"]
+    assert update["existing_job_id"] == first["job_id"]
+    assert update["updated_fields"] == [
+        {"field": "max_attempts", "from": 3, "to": 5},
+        {"field": "priority", "from": 3, "to": 0},
+    ]
+    published = [orjson.loads(o.value) for o in log.outputs("jobs")]
+    assert [j["id"] for j in published] == [first["job_id"]] * 2
+    assert published[1]["priority"] == 0 and published[1]["max_attempts"] == 5
+    assert published[1]["state"] == "scheduled" and published[1]["dialect"] == "oban"
+    for job in published:
+        jsonschema.validate(job, schema("job.json"))
+    assert log.outputs("rejections") == [] and log.outputs("cancellations") == []
+
+
+def test_replay_reproduces_dialect_decisions_holders_and_updates() -> None:
+    log = Log()
+    zizq = {"dialect": "zizq", "type": "t", "payload": {}, "uniqueKey": "k"}
+    a = log.request(zizq, T0)
+    log.request(zizq, T0 + 1)
+    log.event(a["job_id"], a["unique_key"], T0 + 2, type="job.started")
+    log.request(zizq, T0 + 3)
+    log.event(a["job_id"], a["unique_key"], T0 + 4, type="job.failed", attempt=1)
+    log.request(zizq, T0 + 5)
+    first = log.request(oban(), T0 + 6)
+    log.request(oban(priority=1, replace={"scheduled": ["priority"]}), T0 + 7)
+    faktory = {"dialect": "faktory", "jobtype": "T", "args": [], "custom": {"unique_for": 1}}
+    log.request(faktory, T0 + 8)
+    log.request(faktory, T0 + 9)
+    log.request(faktory, T0 + 1008)
+    outcomes = [r["outcome"] for r in log.recorded().values()]
+    assert outcomes == ["accepted", "ignored", "accepted", "ignored", "accepted", "updated",
+                        "accepted", "rejected", "accepted"]  # fmt: skip
+    report = replay([], log.log, log.recorded(), 1, Limits())
+    assert (report.compared, report.identical, report.differences) == (9, 9, [])
+    assert first["outcome"] == "accepted"
+
+
+def test_explain_tells_the_holders_rule_and_the_update() -> None:
+    log = Log()
+    zizq = {"dialect": "zizq", "type": "t", "payload": {}, "uniqueKey": "k"}
+    a = log.request(zizq, T0)
+    log.request(zizq, T0 + 1)
+    log.event(a["job_id"], a["unique_key"], T0 + 2, type="job.started")
+    log.request({**zizq, "uniqueWhile": "active"}, T0 + 3)
+    lines = list(explain_history(log.history))
+    text = "\n".join(lines)
+    assert f"ignored: job {a['job_id']}: it is `available`, within its Zizq scope `queued`" in text
+    assert "the holder's rule decides" in text
+    assert f"job {a['job_id']}: its Zizq scope `queued` ended when a worker took it" in text
+
+    log = Log()
+    first = log.request(oban(priority=3), T0)
+    log.request(oban(priority=0, replace={"scheduled": ["priority"]}), T0 + 1)
+    text = "\n".join(explain_history(log.history))
+    assert f"updated: job {first['job_id']} is `scheduled`, in the states" in text
+    assert "the request updates it: priority 3 → 0; the updated job is published" in text
+    assert "update scheduled: [priority]" in text
