@@ -50,7 +50,8 @@ class Router:
         route = request.unique_key or request.envelope.id
         if route is None:
             route = uuid7(source.timestamp_ms, None, source.seed)
-            value = orjson.dumps({**request.envelope.raw, "id": route})
+            # Into the request as sent, whatever its dialect (the envelope's raw is OJS-shaped).
+            value = orjson.dumps({**orjson.loads(value or b"{}"), "id": route})
         self.emit(
             Output(value or b"", route.encode(), role="requests", headers=list(headers.items())),
             source,

@@ -47,8 +47,9 @@ def prepare(job: Any) -> Outgoing | GatewayError:
     route = key or request.envelope.id
     if route is None:
         # A job without a key is routed by its id, so it is given one here (see core.route_key).
+        # Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
         route = new_job_id()
-        value = orjson.dumps({**request.envelope.raw, "id": route})
+        value = orjson.dumps({**job, "id": route})
     return Outgoing(value, route.encode(), request_id, key)
 
 
