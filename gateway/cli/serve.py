@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gateway import logs
 from gateway.cli.common import CommandError, add_kafka_arguments
+from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
 
 
@@ -41,6 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where this process keeps its job view (RocksDB; default: under the gateway home, "
         "per namespace and port). Two serve processes need two directories.",
     )  # fmt: skip
+    p.add_argument(
+        "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,
+        help="the processor's --retention-seconds: the view drops a finished job that long "
+        "after it ended (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
     p.set_defaults(func=_serve)
 
@@ -51,8 +57,8 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.http import HttpSettings, create_app
     from gateway.http.view import default_view_dir
 
-    if args.max_body_bytes < 1 or args.timeout <= 0:
-        raise CommandError("--max-body-bytes and --timeout must be positive")
+    if args.max_body_bytes < 1 or args.timeout <= 0 or args.retention_seconds < 1:
+        raise CommandError("--max-body-bytes, --timeout and --retention-seconds must be positive")
     logs.configure(args.log_level)
     settings = HttpSettings(
         bootstrap=args.bootstrap,
@@ -61,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
         view_dir=args.view_dir or default_view_dir(args.namespace, f"port-{args.port}"),
+        retention_ms=args.retention_seconds * 1000,
     )
     uvicorn.run(
         create_app(settings), host=args.host, port=args.port,

@@ -10,11 +10,12 @@ log therefore reproduces every id exactly, and two requests never share one.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.core.envelope import Envelope
-from gateway.core.states import State
-from gateway.core.times import format_rfc3339
+from gateway.core.states import TERMINAL_STATES, State
+from gateway.core.times import format_rfc3339, parse_rfc3339
 
 _UUID7_DOMAIN = b"gateway.uuid7\x00"
 # Set by the processor as a job moves on, never taken from a request.
@@ -86,3 +87,18 @@ def job_record(
     else:
         job["scheduled_at"] = format_rfc3339(scheduled_at)
     return job
+
+
+def terminal_since(job: Mapping[str, Any]) -> int | None:
+    """When a terminal job became terminal (its own stamp), else None (a live job)."""
+    if job.get("state") not in TERMINAL_STATES:
+        return None
+    stamp = job.get("cancelled_at") if job["state"] == State.CANCELLED else job.get("completed_at")
+    return parse_rfc3339(stamp) if isinstance(stamp, str) else None
+
+
+def job_expires_at(job: Mapping[str, Any], retention_ms: int) -> int | None:
+    """When a job record is forgotten: `retention_ms` after it became terminal; None while
+    it is live. The processor's store expires the record then, and every view drops it."""
+    since = terminal_since(job)
+    return None if since is None else since + retention_ms

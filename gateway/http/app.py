@@ -38,7 +38,9 @@ def create_app(settings: HttpSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         cat = catalogue.load(namespace=settings.namespace)
         kafka = config.client_config(settings.bootstrap) | settings.kafka_settings
-        view = JobView(settings.view_dir or default_view_dir(settings.namespace))
+        view = JobView(
+            settings.view_dir or default_view_dir(settings.namespace), settings.retention_ms
+        )
         follower = Follower(view, cat, kafka)
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
         await asyncio.to_thread(follower.start)

@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from starlette.requests import Request
 
+from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
 from gateway.http.view import JobView
@@ -31,6 +32,8 @@ class HttpSettings:
     kafka_settings: dict[str, Any] = field(default_factory=dict)
     # Where this process keeps its job view (RocksDB); one directory per serve process.
     view_dir: Path | None = None
+    # The processor's retention: how long the view keeps a finished job.
+    retention_ms: int = DEFAULT_RETENTION_MS
 
 
 @dataclass

@@ -56,6 +56,7 @@ from gateway.core import (
 )
 from gateway.core.engine import updated_record
 from gateway.core.events import follow
+from gateway.core.jobs import job_expires_at
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
@@ -124,14 +125,6 @@ def request_route(request: Request) -> str | None:
     if request.unique_key is None and request.envelope.id is None:
         return None
     return route_key(request.unique_key, request.envelope.id or "")
-
-
-def terminal_since(job: dict[str, Any]) -> int | None:
-    """When a terminal job became terminal (its own stamp), else None."""
-    if job.get("state") not in TERMINAL_STATES:
-        return None
-    stamp = job.get("cancelled_at") if job["state"] == State.CANCELLED else job.get("completed_at")
-    return parse_rfc3339(stamp) if isinstance(stamp, str) else None
 
 
 class Dedup:
@@ -247,11 +240,8 @@ class Dedup:
 
     def _put_job(self, state: KeyState, job: dict[str, Any], source: Source) -> None:
         """Store and publish a job; a terminal one expires the retention after it ended."""
-        since = terminal_since(job)
-        ttl = None
-        if since is not None:
-            left = since + self.limits.retention_ms - source.timestamp_ms
-            ttl = timedelta(milliseconds=max(left, 1))
+        due = job_expires_at(job, self.limits.retention_ms)
+        ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         state.set_bytes(JOB + str(job["id"]), orjson.dumps(job), ttl=ttl)
         self.emit(job_state(job), source)
 

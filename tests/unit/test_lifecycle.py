@@ -23,7 +23,7 @@ from gateway.core import (
     ready_at,
 )
 from gateway.core.events import ALLOWED_FROM, EVENT_TYPES
-from gateway.core.jobs import job_record
+from gateway.core.jobs import job_expires_at, job_record
 from gateway.core.retry import jitter_factor
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -209,3 +209,17 @@ def test_jitter_factors_spread_over_the_range() -> None:
 def test_exponential_backoff_doubles_by_default() -> None:
     policy = RetryPolicy(jitter=False)
     assert [policy.delay_ms(n, JOB) for n in (1, 2, 3)] == [1000, 2000, 4000]
+
+
+def test_a_job_record_expires_the_retention_after_it_became_terminal() -> None:
+    retention = 7 * 86_400_000
+    live = run(new_job(), T0 + 1, type="job.started").job
+    assert job_expires_at(new_job(), retention) is None
+    assert job_expires_at(live, retention) is None  # live jobs never expire by time
+    done = run(live, T0 + 9, type="job.completed").job
+    assert job_expires_at(done, retention) == T0 + 9 + retention
+    cancelled = run(new_job(), T0 + 4, type="job.cancelled").job
+    assert job_expires_at(cancelled, retention) == T0 + 4 + retention
+    discarded = run(live, T0 + 6, type="job.failed", error={"message": "x"}, max_attempts=1).job
+    assert discarded["state"] == "discarded"
+    assert job_expires_at(discarded, retention) == T0 + 6 + retention
