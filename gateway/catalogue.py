@@ -15,7 +15,7 @@ from typing import Any
 
 ROLES = (
     "intake", "requests", "job_events", "jobs", "cancellations", "rejections", "decisions",
-    "replies",
+    "job_states", "replies",
 )  # fmt: skip
 _FIELDS = {
     "role", "name", "partitions", "replication_factor", "config", "schema",

@@ -168,8 +168,8 @@ def explain_event(event: JobEvent | GatewayError, result: EventResult) -> str:
         return f"job {event.job_id}: {result.previous_state} → {result.state}{exhausted}"
     if result.reason is IgnoredReason.UNKNOWN_JOB:
         return f"ignored: no job {event.job_id} is held under this key"
-    if result.reason is IgnoredReason.ALREADY_TERMINAL:
-        return f"ignored: job {event.job_id} is already {result.state}; no event brings it back"
+    if result.outcome is EventOutcome.REFUSED and result.error is not None:
+        return f"refused: {result.error.message}"
     return f"ignored: job {event.job_id} is already {result.state}"
 
 

@@ -123,6 +123,8 @@ def _apply(
     if event.job_id in jobs:
         job_id, key = jobs[event.job_id]
         event = replace(event, job_id=job_id, unique_key=key)
+    if event.unique_key is None:
+        return None  # a job without a key holds none: nothing here to replay
     entries = state.get(event.unique_key, ())
     result = apply_event(entries, event, record.timestamp_ms, limits.retention_ms)
     if result.outcome is EventOutcome.APPLIED:

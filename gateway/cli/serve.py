@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from gateway import logs
 from gateway.cli.common import (
@@ -12,6 +13,7 @@ from gateway.cli.common import (
     add_log_level_argument,
     reachable_config,
 )
+from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
 
 GRACEFUL_SHUTDOWN_S = 3
@@ -49,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and has restored its state (default $GATEWAY_PROCESSOR_URL, else health checks "
         "the consumer group only)",
     )  # fmt: skip
+    p.add_argument(
+        "--view-dir", type=Path, default=None,
+        help="where this process keeps its job view (RocksDB; default: under the gateway home, "
+        "per namespace and port). Two serve processes need two directories.",
+    )  # fmt: skip
+    p.add_argument(
+        "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,
+        help="the processor's --retention-seconds: the view drops a finished job that long "
+        "after it ended (default %(default)s)",
+    )  # fmt: skip
     add_log_level_argument(p)
     p.set_defaults(func=_serve)
 
@@ -57,9 +69,10 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.http import HttpSettings, create_app
+    from gateway.http.view import default_view_dir
 
-    if args.max_body_bytes < 1 or args.timeout <= 0:
-        raise CommandError("--max-body-bytes and --timeout must be positive")
+    if args.max_body_bytes < 1 or args.timeout <= 0 or args.retention_seconds < 1:
+        raise CommandError("--max-body-bytes, --timeout and --retention-seconds must be positive")
     logs.configure(args.log_level)
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     settings = HttpSettings(
@@ -69,6 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
         processor_url=args.processor_url,
+        view_dir=args.view_dir or default_view_dir(args.namespace, f"port-{args.port}"),
+        retention_ms=args.retention_seconds * 1000,
     )
     uvicorn.run(
         create_app(settings), host=args.host, port=args.port,

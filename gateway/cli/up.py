@@ -61,6 +61,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         sys.executable, "-m", "gateway", "serve", "--bootstrap", args.bootstrap,
         "--host", args.http_host, "--port", str(args.http_port), "--log-level", args.log_level,
         "--processor-url", f"http://127.0.0.1:{args.metrics_port}",
+        # The view keeps finished jobs as long as the processor does.
+        "--retention-seconds", str(args.retention_seconds),
     ]  # fmt: skip
     if args.namespace:
         command += ["--namespace", args.namespace]

@@ -45,8 +45,12 @@ from gateway.core.events import (
     IgnoredReason,
     JobEvent,
     apply_event,
+    apply_job_event,
+    job_effective_state,
     parse_event,
     parse_event_json,
+    ready_at,
+    route_key,
 )
 from gateway.core.fingerprint import canonical_form, fingerprint, fingerprint_reference
 from gateway.core.holder import FaktoryRule, Holder, UniqueUntil, ZizqRule, ZizqScope
@@ -54,6 +58,7 @@ from gateway.core.jobs import uuid7
 from gateway.core.matching import Holding, holds
 from gateway.core.policy import Dimension, Judge, OnConflict, PeriodFrom, UniquePolicy, parse_policy
 from gateway.core.request import OJS, Request
+from gateway.core.retry import RetryPolicy
 from gateway.core.states import DEFAULT_UNIQUE_STATES, TERMINAL_STATES, State
 
 __all__ = [
@@ -91,9 +96,14 @@ __all__ = [
     "OnConflict",
     "Outcome",
     "Request",
+    "RetryPolicy",
     "State",
     "UniquePolicy",
     "apply_event",
+    "apply_job_event",
+    "job_effective_state",
+    "ready_at",
+    "route_key",
     "audit_fields",
     "canonical_form",
     "cancellations",

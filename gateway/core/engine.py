@@ -22,11 +22,14 @@ Rules, each decided here and only here:
   names for its state, to the request's values; the outcome is `updated` and
   the updated job is published. When its state names no fields or no value
   changes, the existing job is returned as under ignore.
-- A request carrying the id of a job already stored under its key is a
-  resubmission of that job, never a second job: it is ignored under
-  on_conflict ignore and update, and rejected otherwise, whatever its states
-  and period.
-- A request without a unique policy is accepted and stores nothing.
+- Job ids are unique. A request carrying the id of a known job (one stored
+  under its key, or `known`, the job record the processor holds under that
+  id) is never a second job. In OJS it is rejected as a duplicate naming that
+  job, whatever its policy. In a dialect, resubmitting the job that holds the
+  request's own key is answered as that dialect answers a conflict: ignored
+  under on_conflict ignore and update, rejected otherwise, whatever its states
+  and period; any other known id is rejected as in OJS.
+- A request without a unique policy is accepted and stores no entry.
 - The accepted job's entry keeps the request's holder rule (Zizq, Faktory)
   and, for dialects whose conflicts update it, the job itself.
 """
@@ -45,7 +48,7 @@ from gateway.core.holder import Holder, holder_for
 from gateway.core.jobs import initial_state, job_record, uuid7
 from gateway.core.matching import holds
 from gateway.core.policy import OnConflict, UniquePolicy
-from gateway.core.request import Request
+from gateway.core.request import OJS, Request
 from gateway.core.states import State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -117,18 +120,24 @@ def decide(
     retention_ms: int = DEFAULT_RETENTION_MS,
     *,
     seed: bytes,
+    known: Mapping[str, Any] | None = None,
 ) -> Decision:
-    """Decide one request. `seed` identifies the request (see jobs.uuid7)."""
+    """Decide one request. `seed` identifies the request (see jobs.uuid7).
+
+    `known`: the job record already held under the request's id, if any.
+    """
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
         return Decision(Outcome.INVALID, now_ms, kept, error=request)
     policy = request.policy
+    job_id = request.envelope.id
+    taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None
+    if taken is not None:
+        return _id_taken(request, kept, now_ms, taken, holds_this_key=True)
+    if known is not None:
+        return _id_taken(request, kept, now_ms, entry_of(known), holds_this_key=False)
     if policy is None:
         return _accept(request, kept, now_ms, seed)
-
-    resubmitted = [e for e in kept if e.job_id == request.envelope.id]
-    if resubmitted:
-        return _refuse(_resubmitted(policy.on_conflict), request, kept, now_ms, resubmitted[0])
 
     matches = [e for e in kept if holds(e, policy, now_ms).holds]
     if not matches:
@@ -189,6 +198,46 @@ def _replace(
     )
 
 
+def entry_of(job: Mapping[str, Any]) -> Entry:
+    """A stored job record seen as an entry, to report it as the existing job."""
+    created = parse_rfc3339(str(job.get("created_at", ""))) or 0
+    scheduled = job.get("scheduled_at")
+    return Entry(
+        job_id=str(job["id"]),
+        state=State(job["state"]),
+        created_at=created,
+        state_changed_at=created,
+        type=str(job.get("type", "")),
+        queue=str(job.get("queue", "")),
+        scheduled_at=parse_rfc3339(scheduled) if isinstance(scheduled, str) else None,
+        max_attempts=int(job.get("max_attempts") or 1),
+    )
+
+
+def _id_taken(
+    request: Request, kept: tuple[Entry, ...], now_ms: int, taken: Entry, *, holds_this_key: bool
+) -> Decision:
+    """The request's id is already a job's: never a second job (see the rules above)."""
+    policy = request.policy
+    if policy is not None and holds_this_key and resubmits_own_key(request, request.unique_key):
+        return _refuse(_resubmitted(policy.on_conflict), request, kept, now_ms, taken)
+    refused = _refuse(Outcome.REJECTED, request, kept, now_ms, taken)
+    message = f"job id {taken.job_id} is already taken by a {refused.existing_state} job"
+    return replace(refused, error=GatewayError(request.duplicate_code, message))
+
+
+def resubmits_own_key(request: Request, holder_key: str | None) -> bool:
+    """Whether a request carrying the id of the job that holds `holder_key` is answered as
+    its dialect answers a conflict (a dialect resubmitting its own key's job) rather than
+    refused as a taken id (always, in OJS). The binding asks this before refusing at once."""
+    return (
+        request.dialect != OJS
+        and request.policy is not None
+        and holder_key is not None
+        and holder_key == request.unique_key
+    )
+
+
 def _update(request: Request, kept: tuple[Entry, ...], now_ms: int, existing: Entry) -> Decision:
     """Oban's replace: the existing job, its named fields set to the request's values."""
     assert request.policy is not None
@@ -222,6 +271,25 @@ def _update(request: Request, kept: tuple[Entry, ...], now_ms: int, existing: En
         existing_state=state,
         changes=changes,
     )
+
+
+def updated_record(job: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    """A stored job record after an `updated` decision: the changed fields set, and the
+    state the update left it in (a new scheduled time can (un)schedule it)."""
+    out = dict(job)
+    for change in decision.changes:
+        if change.after is None:
+            out.pop(change.field, None)
+        else:
+            out[change.field] = change.after
+    if isinstance(out.get("retry"), Mapping) and "max_attempts" in out:
+        out["retry"] = {**out["retry"], "max_attempts": out["max_attempts"]}
+    entry = next((e for e in decision.entries if e.job_id == out["id"]), None)
+    if entry is not None:
+        out["state"] = str(entry.state)
+        if entry.state is State.AVAILABLE:
+            out.setdefault("enqueued_at", format_rfc3339(decision.decided_at))
+    return out
 
 
 def _updatable_values(request: Request, now_ms: int) -> dict[str, Any]:

@@ -1,9 +1,16 @@
 """The OJS job envelope of an enqueue request, validated.
 
-Two shapes are read: the OJS envelope (top-level `queue`, `unique`) and the
-HTTP form (`options.queue`, `options.unique`). Only these options are read;
-every other field, known or not, is kept in `raw` and carried into the
-accepted job unchanged.
+Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
+(`options.*`). Read from either place: queue, unique, priority, max_attempts,
+retry, scheduled_at (`options.delay_until` is its HTTP name) and tags; a
+field given in both places must agree. Every other field, known or not, is
+kept in `raw` and carried into the accepted job unchanged.
+
+Validation follows OJS core: a type is dot-separated `[a-z][a-z0-9_]*`
+segments; a client-supplied id is a lowercase UUIDv7 (refused, never
+rewritten). `args` may also be an object, as the OJS unique-jobs page shows:
+an extension of this gateway (OJS core wants an array). Priority is any
+integer: OJS sets no range, only that -100..100 be supported.
 """
 
 from __future__ import annotations
@@ -14,15 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import invalid_request
+from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import parse_rfc3339
 
 DEFAULT_QUEUE = "default"
-DEFAULT_MAX_ATTEMPTS = 3
 QUEUE_NAME_RULE = (
     '1 to 255 characters of a-z, 0-9, ".", "_" and "-", starting with a letter or digit'
 )
 _QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,254}")
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
+TYPE_RULE = 'dot-separated segments of a-z, 0-9 and "_", each starting with a letter'
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,8 @@ class Envelope:
     scheduled_at: int | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     priority: int | None = None
+    retry: RetryPolicy = RetryPolicy()
+    tags: list[str] | None = None
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None
     unique_field: str | None = None
@@ -52,6 +63,8 @@ def envelope_or_raise(raw: object) -> Envelope:
     job_type = raw.get("type")
     if not isinstance(job_type, str) or not job_type:
         raise invalid_request('type is required: a non-empty string such as "email.send"')
+    if not _TYPE.fullmatch(job_type):
+        raise invalid_request(f'type "{job_type}" is not a valid job type: use {TYPE_RULE}')
 
     queue = _queue(raw, options)
 
@@ -74,6 +87,17 @@ def envelope_or_raise(raw: object) -> Envelope:
     elif nested_unique is not None:
         unique_field = "options.unique"
 
+    max_attempts = _max_attempts(_option(raw, options, "max_attempts"))
+    retry = retry_or_raise(_option(raw, options, "retry"), "retry", max_attempts)
+    scheduled_at = _option(raw, options, "scheduled_at")
+    delay_until = options.get("delay_until")
+    if scheduled_at is not None and delay_until is not None and scheduled_at != delay_until:
+        raise invalid_request("scheduled_at and options.delay_until differ; give the time once")
+    tags = _option(raw, options, "tags")
+    if tags is not None and (
+        not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)
+    ):
+        raise invalid_request("tags must be a list of strings")
     return Envelope(
         raw=raw,
         type=job_type,
@@ -81,9 +105,11 @@ def envelope_or_raise(raw: object) -> Envelope:
         args=args,
         id=job_id_or_raise(raw.get("id")),
         meta=meta,
-        scheduled_at=_scheduled_at(raw.get("scheduled_at")),
-        max_attempts=_max_attempts(raw.get("max_attempts")),
-        priority=_priority(raw.get("priority")),
+        scheduled_at=_scheduled_at(scheduled_at if scheduled_at is not None else delay_until),
+        max_attempts=retry.max_attempts,
+        priority=_priority(_option(raw, options, "priority")),
+        retry=retry,
+        tags=tags,
         unique=top_unique if top_unique is not None else nested_unique,
         unique_field=unique_field,
     )
@@ -109,14 +135,23 @@ def _queue(raw: Mapping[str, Any], options: Mapping[str, Any]) -> str:
     return queue
 
 
+def _option(raw: Mapping[str, Any], options: Mapping[str, Any], name: str) -> Any:
+    """A field given top-level or under options; both is fine only if they agree."""
+    top, nested = raw.get(name), options.get(name)
+    if top is not None and nested is not None and top != nested:
+        raise invalid_request(f"{name} and options.{name} differ; give {name} once")
+    return top if top is not None else nested
+
+
 def job_id_or_raise(value: object) -> str | None:
+    """A client-supplied job id, in every dialect: the gateway's ids are lowercase UUIDv7."""
     if value is None:
         return None
-    if isinstance(value, str) and _UUID.fullmatch(value.lower()):
-        return value.lower()
+    if isinstance(value, str) and _UUID7.fullmatch(value):
+        return value
     raise invalid_request(
-        "id must be a UUID such as 019078a3-b5c7-7def-8a12-3456789abcde, "
-        "or omitted so the gateway assigns a UUIDv7"
+        "id must be a lowercase UUIDv7 such as 019078a3-b5c7-7def-8a12-3456789abcde, "
+        "or omitted so the gateway assigns one"
     )
 
 
@@ -132,9 +167,9 @@ def _scheduled_at(value: object) -> int | None:
     return ms
 
 
-def _max_attempts(value: object) -> int:
+def _max_attempts(value: object) -> int | None:
     if value is None:
-        return DEFAULT_MAX_ATTEMPTS
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise invalid_request("max_attempts must be an integer of at least 1")
     return value

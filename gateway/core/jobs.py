@@ -10,13 +10,21 @@ log therefore reproduces every id exactly, and two requests never share one.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.core.envelope import Envelope
-from gateway.core.states import State
-from gateway.core.times import format_rfc3339
+from gateway.core.states import TERMINAL_STATES, State
+from gateway.core.times import format_rfc3339, parse_rfc3339
 
 _UUID7_DOMAIN = b"gateway.uuid7\x00"
+# Set by the processor as a job moves on, never taken from a request.
+LIFECYCLE_FIELDS = frozenset(
+    {
+        "enqueued_at", "started_at", "completed_at", "cancelled_at", "discarded_at",
+        "next_attempt_at", "result", "error", "previous_state",
+    }
+)  # fmt: skip
 
 
 def uuid7(ms: int, unique_key: str | None, seed: bytes) -> str:
@@ -51,21 +59,46 @@ def job_record(
 ) -> dict[str, Any]:
     """The accepted job: the request's fields, unknown ones included, plus the gateway's.
 
-    The gateway sets id, queue, state, attempt, max_attempts, created_at,
-    scheduled_at and unique_key; values for these in the request are replaced.
+    The gateway sets id, queue, state, priority, attempt, max_attempts, retry,
+    created_at, enqueued_at (once the job is available), scheduled_at and
+    unique_key; values for these in the request are replaced, and the
+    lifecycle fields a job gains later (started_at, completed_at, result, ...)
+    are dropped from it.
     """
-    job = dict(envelope.raw)
+    job = {k: v for k, v in envelope.raw.items() if k not in LIFECYCLE_FIELDS}
+    state = initial_state(scheduled_at, now_ms)
     job.update(
         id=job_id,
         queue=envelope.queue,
-        state=str(initial_state(scheduled_at, now_ms)),
+        state=str(state),
+        priority=envelope.priority or 0,
         attempt=0,
         max_attempts=envelope.max_attempts,
+        retry=envelope.retry.to_dict() | {"max_attempts": envelope.max_attempts},
         created_at=format_rfc3339(now_ms),
         unique_key=unique_key,
     )
+    if envelope.tags is not None:
+        job["tags"] = envelope.tags
+    if state is State.AVAILABLE:
+        job["enqueued_at"] = job["created_at"]
     if scheduled_at is None:
         job.pop("scheduled_at", None)
     else:
         job["scheduled_at"] = format_rfc3339(scheduled_at)
     return job
+
+
+def terminal_since(job: Mapping[str, Any]) -> int | None:
+    """When a terminal job became terminal (its own stamp), else None (a live job)."""
+    if job.get("state") not in TERMINAL_STATES:
+        return None
+    stamp = job.get("cancelled_at") if job["state"] == State.CANCELLED else job.get("completed_at")
+    return parse_rfc3339(stamp) if isinstance(stamp, str) else None
+
+
+def job_expires_at(job: Mapping[str, Any], retention_ms: int) -> int | None:
+    """When a job record is forgotten: `retention_ms` after it became terminal; None while
+    it is live. The processor's store expires the record then, and every view drops it."""
+    since = terminal_since(job)
+    return None if since is None else since + retention_ms

@@ -191,6 +191,11 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
                 f"{field}.args_keys must not be empty; omit it to include all of args, "
                 'or list the args fields that define uniqueness, e.g. ["user_id"]'
             )
+    elif args_keys is not None and ojs:
+        raise invalid_request(
+            f'{field}.args_keys is given but {field}.{keys_field} does not contain "args"; '
+            f'add "args" to {field}.{keys_field}, or drop {field}.args_keys'
+        )
     else:
         args_keys = None
     if Dimension.META not in keys:

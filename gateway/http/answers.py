@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import PAYLOAD_TOO_LARGE, Outcome
+from gateway.core import OJS, PAYLOAD_TOO_LARGE, Outcome
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
@@ -63,8 +63,24 @@ def for_client_error(exc: ClientError) -> ApiError:
     return ApiError(503, errors.UNAVAILABLE, str(exc), retryable=True)
 
 
-def batch_item(answer: Answer | ApiError, request_id: str) -> dict[str, Any]:
-    """One batch item's result: its status and what a single POST would have said."""
-    if isinstance(answer, ApiError):
-        return {"status": answer.status, **answer.envelope(request_id)}
-    return {"status": answer.status, **answer.body}
+def batch_item(outcome: Any, request_id: str) -> dict[str, Any]:
+    """One batch job. OJS: the job (new, or the existing one it duplicates) with its
+    outcome. A dialect's item: its status and what a single POST would have said."""
+    if isinstance(outcome, EnqueueResult) and outcome.dialect != OJS:
+        answer = for_result(outcome)
+        if isinstance(answer, ApiError):
+            return {"status": answer.status, **answer.envelope(request_id)}
+        return {"status": answer.status, **answer.body}
+    if isinstance(outcome, EnqueueResult):
+        job = dict(outcome.job or {"id": outcome.job_id})
+        job.pop("route", None)
+        job.pop("partition", None)
+        job["deduplicated"] = outcome.outcome in (Outcome.IGNORED, Outcome.REJECTED)
+        if outcome.outcome is Outcome.REJECTED:
+            job["existing_job_id"] = outcome.existing_job_id
+            job["error"] = for_result(outcome).envelope(request_id)["error"]  # type: ignore[union-attr]
+        return job
+    error = for_client_error(outcome) if isinstance(outcome, ClientError) else ApiError(
+        504, errors.TIMEOUT, "no decision in time", retryable=True
+    )  # fmt: skip
+    return {"error": error.envelope(request_id)["error"]}

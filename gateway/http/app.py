@@ -1,4 +1,4 @@
-"""The ASGI app: routes and lifespan (SDK client, read model follower, publisher).
+"""The ASGI app: routes and lifespan (SDK client, job view and its follower).
 
 Every response is `application/openjobspec+json` with `OJS-Version` and
 `X-Request-Id`; the request id is the caller's X-Request-Id, else a new one,
@@ -24,12 +24,13 @@ from gateway.http import errors, health, jobs, workers
 from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, request_id_of
-from gateway.http.publisher import Publisher
-from gateway.http.read_model import Follower, ReadModel
 from gateway.http.responses import error_response, ojs_response
+from gateway.http.view import Follower, JobView, default_view_dir
 from gateway.sdk import AsyncClient
 
 __all__ = ["HttpSettings", "create_app"]
+
+VIEW_STARTUP_S = 60.0
 
 
 def create_app(settings: HttpSettings) -> Starlette:
@@ -37,20 +38,23 @@ def create_app(settings: HttpSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         cat = catalogue.load(namespace=settings.namespace)
         kafka = config.client_config(settings.bootstrap) | settings.kafka_settings
-        model = ReadModel()
-        follower = Follower(model, cat, kafka)
+        view = JobView(
+            settings.view_dir or default_view_dir(settings.namespace), settings.retention_ms
+        )
+        follower = Follower(view, cat, kafka)
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
-        publisher = Publisher(cat, kafka)
-        follower.start()
+        await asyncio.to_thread(follower.start)
+        # Serve once the view has read what was there, so GET knows the jobs from the start.
+        await asyncio.to_thread(follower.caught_up.wait, VIEW_STARTUP_S)
         app.state.binding = Binding(
-            settings, client, model, publisher, AdminClient(kafka), cat.name("requests")
+            settings, client, view, AdminClient(kafka), cat.name("requests")
         )
         try:
             yield
         finally:
             await client.close()
-            await asyncio.to_thread(publisher.close)
             await asyncio.to_thread(follower.stop)
+            view.close()
 
     routes = [
         Route("/ojs/manifest", _manifest, methods=["GET"]),

@@ -10,10 +10,10 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from starlette.requests import Request
 
+from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
-from gateway.http.publisher import Publisher
-from gateway.http.read_model import ReadModel
+from gateway.http.view import JobView
 from gateway.sdk import AsyncClient
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -33,16 +33,21 @@ class HttpSettings:
     # The processor's status URL (`gateway process --metrics-port`): health asks
     # it whether it owns its partitions and has restored its state.
     processor_url: str | None = None
+    # Where this process keeps its job view (RocksDB); one directory per serve process.
+    view_dir: Path | None = None
+    # The processor's retention: how long the view keeps a finished job.
+    retention_ms: int = DEFAULT_RETENTION_MS
 
 
 @dataclass
 class Binding:
     settings: HttpSettings
     client: AsyncClient
-    model: ReadModel
-    publisher: Publisher
+    view: JobView
     admin: AdminClient
     requests_topic: str
+    # Job id -> until when (monotonic) this process's own claim of it is pending.
+    claims: dict[str, float] = field(default_factory=dict)
 
 
 Handler = Callable[[Request, Binding, str], Awaitable[Answer | ApiError]]

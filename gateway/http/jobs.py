@@ -1,28 +1,35 @@
-"""The jobs routes: enqueue (one or a batch) through the SDK, read, cancel."""
+"""The jobs routes: enqueue (one or a batch) through the SDK, read from the view, cancel.
+
+A POST is answered once its decision is committed and the job is in this
+process's view, so a GET right after it finds the job (on this process; a
+second process sees it once its own view has read the record).
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import Request as HttpRequest
 
-from gateway.core import TERMINAL_STATES, Outcome, State
+from gateway.core import GatewayError, Outcome, Request, job_effective_state, parse_request
+from gateway.core.engine import resubmits_own_key
 from gateway.http import answers, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
-from gateway.http.read_model import ReadModel
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 
-CANCELLABLE = frozenset(State) - TERMINAL_STATES
 
-
-async def enqueue(request: Request, binding: Binding, request_id: str) -> Answer | ApiError:
+async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer | ApiError:
     job = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(job, ApiError):
         return job
     if isinstance(job, dict):
+        taken = _id_taken(binding, job, None)
+        if taken is not None:
+            return taken
         job = {**job, "request_id": request_id}
     try:
         result = await binding.client.enqueue(
@@ -30,68 +37,117 @@ async def enqueue(request: Request, binding: Binding, request_id: str) -> Answer
         )
     except ClientError as exc:
         return answers.for_client_error(exc)
-    _remember(binding.model, result)
+    await _settled(binding, result)
     return answers.for_result(result)
 
 
-async def enqueue_batch(request: Request, binding: Binding, request_id: str) -> Answer | ApiError:
+async def enqueue_batch(
+    request: HttpRequest, binding: Binding, request_id: str
+) -> Answer | ApiError:
+    """Validate every job first (one invalid: nothing is enqueued), then enqueue them all."""
     body = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
         return body
-    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
-        return ApiError(400, errors.INVALID_REQUEST, 'send {"jobs": [job, ...]}')
-    # Each item gets its own request id: its own, else derived from the call's.
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
+        return ApiError(400, errors.INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
+    problems = []
+    for index, job in enumerate(body["jobs"]):
+        parsed = parse_request(job)
+        taken = _id_taken(binding, job, parsed) if isinstance(job, dict) else None
+        if isinstance(parsed, GatewayError):
+            problems.append({"index": index, "code": parsed.code, "message": parsed.message})
+        elif taken is not None:
+            problems.append({"index": index, "code": taken.code, "message": taken.message})
+    if problems:
+        first = problems[0]
+        return ApiError(
+            400, errors.INVALID_REQUEST,
+            f"batch validation failed: job at index {first['index']}: {first['message']}; "
+            "nothing was enqueued",
+            details={"errors": problems},
+        )  # fmt: skip
     ids = [_item_request_id(job, request_id, i) for i, job in enumerate(body["jobs"])]
-    jobs = [
-        {**j, "request_id": r} if isinstance(j, dict) else j
-        for j, r in zip(body["jobs"], ids, strict=True)
-    ]
+    jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
     try:
         outcomes: list[Any] = await binding.client.enqueue_many(
             jobs, wait=True, timeout=binding.settings.decision_timeout
         )
     except EnqueueTimeout as exc:
-        outcomes = exc.results  # what did arrive; None where the decision is missing
+        outcomes = exc.results
     except ClientError as exc:
         return answers.for_client_error(exc)
     items = []
     for outcome, item_id in zip(outcomes, ids, strict=True):
         if isinstance(outcome, EnqueueResult):
-            _remember(binding.model, outcome)
-            answer: Answer | ApiError = answers.for_result(outcome)
-        elif isinstance(outcome, ClientError):
-            answer = answers.for_client_error(outcome)
-        else:
-            answer = ApiError(504, errors.TIMEOUT, "no decision in time", retryable=True)
-        items.append(answers.batch_item(answer, item_id))
-    return Answer(200, {"results": items})
+            await _settled(binding, outcome)
+        items.append(answers.batch_item(outcome, item_id))
+    return Answer(201, {"jobs": items, "count": len(items)})
 
 
-async def get_job(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
     job_id = request.path_params["job_id"]
-    job = binding.model.get(job_id)
+    job = binding.view.get(job_id)
     if job is None:
-        return ApiError(404, errors.NOT_FOUND, f"no job {job_id} is known to this gateway")
-    return Answer(200, {"job": job})
+        return transitions.not_found(job_id)
+    return Answer(200, {"job": shown(job)})
 
 
-async def cancel_job(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """Cancel a live job: a cancellation record for its worker, an event to release its key."""
-    return await transitions.move(
-        binding, request.path_params["job_id"], "job.cancelled", CANCELLABLE
-    )
+async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
+    """Ask the processor to cancel; it writes the cancellation for the job's worker."""
+    job_id = request.path_params["job_id"]
+    job = binding.view.get(job_id)
+    if job is None:
+        return transitions.not_found(job_id)
+    ack = await transitions.ask(binding, job, "job.cancelled")
+    if isinstance(ack, ApiError):
+        return ack
+    refused = transitions.refused(ack, job_id, "cancel")
+    if refused is not None:
+        return refused
+    moved = ack.record["job"]
+    await transitions.wait_for_view(binding, moved)
+    return Answer(200, {"job": {**shown(moved), "previous_state": ack.previous_state}})
+
+
+def shown(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as OJS shows it: a due scheduled or retryable job is available."""
+    state = str(job_effective_state(job, time.time_ns() // 1_000_000))
+    return {k: v for k, v in job.items() if k not in ("route", "partition")} | {"state": state}
+
+
+async def _settled(binding: Binding, result: EnqueueResult) -> None:
+    """Until the view shows what the answer reports: the new job, or an updated one's fields."""
+    if result.job is None:
+        return
+    if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
+        await transitions.wait_for_view(binding, result.job)
+    elif result.outcome is Outcome.UPDATED:
+        changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
+        await transitions.wait_for_view(binding, result.job, changed)
+
+
+def _id_taken(
+    binding: Binding, job: dict[str, Any], parsed: Request | GatewayError | None
+) -> ApiError | None:
+    """A client id the view already knows: refused at once (the processor checks too),
+    unless the core answers it as a dialect's resubmission of its own key's job."""
+    job_id = job.get("id")
+    if not isinstance(job_id, str):
+        return None
+    known = binding.view.get(job_id)
+    if known is None:
+        return None
+    if parsed is None:
+        parsed = parse_request(job)
+    if isinstance(parsed, Request) and resubmits_own_key(parsed, known.get("unique_key")):
+        return None
+    code = parsed.duplicate_code if isinstance(parsed, Request) else errors.DUPLICATE
+    return ApiError(
+        409, code, f"job id {job_id} is already taken by a {known['state']} job",
+        details={"existing_job_id": job_id, "existing_job_state": known["state"]},
+    )  # fmt: skip
 
 
 def _item_request_id(job: Any, request_id: str, index: int) -> str:
     own = job.get("request_id") if isinstance(job, dict) else None
     return own if isinstance(own, str) and own else f"{request_id}.{index}"
-
-
-def _remember(model: ReadModel, result: EnqueueResult) -> None:
-    """Put the new job in the read model now, so a GET right after the answer finds it."""
-    if result.job is not None and result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
-        model.add(result.job)
-        if result.cancelled_job_id:
-            model.cancel(result.cancelled_job_id)
-    elif result.job is not None and result.outcome is Outcome.UPDATED:
-        model.update(result.job)

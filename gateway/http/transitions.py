@@ -1,78 +1,80 @@
-"""Moving a job on the binding's own authority (cancel, fetch, ack, nack), then publishing it.
+"""Asking the processor to move a job: a job event with a reply, answered from the reply.
 
-The read model moves first, under its lock, so the next GET or fetch sees the
-new state and no job is moved twice. The event then goes through the SDK,
-which waits until the processor has applied it and committed, so the caller is
-answered only once the next dedup decision on the key sees the transition. A
-job without a unique key gets no event (the processor has nothing to release
-and would refuse an event without a key).
+The binding never decides a transition. It sends the event (keyed by the
+job's route, as every record about the job) and waits until the processor
+has applied it and committed; the reply says whether the job moved and
+carries the job as it then stands. Refusals become 409 with the core's code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
 from typing import Any
 
-from gateway.core import State
-from gateway.core.times import format_rfc3339
+from gateway.core import EventOutcome, IgnoredReason
 from gateway.http import errors
-from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
-from gateway.http.publisher import cancellation, job_event
-from gateway.sdk import ClientError
+from gateway.sdk import ClientError, EventAck
 
-INVALID_STATE = "invalid_state"
 PUBLISH_TIMEOUT_S = 10.0
+VIEW_WAIT_S = 5.0
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def not_found(job_id: str) -> ApiError:
+    return ApiError(
+        404, errors.NOT_FOUND, f"no job {job_id} is known to this gateway",
+        details={"resource_type": "job", "resource_id": job_id},
+    )  # fmt: skip
 
 
-async def move(
-    binding: Binding, job_id: str, event_type: str, expected: Collection[State]
-) -> Answer | ApiError:
-    at = now_ms()
-    moved = binding.model.move(job_id, event_type, at, expected)
-    if moved.refused == "not_found" or moved.job is None:
-        return ApiError(404, errors.NOT_FOUND, f"no job {job_id} is known to this gateway")
-    if moved.refused is not None:
-        state = moved.job.get("state")
-        return ApiError(
-            409, INVALID_STATE,
-            f"job {job_id} is {state}; {event_type} needs one of {', '.join(sorted(expected))}",
-            details={"job_id": job_id, "state": state},
-        )  # fmt: skip
-    records: list[tuple[str, dict[str, Any]]] = []
-    if event_type == "job.cancelled":
-        key = moved.job.get("unique_key")
-        record = cancellation(moved.job["id"], key, str(moved.previous), format_rfc3339(at))
-        records.append(("cancellations", record))
-    failure = await publish(binding, [moved.job], event_type, records)
-    return failure or Answer(200, {"job": moved.job})
-
-
-async def publish(
-    binding: Binding,
-    jobs: list[dict[str, Any]],
-    event_type: str,
-    extra: list[tuple[str, dict[str, Any]]] | None = None,
-) -> ApiError | None:
-    events = [job_event(j, event_type) for j in jobs if j.get("unique_key")]
+async def ask(
+    binding: Binding, job: dict[str, Any], event_type: str, **fields: Any
+) -> EventAck | ApiError:
+    """Send the event for `job` and wait for the processor's committed answer."""
+    event = {"job_id": job["id"], "type": event_type, **fields}
+    if job.get("unique_key"):
+        event["unique_key"] = job["unique_key"]
     try:
-        if extra:
-            failure = await asyncio.to_thread(binding.publisher.send, extra, PUBLISH_TIMEOUT_S)
-            if failure is not None:
-                raise ClientError(errors.UNAVAILABLE, failure)
-        await asyncio.gather(
-            *(binding.client.publish_event(e, wait=True, timeout=PUBLISH_TIMEOUT_S) for e in events)
-        )
+        ack = await binding.client.publish_event(event, wait=True, timeout=PUBLISH_TIMEOUT_S)
     except ClientError as exc:
         return ApiError(
             503, errors.UNAVAILABLE,
             f"the {event_type} event may not be recorded: {exc.message}", retryable=True,
         )  # fmt: skip
-    return None
+    assert isinstance(ack, EventAck)
+    return ack
+
+
+def refused(ack: EventAck, job_id: str, operation: str) -> ApiError | None:
+    """None if the job moved; else the 409 (or 404) the processor's answer amounts to."""
+    if ack.outcome is EventOutcome.APPLIED:
+        return None
+    if ack.reason == IgnoredReason.UNKNOWN_JOB:
+        return not_found(job_id)
+    state = ack.state
+    if ack.error is not None:
+        code, message = ack.error.code, ack.error.message
+    else:  # unchanged: the job is already where the operation would take it
+        code, message = errors.INVALID_REQUEST, f"job {job_id} is already {state}"
+    return ApiError(
+        409, code, f"cannot {operation}: {message}",
+        details={"job_id": job_id, "current_state": state},
+    )  # fmt: skip
+
+
+async def wait_for_view(
+    binding: Binding,
+    job: dict[str, Any],
+    fields: tuple[str, ...] = ("state", "attempt"),
+    timeout: float = VIEW_WAIT_S,
+) -> None:
+    """Until this process's view holds the job as the processor left it, judged by
+    `fields` (or `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = binding.view.get(str(job["id"]))
+        if seen is not None and all(seen.get(f) == job.get(f) for f in fields):
+            return
+        await asyncio.sleep(0.01)

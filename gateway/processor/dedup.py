@@ -1,9 +1,21 @@
 """What the processor does with one input record: wiring between Kafka and the core.
 
-No rule of uniqueness lives here: requests go to `core.decide`, job events to
-`core.apply_event`, and the results become records (see records.py). This
-module only loads and stores a fingerprint's entries, checks that a request
-sits on the partition its fingerprint belongs to, and hands records to `emit`.
+No rule of uniqueness or of the job lifecycle lives here: requests go to
+`core.decide`, job events to `core.apply_job_event` (the key's entries follow
+the job's new state), and the results become records (see records.py). This
+module loads and stores a key's entries and job records, checks that a record
+sits on the partition its route belongs to, and hands records to `emit`.
+
+Routing. A job lives under its route (`core.route_key`): its unique_key, else
+its id. The SDK and the router give a job without a policy an id before it
+reaches `requests` and key it by that id, so its requests and events meet in
+one key's state like a fingerprint's; a request with neither that arrives on
+`requests` anyway is sent back through `intake` to get one.
+
+Job records. Every accepted job is stored in its route's state (`job/<id>`)
+and written to `job_states` with each change, in the same transaction as the
+decision or event that changed it. A terminal job's record expires from the
+store by the state's event-time TTL, `retention_ms` after it finished.
 """
 
 from __future__ import annotations
@@ -14,17 +26,25 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import orjson
+
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
     PAYLOAD_TOO_LARGE,
+    TERMINAL_STATES,
     UNKNOWN_DIALECT,
+    Decision,
     Entry,
     EventOutcome,
+    EventResult,
     GatewayError,
     JobEvent,
+    Outcome,
     Request,
+    State,
     apply_event,
+    apply_job_event,
     decide,
     dump_entries,
     expires_at,
@@ -32,14 +52,21 @@ from gateway.core import (
     parse_event_json,
     parse_request_json,
     requested_dialect,
+    route_key,
 )
+from gateway.core.engine import updated_record
+from gateway.core.events import follow
+from gateway.core.jobs import job_expires_at
+from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
     Output,
     Source,
+    cancellation,
     decision_outputs,
     event_reply,
+    job_state,
     request_id,
 )
 
@@ -50,6 +77,7 @@ Emit = Callable[[Output, Source], None]
 # get_bytes, set_bytes (with an optional event-time ttl) and delete.
 KeyState = Any
 ENTRIES = "entries"
+JOB = "job/"  # + job id: a job record in its route's state
 
 
 @dataclass(frozen=True)
@@ -81,13 +109,22 @@ def dialect_of(request: Request | GatewayError, value: bytes | None) -> str:
 
 
 def parse_event_record(value: bytes | None, key: bytes | None) -> JobEvent | GatewayError:
-    """Parse a job-event record; its record key must be the event's unique_key."""
+    """Parse a job-event record; its record key must be the job's route."""
     event = parse_event_json(value or b"")
     if not isinstance(event, GatewayError) and (key or b"").decode(errors="replace") != (
-        event.unique_key
+        event.route
     ):
-        return GatewayError(INVALID_EVENT, "the record key must be the event's unique_key")
+        return GatewayError(
+            INVALID_EVENT, "the record key must be the job's route: its unique_key, else its id"
+        )
     return event
+
+
+def request_route(request: Request) -> str | None:
+    """Where a request is decided: its fingerprint, else its id; None until it has an id."""
+    if request.unique_key is None and request.envelope.id is None:
+        return None
+    return route_key(request.unique_key, request.envelope.id or "")
 
 
 class Dedup:
@@ -147,16 +184,20 @@ class Dedup:
             self.emit(intake, source)
             return
         unique_key = request.unique_key if isinstance(request, Request) else None
+        job_id = request.envelope.id if isinstance(request, Request) else None
         entries = self._load(state) if unique_key else ()
+        known = self._load_job(state, job_id) if job_id else None
         decision = decide(
-            entries, request, source.timestamp_ms, self.limits.retention_ms, seed=source.seed
-        )
+            entries, request, source.timestamp_ms, self.limits.retention_ms,
+            seed=source.seed, known=known,
+        )  # fmt: skip
         if unique_key:
             self._store(state, entries, decision.entries, source.timestamp_ms)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = dialect_of(request, value)
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
             self.emit(output, source)
+        self._record_jobs(decision, state, source)
         self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
         log.debug(
             "decided",
@@ -164,10 +205,45 @@ class Dedup:
         )
 
     def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
-        if request.unique_key is None:
-            return False  # no uniqueness, no partition to belong to
-        wanted = request.unique_key.encode()
+        route = request_route(request)
+        if route is None:
+            return True  # no key and no id: the router gives it an id to route by
+        wanted = route.encode()
         return key != wanted or partition_for(wanted, self.partitions) != partition
+
+    # -- job records --------------------------------------------------------
+
+    @staticmethod
+    def _load_job(state: KeyState, job_id: str) -> dict[str, Any] | None:
+        raw = state.get_bytes(JOB + job_id)
+        return None if raw is None else dict(orjson.loads(raw))
+
+    def _record_jobs(self, decision: Decision, state: KeyState, source: Source) -> None:
+        """Store and publish the jobs a decision made or moved: a new one, replaced ones
+        cancelled, an updated one (Oban's replace) with its changed fields."""
+        if decision.outcome is Outcome.UPDATED and decision.job is not None:
+            # The stored record keeps what the update does not touch (attempts, stamps).
+            stored = self._load_job(state, str(decision.job["id"]))
+            if stored is not None:
+                self._put_job(state, updated_record(stored, decision), source)
+                return
+        if decision.job is not None:
+            route = route_key(decision.unique_key, str(decision.job["id"]))
+            job = {**decision.job, "route": route, "partition": source.partition}
+            self._put_job(state, job, source)
+        for entry in decision.cancelled:
+            old = self._load_job(state, entry.job_id)
+            if old is not None and old.get("state") not in TERMINAL_STATES:
+                old.update(state=str(State.CANCELLED), previous_state=old["state"])
+                old["cancelled_at"] = format_rfc3339(decision.decided_at)
+                self._put_job(state, old, source)
+
+    def _put_job(self, state: KeyState, job: dict[str, Any], source: Source) -> None:
+        """Store and publish a job; a terminal one expires the retention after it ended."""
+        due = job_expires_at(job, self.limits.retention_ms)
+        ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
+        state.set_bytes(JOB + str(job["id"]), orjson.dumps(job), ttl=ttl)
+        self.emit(job_state(job), source)
 
     # -- job events ---------------------------------------------------------
 
@@ -175,12 +251,15 @@ class Dedup:
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
         event = parse_event_record(value, key)
-        unique_key = None if isinstance(event, GatewayError) else event.unique_key
-        entries = self._load(state) if unique_key else ()
-        result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
-        if unique_key and result.outcome is EventOutcome.APPLIED:
-            self._store(state, entries, result.entries, source.timestamp_ms)
-        reply = event_reply(result, unique_key, source)
+        job_id = None if isinstance(event, GatewayError) else event.job_id
+        job = self._load_job(state, job_id) if job_id else None
+        if job is None:
+            result = self._apply_to_entries(event, state, source)
+        else:
+            result = apply_job_event(job, event, source.timestamp_ms)
+            if result.outcome is EventOutcome.APPLIED and result.job is not None:
+                self._follow(result.job, result, state, source)
+        reply = event_reply(result, route_of(job, event), source)
         if reply is not None:
             self.emit(reply, source)
         reason = result.reason or (result.error.code if result.error else "")
@@ -195,3 +274,38 @@ class Dedup:
                     "source": source.as_dict(),
                 },
             )
+
+    def _follow(
+        self, job: dict[str, Any], result: EventResult, state: KeyState, source: Source
+    ) -> None:
+        """Store the moved job; its key's entries follow; a cancel tells the worker."""
+        self._put_job(state, job, source)
+        unique_key = job.get("unique_key")
+        if isinstance(unique_key, str) and result.state is not None:
+            entries = self._load(state)
+            scheduled = job.get("scheduled_at")
+            after = follow(
+                entries, str(job["id"]), result.state, source.timestamp_ms,
+                parse_rfc3339(scheduled) if isinstance(scheduled, str) else None,
+                self.limits.retention_ms,
+            )  # fmt: skip
+            self._store(state, entries, after, source.timestamp_ms)
+        if result.state is State.CANCELLED:
+            self.emit(cancellation(job, str(result.previous_state), unique_key), source)
+
+    def _apply_to_entries(
+        self, event: JobEvent | GatewayError, state: KeyState, source: Source
+    ) -> EventResult:
+        """An event for a job with no record (accepted before records were kept): entries only."""
+        unique_key = None if isinstance(event, GatewayError) else event.unique_key
+        entries = self._load(state) if unique_key else ()
+        result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
+        if unique_key and result.outcome is EventOutcome.APPLIED:
+            self._store(state, entries, result.entries, source.timestamp_ms)
+        return result
+
+
+def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str | None:
+    if job is not None:
+        return str(job.get("route") or job["id"])
+    return None if isinstance(event, GatewayError) else event.route

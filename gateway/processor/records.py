@@ -95,7 +95,8 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
         for c in cancellations(decision)
     ]
     if decision.job is not None:
-        outputs.append(Output(_json(decision.job), key, role="jobs", headers=key_header))
+        route = key or str(decision.job["id"]).encode()  # a job without a key: its id
+        outputs.append(Output(_json(decision.job), route, role="jobs", headers=key_header))
     if decision.error is not None:
         envelope = rejection(decision.error, req_id, source, _duplicate_details(decision))
         outputs.append(Output(_json(envelope), key, role="rejections"))
@@ -111,26 +112,48 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
     return outputs
 
 
-def event_reply(result: EventResult, unique_key: str | None, source: Source) -> Output | None:
+def job_state(job: dict[str, Any]) -> Output:
+    """The job as it is now, for `job_states` (compacted, keyed by job id)."""
+    return Output(_json(job), str(job["id"]).encode(), role="job_states")
+
+
+def cancellation(job: dict[str, Any], previous: str, unique_key: Any) -> Output:
+    """A cancellation record for the job's worker, keyed like every record about the job."""
+    record = {
+        "job_id": job["id"],
+        "unique_key": unique_key,
+        "previous_state": previous,
+        "reason": "cancelled",
+        "replaced_by": None,
+        "cancelled_at": job.get("cancelled_at"),
+    }
+    key = str(job.get("route") or job["id"]).encode()
+    return Output(_json(record), key, role="cancellations")
+
+
+def event_reply(result: EventResult, route: str | None, source: Source) -> Output | None:
     """For an event that asked (reply_to), what became of it, once it is committed.
 
-    A worker that waits for this knows the next decision on the key sees the event.
+    A caller that waits for this knows the next decision on the key sees the
+    event; `job` is the job as it stands after it (moved or not).
     """
     reply_to = source.header("reply_to")
     if not reply_to:
         return None
     record = {
         "job_id": result.job_id,
-        "unique_key": unique_key,
+        "unique_key": None if result.job is None else result.job.get("unique_key"),
+        "route": route,
         "outcome": str(result.outcome),
         "reason": None if result.reason is None else str(result.reason),
         "previous_state": None if result.previous_state is None else str(result.previous_state),
         "state": None if result.state is None else str(result.state),
         "error": None if result.error is None else result.error.to_dict(),
+        "job": result.job,
         "source": source.as_dict(),
     }
     correlation = source.headers.get("correlation_id", b"")
-    key = unique_key.encode() if unique_key else None
+    key = route.encode() if route else None
     return Output(_json(record), key, topic=reply_to, headers=[("correlation_id", correlation)])
 
 

@@ -1,16 +1,20 @@
 """The router stage: raw requests from `intake` and job events from `job_events`, onto `requests`.
 
-Valid requests go on to the dedup stage keyed by their fingerprint (so they
-land on the partition that owns it); invalid ones are decided `invalid` here,
+Valid requests go on to the dedup stage keyed by their route (so they land on
+the partition that owns it): the fingerprint, else the job's id. A job with
+neither gets its id here, a UUIDv7 derived from the intake record (so replay
+gives the same one), written into the request. Invalid ones are decided `invalid` here,
 with a rejection and a decision record, so none is lost. Job events go on
-unchanged, keyed as they came (by their unique_key) and marked as events, so
+unchanged, keyed as they came (by their job's route) and marked as events, so
 the dedup stage reads one log per partition: a key's requests and events in
 the order it handles them, which replay and explain read back as it is.
 """
 
 from __future__ import annotations
 
-from gateway.core import GatewayError, Request, decide
+import orjson
+
+from gateway.core import GatewayError, Request, decide, uuid7
 from gateway.processor.dedup import Emit, Limits, dialect_of, parse_limited
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
@@ -43,9 +47,13 @@ class Router:
         # The request keeps the id it was given on intake, wherever it is decided.
         headers = {**source.headers, "request_id": req_id.encode()}
         headers.pop(KIND_HEADER, None)  # a request is never taken for an event
-        fingerprint = request.unique_key.encode() if request.unique_key else None
+        route = request.unique_key or request.envelope.id
+        if route is None:
+            route = uuid7(source.timestamp_ms, None, source.seed)
+            # Into the request as sent, whatever its dialect (the envelope's raw is OJS-shaped).
+            value = orjson.dumps({**orjson.loads(value or b"{}"), "id": route})
         self.emit(
-            Output(value or b"", fingerprint, role="requests", headers=list(headers.items())),
+            Output(value or b"", route.encode(), role="requests", headers=list(headers.items())),
             source,
         )
 

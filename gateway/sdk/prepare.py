@@ -6,6 +6,7 @@ computed here is the key the processor computes.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,14 @@ from gateway.core import (
     GatewayError,
     parse_event_json,
     parse_request_json,
+    uuid7,
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     value: bytes
-    # The fingerprint as the record key; None for a job without a unique policy.
+    # The job's route as the record key: its fingerprint, else its id.
     key: bytes | None
     request_id: str
     unique_key: str | None
@@ -42,11 +44,22 @@ def prepare(job: Any) -> Outgoing | GatewayError:
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
-    return Outgoing(value, key.encode() if key else None, request_id, key)
+    route = key or request.envelope.id
+    if route is None:
+        # A job without a key is routed by its id, so it is given one here (see core.route_key).
+        # Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
+        route = new_job_id()
+        value = orjson.dumps({**job, "id": route})
+    return Outgoing(value, route.encode(), request_id, key)
+
+
+def new_job_id() -> str:
+    """A lowercase UUIDv7 from the clock and fresh randomness."""
+    return uuid7(time.time_ns() // 1_000_000, None, uuid.uuid4().bytes)
 
 
 def prepare_event(event: Any) -> Outgoing | GatewayError:
-    """A job-state event, validated by the core and keyed by its unique_key."""
+    """A job-state event, validated by the core and keyed by its job's route (core.route_key)."""
     try:
         value = orjson.dumps(event)
     except TypeError as exc:
@@ -54,4 +67,4 @@ def prepare_event(event: Any) -> Outgoing | GatewayError:
     parsed = parse_event_json(value)
     if isinstance(parsed, GatewayError):
         return parsed
-    return Outgoing(value, parsed.unique_key.encode(), uuid.uuid4().hex, parsed.unique_key)
+    return Outgoing(value, parsed.route.encode(), uuid.uuid4().hex, parsed.unique_key)

@@ -79,6 +79,7 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
         second_a = request(rejecting)
         assert second_a["outcome"] == "accepted"  # completed released the key
         key_c = fingerprint_of(ignoring)
+        event(first_c["job"], key_c, type="job.started")  # a job fails only while it runs
         event(first_c["job"], key_c, type="job.failed", attempt=3, max_attempts=3)
         assert request(ignoring)["outcome"] == "accepted"  # discarded released it
         for bad in (b"not json", json.dumps({"type": 5}).encode(), b"x" * 5000):

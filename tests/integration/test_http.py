@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +32,8 @@ class Served:
     """The app under a real uvicorn, in a thread, on a free loopback port."""
 
     def __init__(self, settings: HttpSettings) -> None:
+        if settings.view_dir is None:  # each server its own view, as two processes have
+            settings = replace(settings, view_dir=Path(tempfile.mkdtemp(prefix="view-")))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -37,6 +41,7 @@ class Served:
         config = uvicorn.Config(
             create_app(settings), host="127.0.0.1", port=port, log_level="warning"
         )
+        self.app = config.app
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -47,6 +52,10 @@ class Served:
             assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
             time.sleep(0.05)
         return self
+
+    def app_state(self) -> Any:
+        """The running app's binding (its view, its client)."""
+        return self.app.state.binding
 
     def __exit__(self, *_: object) -> None:
         self.server.should_exit = True
@@ -211,23 +220,29 @@ def test_fifty_parallel_posts_of_one_key_under_reject_make_one_job(stack: Stack)
     assert len({r.headers["x-request-id"] for r in responses}) == 50
 
 
-def test_batch_answers_each_item_in_order(stack: Stack):
+def test_a_batch_is_validated_whole_then_answers_201_with_jobs_and_count(stack: Stack):
     first, ignored = job(), job("ignore")
     stack.http.post("/ojs/v1/jobs", json=ignored)
-    items = [first, first, {"type": "t", "args": [], "unique": {"keys": ["meta"]}}, ignored]
+    bad = {"type": "t", "args": [], "unique": {"keys": ["meta"]}}
+    refused = stack.http.post("/ojs/v1/jobs/batch", json={"jobs": [job(), bad]})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"]["errors"][0]["index"] == 1
+    assert "nothing was enqueued" in refused.json()["error"]["message"]
+
     response = stack.http.post(
-        "/ojs/v1/jobs/batch", json={"jobs": items}, headers={"X-Request-Id": "batch-1"}
-    )
-    assert response.status_code == 200, response.text
+        "/ojs/v1/jobs/batch", json={"jobs": [first, first, ignored]},
+        headers={"X-Request-Id": "batch-1"},
+    )  # fmt: skip
+    assert response.status_code == 201, response.text
     assert_ojs_headers(response)
-    results = response.json()["results"]
-    assert [r["status"] for r in results] == [201, 409, 400, 200]
-    assert results[1]["error"]["details"]["existing_job_id"] == results[0]["job"]["id"]
-    assert results[1]["error"]["request_id"] == "batch-1.1"
-    assert results[2]["error"]["code"] == "invalid_request"
-    assert results[3]["deduplicated"] is True
-    found = stack.http.get(f"/ojs/v1/jobs/{results[0]['job']['id']}")
-    assert found.status_code == 200
+    body = response.json()
+    assert body["count"] == 3
+    new, dup, same = body["jobs"]
+    assert new["deduplicated"] is False and new["state"] == "available"
+    assert dup["deduplicated"] is True and dup["existing_job_id"] == new["id"]
+    assert dup["error"]["code"] == "duplicate"
+    assert same["deduplicated"] is True
+    assert stack.http.get(f"/ojs/v1/jobs/{new['id']}").status_code == 200
 
     not_a_batch = stack.http.post("/ojs/v1/jobs/batch", json=[first])
     assert not_a_batch.status_code == 400

@@ -91,22 +91,32 @@ def test_under_states_available_a_fetched_job_admits_a_new_one(http: httpx.Clien
 def test_default_states_hold_through_retryable_and_release_on_discard(http: httpx.Client):
     queue = a_queue()
     first = job(queue, max_attempts=2)
+    first["retry"] = {"initial_interval": "PT1S", "jitter": False}
     created = http.post("/ojs/v1/jobs", json=first).json()["job"]
+    boom = {"code": "handler_error", "message": "boom"}
 
     [fetched] = fetch(http, queue)
-    failed = http.post("/ojs/v1/workers/nack", json={"job_id": fetched["id"], "error": "boom"})
+    failed = http.post("/ojs/v1/workers/nack", json={"job_id": fetched["id"], "error": boom})
     assert failed.status_code == 200
     assert_ojs_headers(failed)
-    assert failed.json()["job"]["state"] == "retryable"
-    assert http.get(f"/ojs/v1/jobs/{created['id']}").json()["job"]["state"] == "retryable"
+    body = failed.json()
+    assert (body["job_id"], body["state"], body["attempt"], body["max_attempts"]) == (
+        created["id"], "retryable", 1, 2,
+    )  # fmt: skip
+    assert "next_attempt_at" in body
+    shown = http.get(f"/ojs/v1/jobs/{created['id']}").json()["job"]
+    assert shown["state"] == "retryable" and shown["error"]["message"] == "boom"
     held = http.post("/ojs/v1/jobs", json=first)
     assert held.status_code == 409
     assert held.json()["error"]["details"]["existing_job_id"] == created["id"]
+    assert fetch(http, queue) == []  # not before its backoff has passed
 
+    time.sleep(1.2)
     [again] = fetch(http, queue)
     assert again["id"] == created["id"] and again["attempt"] == 2
-    discarded = http.post("/ojs/v1/workers/nack", json={"job_id": again["id"], "error": "boom"})
-    assert discarded.json()["job"]["state"] == "discarded"
+    discarded = http.post("/ojs/v1/workers/nack", json={"job_id": again["id"], "error": boom})
+    body = discarded.json()
+    assert body["state"] == "discarded" and body["discarded_at"] == body["completed_at"]
     assert post(http, first).status_code == 201
 
 
@@ -119,7 +129,7 @@ def test_ack_completes_and_releases_the_key(http: httpx.Client):
     assert done.status_code == 200 and done.json()["job"]["state"] == "completed"
     assert http.get(f"/ojs/v1/jobs/{created['id']}").json()["job"]["state"] == "completed"
     again = http.post("/ojs/v1/workers/ack", json={"job_id": fetched["id"]})
-    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_state"
+    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_request"
     assert fetch(http, queue) == []
     assert post(http, first).status_code == 201
 

@@ -153,14 +153,18 @@ def test_replace_except_schedule_keeps_the_original_time(stack: Stack):
 def test_events_retryable_holds_completed_and_discarded_release(stack: Stack):
     held = job()
     a = stack.decision(stack.request(held))
+    stack.event(a["job_id"], a["unique_key"], type="job.started")
     stack.event(a["job_id"], a["unique_key"], type="job.failed", attempt=1, max_attempts=3)
     assert stack.decision(stack.request(held))["existing_job_state"] == "retryable"
+    time.sleep(1.6)  # the default first backoff: 1 s, jittered to at most 1.5 s
+    stack.event(a["job_id"], a["unique_key"], type="job.started", attempt=3)
     stack.event(a["job_id"], a["unique_key"], type="job.failed", attempt=3, max_attempts=3)
     after_discard = stack.decision(stack.request(held))
     assert after_discard["outcome"] == "accepted"
 
     done = job()
     b = stack.decision(stack.request(done))
+    stack.event(b["job_id"], b["unique_key"], type="job.started")
     stack.event(b["job_id"], b["unique_key"], type="job.completed")
     assert stack.decision(stack.request(done))["outcome"] == "accepted"
 
@@ -169,6 +173,7 @@ def test_completed_still_blocks_when_the_policy_lists_it(stack: Stack):
     states = ["available", "active", "scheduled", "retryable", "pending", "completed"]
     welcome = job("ignore", states=states, period="P7D")
     a = stack.decision(stack.request(welcome))
+    stack.event(a["job_id"], a["unique_key"], state="active")
     stack.event(a["job_id"], a["unique_key"], state="completed")
     again = stack.decision(stack.request(welcome))
     assert again["outcome"] == "ignored" and again["existing_job_state"] == "completed"
@@ -254,12 +259,14 @@ def test_events_on_job_events_are_forwarded_to_the_keys_log_and_applied(stack: S
     accepted = stack.decision(stack.request(first))
     replies = stack.cat.name("replies")
     reader = Reader(stack.bootstrap, [replies])
+    stack.event(accepted["job_id"], accepted["unique_key"], type="job.started")
     completed = {"job_id": accepted["job_id"], "unique_key": accepted["unique_key"],
                  "type": "job.completed"}  # fmt: skip
     send(stack.producer, stack.cat.name("job_events"), completed, accepted["unique_key"],
          {"reply_to": replies, "correlation_id": "evt-1"})  # fmt: skip
     stack.producer.flush()
     deadline = time.monotonic() + 30
+
     def reply() -> list[dict[str, Any]]:
         return [r for r in reader.records.get(replies, []) if r["headers"].get("correlation_id")]
 
@@ -300,6 +307,7 @@ def test_finished_keys_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp
         finished = job()
         key = fingerprint_of(finished)
         accepted = stack.decision(stack.request(finished))
+        stack.event(accepted["job_id"], key, type="job.started")
         stack.event(accepted["job_id"], key, type="job.completed")
         partition = partition_for(key.encode(), cat.by_role("requests").partitions)
         # Later records on the same partition move its event time past the expiry.

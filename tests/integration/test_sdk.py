@@ -110,7 +110,8 @@ def test_without_wait_the_request_is_keyed_by_its_fingerprint_with_its_headers(s
     assert sent[1] == Sent(unkeyed["request_id"], None)
     ours = _requests_by_id(stack, {s.request_id for s in sent})
     assert ours[sent[0].request_id]["key"] == fingerprint_of(keyed).encode()
-    assert ours[sent[1].request_id]["key"] is None
+    # A job without a policy is given an id and keyed by it (its route).
+    assert ours[sent[1].request_id]["key"] == ours[sent[1].request_id]["value"]["id"].encode()
     assert "reply_to" not in ours[sent[0].request_id]["headers"]
 
 
@@ -217,13 +218,16 @@ def test_a_published_event_counts_for_the_very_next_decision(stack: Stack):
     first = job()
     accepted = stack.client.enqueue(first, wait=True)
     key, job_id = accepted.unique_key, accepted.job_id
+    refused = stack.client.publish_event(
+        {"job_id": job_id, "unique_key": key, "type": "job.completed"}
+    )
+    assert isinstance(refused, EventAck) and str(refused.outcome) == "refused"
+    assert refused.error is not None and refused.error.code == "invalid_request"
+    stack.client.publish_event({"job_id": job_id, "unique_key": key, "type": "job.started"})
     ack = stack.client.publish_event({"job_id": job_id, "unique_key": key, "type": "job.completed"})
     assert isinstance(ack, EventAck)
-    assert (str(ack.outcome), ack.previous_state, ack.state) == (
-        "applied",
-        "available",
-        "completed",
-    )
+    assert (str(ack.outcome), ack.previous_state, ack.state) == ("applied", "active", "completed")
+    assert ack.record["job"]["completed_at"] and ack.record["job"]["attempt"] == 1
     assert stack.client.enqueue(first, wait=True).outcome is Outcome.ACCEPTED  # no retry needed
 
     unknown = stack.client.publish_event(

@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from gateway.core import Request, decide, parse_request
+from gateway.core import Decision, Request, decide, parse_request
+from gateway.core.engine import updated_record
 from gateway.http.answers import Answer, for_result
 from gateway.http.errors import ApiError
-from gateway.http.read_model import ReadModel
 from gateway.processor.records import Source, decision_record
 from gateway.sdk import EnqueueResult, zizq_unique_key
 
 T0 = 1_770_000_000_000
 
 
-def results(*jobs: dict[str, Any]) -> list[EnqueueResult]:
-    """The results the SDK would return for `jobs`, sent one after another on one key."""
+def decisions(*jobs: dict[str, Any]) -> list[tuple[Decision, EnqueueResult]]:
+    """The decisions of `jobs`, sent one after another on one key, and the SDK's results."""
     entries: tuple[Any, ...] = ()
     out = []
     for i, job in enumerate(jobs):
@@ -27,8 +27,13 @@ def results(*jobs: dict[str, Any]) -> list[EnqueueResult]:
         entries = decision.entries
         source = Source("requests", 0, i, T0 + i, {})
         record = decision_record(decision, source, f"r{i}", request.dialect)
-        out.append(EnqueueResult.from_record(record))
+        out.append((decision, EnqueueResult.from_record(record)))
     return out
+
+
+def results(*jobs: dict[str, Any]) -> list[EnqueueResult]:
+    """The results the SDK would return for `jobs`, sent one after another on one key."""
+    return [result for _, result in decisions(*jobs)]
 
 
 OBAN = {"dialect": "oban", "worker": "W", "args": {"id": 1}, "unique": True}
@@ -52,7 +57,7 @@ def test_oban_answers_conflicted_false_then_true_never_an_error(dialect: str) ->
 
 def test_oban_an_update_answers_the_updated_job_conflicted() -> None:
     at = "2026-03-01T00:00:00Z"
-    new, updated = results(
+    (_, new), (decision, updated) = decisions(
         {**OBAN, "scheduled_at": at, "priority": 5},
         {**OBAN, "scheduled_at": at, "priority": 0, "replace": {"scheduled": ["priority"]}},
     )
@@ -60,12 +65,13 @@ def test_oban_an_update_answers_the_updated_job_conflicted() -> None:
     answer = for_result(updated)
     assert isinstance(answer, Answer) and answer.status == 200
     assert answer.body["conflicted"] is True and answer.body["job"]["priority"] == 0
-    model = ReadModel()
+    # The record job_states carries (so GET shows it): the stored job, its fields updated,
+    # what the update does not touch kept.
     assert new.job is not None
-    model.add(new.job)
-    model.apply_record("decisions", updated.record, T0)
-    shown = model.get(str(new.job_id))
-    assert shown is not None and shown["priority"] == 0 and shown["state"] == "scheduled"
+    stored = {**new.job, "route": "k", "attempt": 0}
+    shown = updated_record(stored, decision)
+    assert shown["priority"] == 0 and shown["state"] == "scheduled"
+    assert shown["route"] == "k" and shown["id"] == new.job_id
 
 
 def test_zizq_answers_201_duplicate_false_then_200_duplicate_true() -> None:

@@ -116,6 +116,17 @@ def test_an_invalid_request_on_intake_keeps_its_dialect() -> None:
     assert decision["dialect"] == "oban" and decision["outcome"] == "invalid"
 
 
+def test_a_dialect_job_without_a_key_gets_its_id_in_the_request_as_sent() -> None:
+    out: list[Output] = []
+    router = Router(lambda o, s: out.append(o), Metrics(), Limits())
+    job = {"dialect": "faktory", "jobtype": "SomeJob", "args": [1]}  # no unique_for: no key
+    router.on_record(orjson.dumps(job), None, Source(INTAKE, 0, 0, T0, {}))
+    [forwarded] = [o for o in out if o.role == "requests"]
+    sent = orjson.loads(forwarded.value)
+    assert {k: v for k, v in sent.items() if k != "id"} == job
+    assert forwarded.key == sent["id"].encode()
+
+
 def test_an_update_publishes_the_updated_job_and_records_what_changed() -> None:
     log = Log()
     first = log.request(oban(max_attempts=3, priority=3), T0)

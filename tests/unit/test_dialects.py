@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from gateway.core import (
     Decision,
     Entry,
+    EventOutcome,
+    EventResult,
     GatewayError,
     Judge,
     OnConflict,
@@ -73,10 +75,21 @@ class Story:
         return decision
 
     def event(self, job_id: str, now: int, **fields: Any) -> None:
+        """Apply one event. A step the transition table allows only from active (complete,
+        retry, discard) is preceded by a worker taking the job, as it would be."""
+        result = self._apply(job_id, now, fields)
+        if result.outcome is EventOutcome.REFUSED and self.state_of(job_id) is not State.ACTIVE:
+            self._apply(job_id, now, {"type": "job.started"})
+            result = self._apply(job_id, now, fields)
+        assert result.outcome is not EventOutcome.REFUSED, result
+
+    def _apply(self, job_id: str, now: int, fields: dict[str, Any]) -> EventResult:
         key = self.keys[job_id]
         event = parse_event({"job_id": job_id, "unique_key": key, **fields})
         assert not isinstance(event, GatewayError), event
-        self.entries[key] = apply_event(self.entries[key], event, now).entries
+        result = apply_event(self.entries[key], event, now)
+        self.entries[key] = result.entries
+        return result
 
     def state_of(self, job_id: str) -> State | None:
         entries = self.entries.get(self.keys[job_id], ())
@@ -407,19 +420,20 @@ def test_faktory_shares_ojs_fingerprint_space() -> None:
 
 
 def test_oban_and_zizq_have_fingerprint_spaces_of_their_own() -> None:
-    ojs = parsed({"type": "W", "args": {"a": 1}, "unique": {"keys": ["type", "queue", "args"]}})
-    elixir = parsed({"dialect": "oban", "worker": "W", "args": {"a": 1}, "unique": True})
-    python = parsed({"dialect": "oban-py", "worker": "W", "args": {"a": 1}, "unique": True})
+    # One job type valid in every dialect (OJS types are lowercase segments).
+    ojs = parsed({"type": "w", "args": {"a": 1}, "unique": {"keys": ["type", "queue", "args"]}})
+    elixir = parsed({"dialect": "oban", "worker": "w", "args": {"a": 1}, "unique": True})
+    python = parsed({"dialect": "oban-py", "worker": "w", "args": {"a": 1}, "unique": True})
     assert elixir.unique_key == python.unique_key != ojs.unique_key
-    zizq = parsed({"dialect": "zizq", "type": "W", "payload": {"a": 1}, "uniqueKey": "W"})
+    zizq = parsed({"dialect": "zizq", "type": "w", "payload": {"a": 1}, "uniqueKey": "w"})
     assert zizq.unique_key not in (ojs.unique_key, elixir.unique_key)
     for request in (elixir, zizq):
         assert request.unique_key is not None and len(request.unique_key) == 64
     story = Story()
-    story.submit({"type": "W", "args": {"a": 1}, "unique": {"keys": ["type", "queue", "args"]}}, T0)
+    story.submit({"type": "w", "args": {"a": 1}, "unique": {"keys": ["type", "queue", "args"]}}, T0)
     assert (
         story.submit(
-            {"dialect": "oban", "worker": "W", "args": {"a": 1}, "unique": True}, T0 + 1
+            {"dialect": "oban", "worker": "w", "args": {"a": 1}, "unique": True}, T0 + 1
         ).outcome
         is Outcome.ACCEPTED
     )
@@ -804,6 +818,7 @@ def test_zizq_active_holds_until_the_job_completes_retries_included() -> None:
     assert story.submit(zizq(), T0 + 2).outcome is Outcome.IGNORED  # in_flight
     story.event(ids(first), T0 + 3, type="job.failed", attempt=1)
     assert story.submit(zizq(), T0 + 4).outcome is Outcome.IGNORED  # back for a retry
+    story.event(ids(first), T0 + 5, type="job.enqueued")  # its backoff is over
     story.event(ids(first), T0 + 5, type="job.started")
     story.event(ids(first), T0 + 6, type="job.completed")
     assert story.submit(zizq(), T0 + 7).outcome is Outcome.ACCEPTED
@@ -1023,3 +1038,40 @@ def test_oban_keys_do_not_depend_on_the_order_of_args(args: dict[str, Any], rnd:
         return parsed({"dialect": "oban", "worker": "W", "args": a, "unique": True}).unique_key
 
     assert key(args) == key(dict(items))
+
+
+# --- job ids ---------------------------------------------------------------------------------
+
+GIVEN_ID = "019078a3-b5c7-7def-8a12-3456789abcde"
+
+
+@pytest.mark.parametrize(
+    ("make", "outcome", "code"),
+    [
+        (elixir, Outcome.IGNORED, None),  # conflicted: true
+        (zizq, Outcome.IGNORED, None),  # duplicate: true
+        (faktory, Outcome.REJECTED, "NOTUNIQUE"),
+    ],
+)
+def test_a_dialect_resubmitting_the_job_that_holds_its_key_hears_its_conflict_answer(
+    make: Any, outcome: Outcome, code: str | None
+) -> None:
+    story = Story()
+    first = story.submit({**make(), "id": GIVEN_ID}, T0)
+    assert first.outcome is Outcome.ACCEPTED
+    again = story.submit({**make(), "id": GIVEN_ID}, T0 + 1)
+    assert again.outcome is outcome and again.job is None
+    assert again.existing is not None and again.existing.job_id == GIVEN_ID
+    assert (again.error.code if again.error else None) == code
+
+
+@pytest.mark.parametrize("make", [elixir, zizq, faktory])
+def test_a_dialect_id_another_job_holds_is_refused_as_in_ojs(make: Any) -> None:
+    known = {
+        "id": GIVEN_ID, "type": "other.job", "queue": "q", "state": "active",
+        "created_at": format_rfc3339(T0), "max_attempts": 3,
+    }  # fmt: skip
+    decision = decide((), parsed({**make(), "id": GIVEN_ID}), T0 + 5, seed=b"s", known=known)
+    assert decision.outcome is Outcome.REJECTED and decision.job is None
+    assert decision.error is not None and GIVEN_ID in decision.error.message
+    assert decision.existing is not None and decision.existing.job_id == GIVEN_ID

@@ -24,6 +24,7 @@ from gateway.core import (
     parse_event,
     parse_request,
 )
+from gateway.core.retry import RetryPolicy
 from gateway.core.times import format_rfc3339
 
 T0 = 1_770_000_000_000
@@ -72,8 +73,16 @@ class Key:
         return decision
 
     def event(self, job_id: str, now: int, **fields: Any) -> Any:
+        """Apply an event; one that needs a running job first starts the job (a fetch)."""
         assert self.key is not None
         result = event(self.entries, job_id, self.key, now, **fields)
+        if result.outcome is EventOutcome.REFUSED and result.previous_state in (
+            State.AVAILABLE, State.SCHEDULED,
+        ):  # fmt: skip
+            if result.previous_state is State.SCHEDULED:
+                self.event(job_id, now, type="job.enqueued")
+            self.event(job_id, now, type="job.started")
+            result = event(self.entries, job_id, self.key, now, **fields)
         self.entries = result.entries
         return result
 
@@ -104,12 +113,15 @@ def test_a_first_request_is_accepted_and_recorded() -> None:
         "queue": "mail",
         "args": {"user_id": 42},
         "unique": {"keys": ["type", "args"]},
-        "tags": ["x"],  # unknown envelope fields are preserved
-        "options": {"timeout_ms": 5},
+        "tags": ["x"],
+        "options": {"timeout_ms": 5},  # unknown options are preserved
         "state": "available",
+        "priority": 0,
         "attempt": 0,
         "max_attempts": 3,
+        "retry": RetryPolicy().to_dict(),
         "created_at": format_rfc3339(T0),
+        "enqueued_at": format_rfc3339(T0),
         "unique_key": decision.unique_key,
     }
     (entry,) = decision.entries
@@ -265,7 +277,7 @@ def test_replace_cancels_an_active_job_too_because_this_gateway_is_strong() -> N
     assert story.state_of(old) is State.CANCELLED
     # The worker's late report of the cancelled job does not bring it back.
     late = story.event(old, T0 + 3, type="job.completed")
-    assert late.outcome is EventOutcome.IGNORED
+    assert late.outcome is EventOutcome.REFUSED
     assert story.state_of(old) is State.CANCELLED
 
 
@@ -341,19 +353,36 @@ def test_the_live_match_is_reported_before_a_newer_terminal_one() -> None:
 
 def test_a_resubmitted_id_is_never_a_second_job() -> None:
     given_id = "019078a3-b5c7-7def-8a12-3456789abcde"
-    for on_conflict, outcome in [
-        ("reject", Outcome.REJECTED),
-        ("replace", Outcome.REJECTED),
-        ("replace_except_schedule", Outcome.REJECTED),
-        ("ignore", Outcome.IGNORED),
-    ]:
+    for on_conflict in ["reject", "replace", "replace_except_schedule", "ignore"]:
         story = Key()
         story.submit(job({"on_conflict": on_conflict}, id=given_id), T0)
+        story.event(given_id, T0 + 1, type="job.started")
         story.event(given_id, T0 + 1, type="job.completed")  # no longer a duplicate by state
         decision = story.submit(job({"on_conflict": on_conflict}, id=given_id), T0 + 2)
-        assert decision.outcome is outcome, on_conflict
+        assert decision.outcome is Outcome.REJECTED, on_conflict
+        assert decision.error is not None and decision.error.code == "duplicate"
+        assert given_id in decision.error.message
         assert decision.existing is not None and decision.existing.job_id == given_id
         assert decision.cancelled == ()
+
+
+@pytest.mark.parametrize("policy", [None, {"keys": ["type"]}])
+def test_an_id_held_by_any_known_job_is_refused_whatever_the_policy(
+    policy: dict[str, Any] | None,
+) -> None:
+    given_id = "019078a3-b5c7-7def-8a12-3456789abcde"
+    known = {
+        "id": given_id, "type": "other.job", "queue": "q", "state": "active",
+        "created_at": format_rfc3339(T0), "max_attempts": 3,
+    }  # fmt: skip
+    raw = job(policy, id=given_id) if policy else {"type": "a.job", "args": [], "id": given_id}
+    decision = decide((), request(raw), T0 + 5, seed=b"s", known=known)
+    assert decision.outcome is Outcome.REJECTED and decision.job is None
+    assert decision.existing is not None and decision.existing.job_id == given_id
+    assert decision.existing_state is State.ACTIVE
+    fresh = decide((), request(raw), T0 + 5, seed=b"s")
+    assert fresh.outcome is Outcome.ACCEPTED and fresh.job is not None
+    assert fresh.job["id"] == given_id
 
 
 # --- states and period ------------------------------------------------------------------------

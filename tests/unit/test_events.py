@@ -8,6 +8,7 @@ import pytest
 
 from gateway.core import (
     INVALID_EVENT,
+    INVALID_REQUEST,
     Entry,
     EventOutcome,
     GatewayError,
@@ -18,6 +19,7 @@ from gateway.core import (
     parse_event,
     parse_event_json,
 )
+from gateway.core.events import EVENT_TYPES
 
 KEY = "a" * 64
 JOB = "019078a3-b5c7-7def-8a12-3456789abcde"
@@ -93,9 +95,9 @@ def test_unknown_fields_are_allowed() -> None:
         ({"unique_key": KEY, "state": "active"}, "job_id is required"),
         ({"job_id": "", "unique_key": KEY, "state": "active"}, "job_id is required"),
         ({"job_id": 5, "unique_key": KEY, "state": "active"}, "job_id is required"),
-        ({"job_id": JOB, "state": "active"}, "unique_key is required"),
-        ({"job_id": JOB, "unique_key": "A" * 64, "state": "active"}, "unique_key is required"),
-        ({"job_id": JOB, "unique_key": "abc", "state": "active"}, "unique_key is required"),
+        ({"job_id": JOB, "unique_key": "A" * 64, "state": "active"}, "unique_key, when given"),
+        ({"job_id": JOB, "unique_key": "abc", "state": "active"}, "unique_key, when given"),
+        ({"job_id": JOB, "type": "job.failed", "error": "boom"}, "error must be an object"),
         ({"job_id": JOB, "unique_key": KEY}, "give exactly one of state"),
         (
             {"job_id": JOB, "unique_key": KEY, "state": "active", "type": "job.started"},
@@ -162,20 +164,26 @@ def test_events_for_unknown_jobs_are_ignored_and_reported() -> None:
 
 @pytest.mark.parametrize("terminal", [State.COMPLETED, State.CANCELLED, State.DISCARDED])
 @pytest.mark.parametrize(
-    "event_type", ["job.enqueued", "job.started", "job.retrying", "job.failed"]
+    "event_type", ["job.enqueued", "job.started", "job.retrying", "job.failed", "job.completed"]
 )
 def test_no_event_resurrects_a_terminal_job(terminal: State, event_type: str) -> None:
     stored = (entry(terminal),)
     result = apply_event(stored, parsed(type=event_type), T0 + 1)
-    assert result.outcome is EventOutcome.IGNORED
-    assert result.reason is IgnoredReason.ALREADY_TERMINAL
+    if EVENT_TYPES[event_type] is terminal:
+        assert result.outcome is EventOutcome.IGNORED
+        assert result.reason is IgnoredReason.UNCHANGED
+    else:
+        assert result.outcome is EventOutcome.REFUSED
+        assert result.reason is IgnoredReason.ALREADY_TERMINAL
+        assert result.error is not None and result.error.code == INVALID_REQUEST
+        assert "terminal" in result.error.message
     assert result.entries == stored
 
 
-def test_terminal_to_another_terminal_state_is_ignored_too() -> None:
-    result = apply_event((entry(State.CANCELLED),), parsed(type="job.completed"), T0 + 1)
-    assert result.reason is IgnoredReason.ALREADY_TERMINAL
-    assert result.entries[0].state is State.CANCELLED
+def test_an_event_without_a_key_is_routed_by_its_job_id() -> None:
+    event = parse_event({"job_id": JOB, "type": "job.started"})
+    assert isinstance(event, JobEvent) and event.unique_key is None and event.route == JOB
+    assert parsed(type="job.started").route == KEY
 
 
 def test_a_repeated_event_changes_nothing() -> None:
@@ -187,7 +195,7 @@ def test_a_repeated_event_changes_nothing() -> None:
     assert done.reason is IgnoredReason.UNCHANGED
 
 
-def test_jobs_go_back_to_available_or_scheduled() -> None:
+def test_jobs_go_back_to_available_or_scheduled_from_retryable() -> None:
     stored = (entry(State.RETRYABLE),)
     back = apply_event(stored, parsed(type="job.enqueued"), T0 + 1)
     assert back.entries[0].state is State.AVAILABLE

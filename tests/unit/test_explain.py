@@ -153,7 +153,7 @@ def test_events_say_what_they_did_to_the_job():
         "releases the key)"
     )
     again = apply_event(done.entries, started, T0 + 3)
-    assert explain_event(started, again).endswith("is already discarded; no event brings it back")
+    assert explain_event(started, again).endswith("a terminal state: no transition leaves it")
     unknown = parse_event({"job_id": "other", "unique_key": key, "state": "active"})
     assert "no job other is held" in explain_event(unknown, apply_event((), unknown, T0))
 
@@ -161,17 +161,22 @@ def test_events_say_what_they_did_to_the_job():
 def test_history_is_explained_in_order_with_the_state_each_item_left():
     first = decided(job(), (), T0)
     key, jid = first["unique_key"], first["job_id"]
+    started = {"job_id": jid, "unique_key": key, "type": "job.started"}
     completed = {"job_id": jid, "unique_key": key, "type": "job.completed"}
     second = decided(job(), held(first, State.COMPLETED, T0 + 5), T0 + 10, 1)
     items = [
         HistoryItem("decision", T0, (REQ, 0, 0), first),
-        HistoryItem("event", T0 + 5, ("ns.gateway.job-events", 0, 0), completed),
+        HistoryItem("event", T0 + 4, ("ns.gateway.job-events", 0, 0), completed),
+        HistoryItem("event", T0 + 4, ("ns.gateway.job-events", 0, 1), started),
+        HistoryItem("event", T0 + 5, ("ns.gateway.job-events", 0, 2), completed),
         HistoryItem("decision", T0 + 10, (REQ, 0, 1), second),
     ]
     lines = list(explain_history(items))
     assert lines[0].endswith(f"decision accepted  request r0  ({REQ}[0]@0)")
     assert lines[2].strip().startswith("policy: keys [type, args], states [")
-    assert "event job.completed job" in lines[3]
-    assert lines[4].strip() == f"job {jid}: available → completed"
-    assert f"job {jid} is `completed`, not one of the states" in lines[6]
+    assert lines[4].strip().startswith(f"refused: job {jid} is available; ack")
+    assert lines[6].strip() == f"job {jid}: available → active"
+    assert "event job.completed job" in lines[7]
+    assert lines[8].strip() == f"job {jid}: active → completed"
+    assert f"job {jid} is `completed`, not one of the states" in lines[10]
     assert find_key(items, jid.upper()) == key and find_key(items, "nope") is None

@@ -276,26 +276,26 @@ def test_a_key_whose_only_holder_expired_is_freed_then_deleted() -> None:
     request = parse_request_json(job)
     assert isinstance(request, Request) and request.unique_key is not None
     dedup.on_record(job, request.unique_key.encode(), Source("r", 0, 0, T0, {}), state)
-    assert state.ttl == timedelta(milliseconds=600 * S + DEFAULT_RETENTION_MS)
+    assert state.ttls["entries"] == timedelta(milliseconds=600 * S + DEFAULT_RETENTION_MS)
     # Beside a live OJS job, the key never expires by time.
     assert expires_at([live, entry(State.AVAILABLE)]) is None
 
 
 class _KeyState:
-    """One key's state, with the expiry the processor asked for."""
+    """One key's state, with the expiry the processor asked for, per name."""
 
     def __init__(self) -> None:
-        self.value: bytes | None = None
-        self.ttl: timedelta | None = None
+        self.values: dict[str, bytes] = {}
+        self.ttls: dict[str, timedelta | None] = {}
 
     def get_bytes(self, name: str) -> bytes | None:
-        return self.value
+        return self.values.get(name)
 
     def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
-        self.value, self.ttl = value, ttl
+        self.values[name], self.ttls[name] = value, ttl
 
     def delete(self, name: str) -> None:
-        self.value = None
+        self.values.pop(name, None)
 
 
 def test_finished_holders_go_when_their_rule_lets_go() -> None:
@@ -311,3 +311,32 @@ def test_finished_holders_go_when_their_rule_lets_go() -> None:
     assert entry_expires_at(entry(State.ACTIVE, zizq(ZizqScope.EXISTS))) is None
     taken = entry(State.ACTIVE, zizq(ZizqScope.QUEUED, released_at=T0 + 3), at=T0 + 3)
     assert entry_expires_at(taken) == T0 + 3 + DEFAULT_RETENTION_MS
+
+
+def test_lifecycle_events_find_a_job_whose_lock_expired_and_whose_entry_is_gone() -> None:
+    """The key's entries drop a Faktory job once its lock expired (a retention later), but
+    the job's record is kept apart (job/<id>), so its events still move it."""
+    import orjson
+
+    from gateway.processor.records import JOB_EVENT, KIND_HEADER
+
+    out: list[Any] = []
+    state = _KeyState()
+    dedup = Dedup(1, lambda o, s: out.append(o), Metrics(), Limits())
+    job = b'{"dialect":"faktory","jobtype":"T","args":[],"custom":{"unique_for":1}}'
+    request = parse_request_json(job)
+    assert isinstance(request, Request) and request.unique_key is not None
+    key = request.unique_key.encode()
+    dedup.on_record(job, key, Source("r", 0, 0, T0, {}), state)
+    [record] = [orjson.loads(o.value) for o in out if o.role == "job_states"]
+    later = T0 + S + DEFAULT_RETENTION_MS + 1
+    # A request after the lock and the retention: the entry is pruned, a new job accepted.
+    dedup.on_record(job, key, Source("r", 0, 1, later, {}), state)
+    assert [e.job_id for e in load_entries(state.values["entries"])] != [record["id"]]
+    event = orjson.dumps(
+        {"job_id": record["id"], "unique_key": request.unique_key, "type": "job.started"}
+    )
+    out.clear()
+    dedup.on_record(event, key, Source("r", 0, 2, later + 1, {KIND_HEADER: JOB_EVENT}), state)
+    [moved] = [orjson.loads(o.value) for o in out if o.role == "job_states"]
+    assert moved["id"] == record["id"] and moved["state"] == "active" and moved["attempt"] == 1

@@ -9,7 +9,6 @@ import pytest
 from gateway.core import GatewayError
 from gateway.http.answers import Answer, batch_item, for_client_error, for_result
 from gateway.http.errors import ApiError
-from gateway.http.read_model import ReadModel
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
 
 KEY = "a" * 64
@@ -82,54 +81,10 @@ def test_sdk_errors_map_to_400_504_and_503():
     assert (down.status, down.code, down.retryable) == (503, "unavailable", True)
 
 
-def test_a_batch_item_carries_its_status_and_its_body_or_envelope():
-    assert batch_item(Answer(200, {"job": {}, "deduplicated": True}), "r") == {
-        "status": 200, "job": {}, "deduplicated": True,
-    }  # fmt: skip
-    item = batch_item(ApiError(400, "invalid_request", "no"), "r.2")
-    assert item["status"] == 400 and item["error"]["request_id"] == "r.2"
-
-
-def test_the_read_model_follows_decisions_cancellations_and_events():
-    model = ReadModel()
-    model.apply_record("decisions", {"outcome": "accepted", "job": a_job()}, 1000)
-    assert model.get(JOB_ID.upper()) == a_job()
-    event = {"job_id": JOB_ID, "unique_key": KEY, "type": "job.started"}
-    model.apply_record("job_events", event, 2000)
-    assert model.get(JOB_ID)["state"] == "active"  # type: ignore[index]
-    # A later copy of the job (the jobs topic) never moves it back.
-    model.apply_record("jobs", a_job(), 3000)
-    assert model.get(JOB_ID)["state"] == "active"  # type: ignore[index]
-    model.apply_record("cancellations", {"job_id": JOB_ID, "reason": "replaced"}, 4000)
-    assert model.get(JOB_ID)["state"] == "cancelled"  # type: ignore[index]
-    # No event brings a terminal job back (the core's rule).
-    model.apply_record("job_events", {**event, "type": "job.enqueued"}, 5000)
-    assert model.get(JOB_ID)["state"] == "cancelled"  # type: ignore[index]
-
-
-def test_job_failed_is_retryable_until_attempts_run_out_as_the_core_says():
-    model = ReadModel()
-    model.add(a_job())
-    failed = {"job_id": JOB_ID, "unique_key": KEY, "type": "job.failed"}
-    assert model.apply_event({**failed, "attempt": 1}, 1000) == "retryable"
-    assert model.get(JOB_ID)["attempt"] == 1  # type: ignore[index]
-    assert model.apply_event({**failed, "attempt": 3}, 2000) == "discarded"
-
-
-def test_invalid_events_and_unknown_jobs_change_nothing():
-    model = ReadModel()
-    model.add(a_job())
-    assert model.apply_event({"job_id": JOB_ID, "type": "job.started"}, 1) is None
-    assert model.apply_event({"job_id": "other", "unique_key": KEY, "state": "active"}, 1) is None
-    assert model.get(JOB_ID) == a_job()
-    assert model.get("other") is None
-
-
-def test_a_replaced_decision_cancels_the_job_it_replaced():
-    model = ReadModel()
-    model.add(a_job())
-    new_id = "01900000-0000-7000-8000-000000000002"
-    decision = {"outcome": "replaced", "job": a_job(job_id=new_id), "cancelled_job_id": JOB_ID}
-    model.apply_record("decisions", decision, 1000)
-    assert model.get(JOB_ID)["state"] == "cancelled"  # type: ignore[index]
-    assert model.get(new_id)["state"] == "available"  # type: ignore[index]
+def test_a_batch_item_is_the_job_with_its_dedup_outcome():
+    new = batch_item(result("accepted", job={"id": "n", "route": "n", "partition": 3}), "r.0")
+    assert new == {"id": "n", "deduplicated": False}
+    ignored = batch_item(result("ignored", job={"id": "e"}), "r.1")
+    assert ignored == {"id": "e", "deduplicated": True}
+    timed_out = batch_item(None, "r.2")
+    assert timed_out["error"]["code"] == "timeout"

@@ -61,11 +61,13 @@ def test_key_is_an_alias_of_keys() -> None:
     assert ok({"key": ["type", "args"]}).keys == (Dimension.TYPE, Dimension.ARGS)
 
 
-def test_keys_of_an_unselected_dimension_are_dropped() -> None:
+def test_meta_keys_without_meta_are_dropped_args_keys_without_args_refused() -> None:
     # The spec's own example structure sends meta_keys: [] without "meta" in keys.
     policy = ok({"keys": ["type", "queue", "args"], "args_keys": ["user_id"], "meta_keys": []})
     assert policy.meta_keys is None
-    assert ok({"keys": ["type"], "args_keys": ["user_id"]}).args_keys is None
+    refused = parse_policy({"keys": ["type"], "args_keys": ["user_id"]})
+    assert isinstance(refused, GatewayError) and refused.code == "invalid_request"
+    assert 'does not contain "args"' in refused.message
 
 
 def test_args_keys_are_nfc_normalised() -> None:
@@ -228,6 +230,8 @@ policies = st.fixed_dictionaries(
 
 @given(policies)
 def test_canonical_dict_parses_back_identically(raw: dict[str, Any]) -> None:
+    if "args" not in raw["keys"]:
+        raw = {**raw, "args_keys": None}  # refused without args, as tested above
     policy = parse_policy(raw)
     if isinstance(policy, GatewayError):  # NFC-colliding generated names
         assert "NFC" in policy.message

@@ -52,11 +52,13 @@ def test_events_in_the_log_are_applied_where_they_stand():
     key = key_of(JOB)
     first = rec(REQ, 0, T0, JOB, key)
     [recorded_first] = recorded_by_core([first]).values()
-    done = {"job_id": recorded_first["job_id"], "unique_key": key, "type": "job.completed"}
+    ids = {"job_id": recorded_first["job_id"], "unique_key": key}
+    started = event(1, T0 + 1, {**ids, "type": "job.started"}, key)
+    done = event(2, T0 + 1, {**ids, "type": "job.completed"}, key)
     # Completed before the second request: under the default states the key is free again.
-    second = rec(REQ, 2, T0 + 1, JOB, key)
+    second = rec(REQ, 3, T0 + 1, JOB, key)
     recorded = {first.position: recorded_first}
-    report = replay([], [first, event(1, T0 + 1, done, key), second], recorded, 1, Limits())
+    report = replay([], [first, started, done, second], recorded, 1, Limits())
     assert report.compared == 2
     [missing] = report.differences
     assert (missing.source, missing.replayed) == (second.position, "decision accepted")
@@ -135,11 +137,15 @@ def test_policy_replay_reports_the_decisions_that_flip():
 
 def test_policy_replay_follows_events_to_the_replayed_jobs():
     key = key_of(JOB)
-    first, second = rec(REQ, 0, T0, JOB, key), rec(REQ, 2, T0 + 10, JOB, key)
+    first, second = rec(REQ, 0, T0, JOB, key), rec(REQ, 3, T0 + 10, JOB, key)
     recorded = recorded_by_core([first])
     job_id = recorded[first.position]["job_id"]
-    done = event(1, T0 + 5, {"job_id": job_id, "unique_key": key, "type": "job.completed"}, key)
+    ids = {"job_id": job_id, "unique_key": key}
+    started = event(1, T0 + 4, {**ids, "type": "job.started"}, key)
+    done = event(2, T0 + 5, {**ids, "type": "job.completed"}, key)
     recorded[second.position] = {**recorded[first.position], "outcome": "accepted"}
     # Under keys [type] the key and the job id change; the completion must follow the job.
-    report = replay_under_policy([first, done, second], recorded, policy(keys=["type"]), Limits())
+    report = replay_under_policy(
+        [first, started, done, second], recorded, policy(keys=["type"]), Limits()
+    )
     assert report.replayed == 2 and report.flips == []

@@ -53,7 +53,7 @@ def test_fields_are_parsed() -> None:
     env = ok(
         {
             **BASE,
-            "id": "019078A3-B5C7-7DEF-8A12-3456789ABCDE",
+            "id": "019078a3-b5c7-7def-8a12-3456789abcde",
             "meta": {"tenant_id": "acme"},
             "scheduled_at": "2026-02-12T10:00:00.250+01:00",
             "max_attempts": 5,
@@ -85,8 +85,16 @@ def test_fields_are_parsed() -> None:
         ({**BASE, "options": {"queue": "a b"}}, 'options.queue "a b" is not a valid queue name'),
         ({**BASE, "queue": "a", "options": {"queue": "b"}}, "queue ('a') and options.queue ('b')"),
         ({**BASE, "options": []}, "options must be an object"),
-        ({**BASE, "id": 7}, "id must be a UUID"),
-        ({**BASE, "id": "job-1"}, "id must be a UUID"),
+        ({**BASE, "id": 7}, "id must be a lowercase UUIDv7"),
+        ({**BASE, "id": "job-1"}, "id must be a lowercase UUIDv7"),
+        ({**BASE, "id": "019078A3-B5C7-7DEF-8A12-3456789ABCDE"}, "id must be a lowercase UUIDv7"),
+        ({**BASE, "id": "550e8400-e29b-41d4-a716-446655440000"}, "id must be a lowercase UUIDv7"),
+        ({**BASE, "type": "Email.Send"}, "is not a valid job type"),
+        ({**BASE, "type": "1email.send"}, "is not a valid job type"),
+        ({**BASE, "type": "email send"}, "is not a valid job type"),
+        ({**BASE, "options": {"retry": {"max_attempts": 0}}}, "retry.max_attempts must be"),
+        ({**BASE, "options": {"delay_until": "soon"}}, "scheduled_at must be an RFC 3339"),
+        ({**BASE, "priority": 1, "options": {"priority": 2}}, "priority and options.priority"),
         ({**BASE, "meta": []}, "meta must be an object"),
         ({**BASE, "scheduled_at": 1770886800}, "scheduled_at must be an RFC 3339 date-time"),
         ({**BASE, "scheduled_at": "2026-02-12"}, "scheduled_at must be an RFC 3339"),
@@ -147,3 +155,21 @@ def test_malformed_json_is_an_invalid_payload() -> None:
 def test_json_text_is_parsed() -> None:
     req = parse_request_json(b'{"type": "t", "args": {"a": 1}, "unique": {"keys": ["args"]}}')
     assert isinstance(req, Request) and req.unique_key is not None
+
+
+def test_the_http_form_options_are_read() -> None:
+    env = ok(
+        {
+            **BASE,
+            "options": {
+                "priority": 10, "delay_until": "2026-02-12T10:00:00Z", "tags": ["a"],
+                "retry": {"max_attempts": 5, "initial_interval": "PT2S", "jitter": False},
+            },
+        }
+    ).envelope  # fmt: skip
+    assert (env.priority, env.max_attempts, env.tags) == (10, 5, ["a"])
+    assert env.scheduled_at == 1_770_890_400_000
+    assert (env.retry.initial_ms, env.retry.jitter) == (2000, False)
+    assert ok({**BASE, "options": {"max_attempts": 2}}).envelope.max_attempts == 2
+    assert ok({**BASE, "options": {"scheduled_at": "2026-02-12T10:00:00Z"}}).envelope.scheduled_at
+    assert ok({**BASE, "priority": 101}).envelope.priority == 101  # OJS sets no range

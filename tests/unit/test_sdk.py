@@ -6,8 +6,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
+import orjson
 import pytest
 
 from gateway.core import GatewayError, Outcome, parse_request
@@ -41,9 +43,14 @@ def test_a_valid_job_is_keyed_by_its_fingerprint_with_a_fresh_request_id():
     assert parse_request(__import__("orjson").loads(first.value)) == parse_request(JOB)
 
 
-def test_a_job_without_a_unique_policy_has_a_null_key():
+def test_a_job_without_a_unique_policy_is_given_an_id_and_keyed_by_it():
     out = prepare({"type": "report.build", "args": []})
-    assert isinstance(out, Outgoing) and out.key is None and out.unique_key is None
+    assert isinstance(out, Outgoing) and out.unique_key is None and out.key is not None
+    sent = orjson.loads(out.value)
+    assert out.key == sent["id"].encode() and uuid.UUID(sent["id"]).version == 7
+    given = "019078a3-b5c7-7def-8a12-3456789abcde"
+    kept = prepare({"type": "report.build", "args": [], "id": given})
+    assert isinstance(kept, Outgoing) and kept.key == given.encode()
 
 
 def test_the_jobs_own_request_id_is_kept():

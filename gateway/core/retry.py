@@ -1,0 +1,153 @@
+"""The OJS retry policy of a job: how many attempts, and how long to wait between them.
+
+Parsed once at enqueue (`options.retry` or top-level `retry`) into a canonical
+object stored with the job, so the processor computes every backoff from the
+job alone. Durations are ISO 8601 (`"PT1S"`) or, as some clients send them,
+`initial_interval_ms` / `max_interval_ms` integers.
+
+Backoff follows the OJS retry page: delay(n) for the retry after attempt n is
+initial * coefficient^(n-1) (exponential, the default), initial * n^coefficient
+(polynomial), initial * n (linear) or initial (none), capped at max_interval,
+then multiplied by a jitter factor in [0.5, 1.5). The core has no randomness:
+the factor comes from SHA-256 over (job id, attempt), so replaying the log
+gives every retry the same time and different jobs still spread out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.core.errors import invalid_request
+from gateway.core.policy import period_or_raise
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_INITIAL_MS = 1_000
+DEFAULT_COEFFICIENT = 2.0
+DEFAULT_MAX_INTERVAL_MS = 300_000
+STRATEGIES = ("exponential", "polynomial", "linear", "none")
+_FIELDS = {
+    "max_attempts", "initial_interval", "initial_interval_ms", "backoff_coefficient",
+    "max_interval", "max_interval_ms", "jitter", "non_retryable_errors", "backoff",
+    "on_exhaustion",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    initial_ms: int = DEFAULT_INITIAL_MS
+    coefficient: float = DEFAULT_COEFFICIENT
+    max_interval_ms: int = DEFAULT_MAX_INTERVAL_MS
+    jitter: bool = True
+    strategy: str = "exponential"
+    non_retryable: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_interval_ms": self.initial_ms,
+            "backoff_coefficient": self.coefficient,
+            "max_interval_ms": self.max_interval_ms,
+            "jitter": self.jitter,
+            "backoff": self.strategy,
+            "non_retryable_errors": list(self.non_retryable),
+        }
+
+    @staticmethod
+    def from_dict(raw: Mapping[str, Any] | None) -> RetryPolicy:
+        """Read `to_dict` output back (stored state, so trusted); None is the default policy."""
+        if not raw:
+            return RetryPolicy()
+        return RetryPolicy(
+            max_attempts=int(raw.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+            initial_ms=int(raw.get("initial_interval_ms", DEFAULT_INITIAL_MS)),
+            coefficient=float(raw.get("backoff_coefficient", DEFAULT_COEFFICIENT)),
+            max_interval_ms=int(raw.get("max_interval_ms", DEFAULT_MAX_INTERVAL_MS)),
+            jitter=bool(raw.get("jitter", True)),
+            strategy=str(raw.get("backoff", "exponential")),
+            non_retryable=tuple(raw.get("non_retryable_errors") or ()),
+        )
+
+    def delay_ms(self, attempt: int, job_id: str) -> int:
+        """How long after failed attempt `attempt` (1-based) the next one may start."""
+        n = max(attempt, 1)
+        if self.strategy == "none":
+            raw = float(self.initial_ms)
+        elif self.strategy == "linear":
+            raw = float(self.initial_ms * n)
+        elif self.strategy == "polynomial":
+            raw = self.initial_ms * float(n) ** self.coefficient
+        else:
+            raw = self.initial_ms * self.coefficient ** (n - 1)
+        capped = min(raw, float(self.max_interval_ms))
+        if self.jitter:
+            capped *= jitter_factor(job_id, attempt)
+        return max(0, int(capped))
+
+
+def jitter_factor(job_id: str, attempt: int) -> float:
+    """A reproducible factor in [0.5, 1.5), uniform over jobs and attempts."""
+    digest = hashlib.sha256(f"gateway.jitter\x00{job_id}\x00{attempt}".encode()).digest()
+    return 0.5 + int.from_bytes(digest[:8], "big") / 2**64
+
+
+def retry_or_raise(raw: object, field: str, max_attempts: int | None) -> RetryPolicy:
+    """The job's policy; `max_attempts` (from max_attempts or options.max_attempts) wins."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise invalid_request(f"{field} must be an object (an OJS retry policy)")
+    unknown = sorted(set(raw) - _FIELDS)
+    if unknown:
+        raise invalid_request(
+            f"{field}.{unknown[0]} is not a retry policy field; allowed fields are "
+            + ", ".join(sorted(_FIELDS))
+        )
+    policy_attempts = raw.get("max_attempts")
+    if policy_attempts is not None and not _positive_int(policy_attempts):
+        raise invalid_request(f"{field}.max_attempts must be an integer of at least 1")
+    if max_attempts is not None and policy_attempts is not None and max_attempts != policy_attempts:
+        raise invalid_request(
+            f"max_attempts ({max_attempts}) and {field}.max_attempts ({policy_attempts}) "
+            "differ; give it once"
+        )
+    attempts = max_attempts or policy_attempts or DEFAULT_MAX_ATTEMPTS
+    initial = _interval(raw, "initial_interval", field, DEFAULT_INITIAL_MS)
+    cap = _interval(raw, "max_interval", field, DEFAULT_MAX_INTERVAL_MS)
+    coefficient = raw.get("backoff_coefficient", DEFAULT_COEFFICIENT)
+    if isinstance(coefficient, bool) or not isinstance(coefficient, int | float) or coefficient < 1:
+        raise invalid_request(f"{field}.backoff_coefficient must be a number of at least 1.0")
+    jitter = raw.get("jitter", True)
+    if not isinstance(jitter, bool):
+        raise invalid_request(f"{field}.jitter must be true or false")
+    strategy = raw.get("backoff", "exponential")
+    if strategy not in STRATEGIES:
+        raise invalid_request(f"{field}.backoff must be one of {', '.join(STRATEGIES)}")
+    errors = raw.get("non_retryable_errors") or []
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        raise invalid_request(f"{field}.non_retryable_errors must be a list of error type strings")
+    return RetryPolicy(
+        attempts, initial, float(coefficient), cap, jitter, str(strategy), tuple(errors)
+    )
+
+
+def _interval(raw: Mapping[str, Any], name: str, field: str, default: int) -> int:
+    iso, millis = raw.get(name), raw.get(f"{name}_ms")
+    if iso is not None and millis is not None:
+        raise invalid_request(f"give {field}.{name} or {field}.{name}_ms, not both")
+    if millis is not None:
+        if isinstance(millis, bool) or not isinstance(millis, int) or millis < 0:
+            raise invalid_request(f"{field}.{name}_ms must be a non-negative integer")
+        return millis
+    if iso is None:
+        return default
+    if not isinstance(iso, str):
+        raise invalid_request(f'{field}.{name} must be an ISO 8601 duration such as "PT1S"')
+    return period_or_raise(iso, f"{field}.{name}") or default
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

@@ -1,0 +1,62 @@
+"""The serve view's bound: finished jobs are dropped by the processor's retention rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.core.jobs import job_expires_at
+from gateway.core.times import format_rfc3339
+from gateway.http.view import JobView
+
+T0 = 1_770_000_000_000
+RETENTION = 60_000
+
+
+def job(job_id: str, state: str, **fields: Any) -> dict[str, Any]:
+    return {"id": job_id, "queue": "q", "state": state, "priority": 0, **fields}
+
+
+def record(offset: int, value: dict[str, Any]) -> tuple[int, int, bytes, bytes]:
+    return (0, offset, str(value["id"]).encode(), orjson.dumps(value))
+
+
+def test_finished_jobs_are_swept_once_their_retention_has_passed(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    done = job("a", "completed", completed_at=format_rfc3339(T0))
+    gone = job("b", "cancelled", cancelled_at=format_rfc3339(T0 + 10))
+    live = job("c", "available", created_at=format_rfc3339(T0))
+    view.apply([record(0, done), record(1, gone), record(2, live)], T0 + 20)
+    assert view.get("a") == done and view.get("b") == gone
+    assert view.sweep(T0 + RETENTION - 1) == 0  # nothing has expired yet
+    assert view.sweep(T0 + RETENTION) == 1  # the rule the processor's store applies
+    assert view.get("a") is None and view.get("b") == gone
+    assert job_expires_at(gone, RETENTION) == T0 + 10 + RETENTION
+    assert view.sweep(T0 + 10 * RETENTION) == 1
+    assert view.get("b") is None and view.get("c") == live  # live jobs stay
+    assert list(view.waiting("q")) == ["c"]
+    assert view.offsets() == {0: 3}
+    view.close()
+
+
+def test_a_record_already_past_its_expiry_is_not_kept(tmp_path: Path) -> None:
+    # A fresh view reading the compacted topic from the start meets the last record of
+    # every job that expired long ago: it keeps none of them.
+    view = JobView(tmp_path, RETENTION)
+    old = job("a", "completed", completed_at=format_rfc3339(T0))
+    view.apply([record(0, old)], T0 + RETENTION + 1)
+    assert view.get("a") is None and view.offsets() == {0: 1}
+    view.close()
+
+
+def test_a_job_that_finishes_again_is_swept_by_its_latest_record(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    active = job("a", "active")
+    view.apply([record(0, active)], T0)
+    done = job("a", "completed", completed_at=format_rfc3339(T0 + 5))
+    view.apply([record(1, done)], T0 + 5)
+    assert view.sweep(T0 + RETENTION + 4) == 0
+    assert view.sweep(T0 + RETENTION + 5) == 1 and view.get("a") is None
+    view.close()
