@@ -2,28 +2,9 @@
 
 from __future__ import annotations
 
-import random
-import socket
-
-# Below Linux's ephemeral range (32768-60999): a port found free there can be
-# taken by any client's outgoing connection before the broker binds it.
-_LOW, _HIGH = 20000, 32000
+from gateway.broker.ports import free_port_block as _block
 
 
 def free_port_block() -> int:
-    """A base port whose broker and controller ports (base+0..2, base+100..102) are free."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(_LOW, _HIGH - 103)
-        if all(_free(base + i) for i in (0, 1, 2, 100, 101, 102)):
-            return base
-    raise RuntimeError("no free port block on loopback")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    """A base port free for a three-node test cluster (base+0..2, base+100..102)."""
+    return _block(brokers=3)

@@ -27,10 +27,11 @@ from typing import Any
 
 from gateway import admin, catalogue
 from gateway.bench import procfs, web
-from gateway.bench.services import Processes, broker_port, free_port
+from gateway.bench.services import Processes, free_port
 from gateway.bench.streams import BenchError, Broker, Gateway, Options, _Io
 from gateway.bench.workload import generate
 from gateway.broker import launcher
+from gateway.broker.ports import free_port_block
 
 PROBES = 1000
 _FINGERPRINT = re.compile(rb"[0-9a-f]{64}")
@@ -122,7 +123,7 @@ def cold_start(processes: Processes, workdir: Path) -> ColdStart:
     env = {**os.environ, "GATEWAY_HOME": str(home)}
     env.pop("KAFKA_BOOTSTRAP", None)
     proc = processes.start(
-        [sys.executable, "-m", "gateway", "up", "--port", str(broker_port()),
+        [sys.executable, "-m", "gateway", "up", "--port", str(free_port_block()),
          "--http-port", str(http_port), "--log-level", "WARNING"],
         log, env=env,
     )  # fmt: skip

@@ -19,10 +19,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gateway.bench import report, stores, streams, web
 from gateway.bench.fingerprint import fingerprint_rates
-from gateway.bench.services import Processes, broker_port, start_postgres, start_redis
+from gateway.bench.services import Processes, start_postgres, start_redis
 from gateway.bench.streams import BenchError, Broker, Options
 from gateway.bench.workload import Workload, generate
 from gateway.broker import launcher
+from gateway.broker.ports import free_port_block
 
 EXTRA_MODULES = {"redis": ["redis"], "postgres": ["psycopg"]}
 
@@ -289,7 +290,7 @@ def _broker(plan: Plan, workdir: Path) -> Iterator[Broker]:
     if plan.bootstrap:
         yield Broker(plan.bootstrap, None, "external")
         return
-    cluster = launcher.up(port=broker_port(), directory=workdir / "cluster").cluster
+    cluster = launcher.up(port=free_port_block(), directory=workdir / "cluster").cluster
     try:
         yield Broker(cluster.bootstrap, launcher.node_pid(cluster, 1), cluster.version)
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import glob
 import os
-import random
 import shutil
 import signal
 import socket
@@ -76,25 +75,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def broker_port() -> int:
-    """A port, with its +100 (a local node's controller) free too, below the ephemeral range."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000)
-        if all(_free(base + d) for d in (0, 100)):
-            return base
-    raise ServiceError("no free port pair on loopback")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass(frozen=True)

@@ -99,18 +99,10 @@ async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     body = await _body(request, binding)
     if isinstance(body, ApiError):
         return body
-    job = binding.view.get(body["job_id"])
-    if job is None:
-        return transitions.not_found(body["job_id"])
     fields = {"result": body["result"]} if body.get("result") is not None else {}
-    answer = await transitions.ask(binding, job, "job.completed", **fields)
-    if isinstance(answer, ApiError):
-        return answer
-    refused = transitions.refused(answer, job["id"], "ack")
-    if refused is not None:
-        return refused
-    moved = answer.record["job"]
-    await transitions.wait_for_view(binding, moved)
+    moved = await _settle(binding, body["job_id"], "job.completed", "ack", fields)
+    if isinstance(moved, ApiError):
+        return moved
     return Answer(
         200,
         {
@@ -131,17 +123,9 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
         error = {"code": "handler_error", "message": "the worker reported a failure"}
     if not isinstance(error, dict) or not isinstance(error.get("message", ""), str):
         return _bad("error must be an object with code and message")
-    job = binding.view.get(body["job_id"])
-    if job is None:
-        return transitions.not_found(body["job_id"])
-    answer = await transitions.ask(binding, job, "job.failed", error=error)
-    if isinstance(answer, ApiError):
-        return answer
-    refused = transitions.refused(answer, job["id"], "nack")
-    if refused is not None:
-        return refused
-    moved = answer.record["job"]
-    await transitions.wait_for_view(binding, moved)
+    moved = await _settle(binding, body["job_id"], "job.failed", "nack", {"error": error})
+    if isinstance(moved, ApiError):
+        return moved
     out = {
         "job_id": moved["id"], "id": moved["id"], "state": moved["state"],
         "attempt": moved.get("attempt"), "max_attempts": moved.get("max_attempts"),
@@ -151,6 +135,24 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
             out[stamp] = moved[stamp]
     out["job"] = moved
     return Answer(200, out)
+
+
+async def _settle(
+    binding: Binding, job_id: str, event_type: str, action: str, fields: dict[str, Any]
+) -> dict[str, Any] | ApiError:
+    """Ask the processor to end an attempt; the job as it moved, once this view shows it."""
+    job = binding.view.get(job_id)
+    if job is None:
+        return transitions.not_found(job_id)
+    answer = await transitions.ask(binding, job, event_type, **fields)
+    if isinstance(answer, ApiError):
+        return answer
+    refused = transitions.refused(answer, job["id"], action)
+    if refused is not None:
+        return refused
+    moved: dict[str, Any] = answer.record["job"]
+    await transitions.wait_for_view(binding, moved)
+    return moved
 
 
 async def _body(request: Request, binding: Binding) -> dict[str, Any] | ApiError:

@@ -1,0 +1,30 @@
+"""Free loopback ports for local brokers (node N on base+N-1, its controller on base+99+N)."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+# Below Linux's ephemeral range (32768-60999): a port found free there can be
+# taken by any client's outgoing connection before the broker binds it.
+_LOW, _HIGH = 20000, 32000
+
+
+def free_port_block(brokers: int = 1) -> int:
+    """A base port whose broker and controller ports for `brokers` nodes are all free."""
+    offsets = [n for n in range(brokers)] + [100 + n for n in range(brokers)]
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(_LOW, _HIGH - 103)
+        if all(_free(base + i) for i in offsets):
+            return base
+    raise RuntimeError("no free port block on loopback")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
