@@ -312,3 +312,25 @@ def test_without_a_processor_health_is_503_and_a_post_times_out_with_504(
             "code": "timeout",
             "retryable": True,
         }
+
+
+def test_an_event_before_its_job_is_ignored_and_the_job_is_handed_out_once(stack: Stack):
+    from gateway.core.jobs import uuid7
+    from gateway.processor.records import JOB_EVENT, KIND_HEADER
+
+    queue = f"early-{uuid.uuid4().hex[:8]}"
+    early = {**job(), "queue": queue}
+    key = fingerprint_of(early)
+    job_id = uuid7(int(time.time() * 1000), key, b"test")
+    # The worker's start reaches the key's log before the job's own request does.
+    prod = producer(stack.bootstrap)
+    event = {"job_id": job_id, "unique_key": key, "type": "job.started"}
+    send(prod, stack.cat.name("requests"), event, key, {KIND_HEADER: JOB_EVENT.decode()})
+    prod.flush()
+    created = stack.http.post("/ojs/v1/jobs", json={**early, "id": job_id})
+    assert created.status_code == 201, created.text
+    assert stack.http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]["state"] == "available"
+    fetched = stack.http.post("/ojs/v1/workers/fetch", json={"queues": [queue], "count": 5})
+    assert [j["id"] for j in fetched.json()["jobs"]] == [job_id]
+    again = stack.http.post("/ojs/v1/workers/fetch", json={"queues": [queue], "count": 5})
+    assert again.json()["jobs"] == []
