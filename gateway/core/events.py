@@ -293,6 +293,10 @@ def entry_effective_state(entry: Entry, now_ms: int) -> State:
 # -- applied to a whole job record ----------------------------------------------
 
 
+# States a job waits for a worker in: available now, or once its time comes.
+WAITING_STATES = frozenset({State.AVAILABLE, State.SCHEDULED, State.RETRYABLE})
+
+
 def job_effective_state(job: Mapping[str, Any], now_ms: int) -> State:
     """The job's state as a worker sees it: due scheduled and retryable jobs are available."""
     state = State(job["state"])

@@ -42,6 +42,7 @@ from rocksdict import Options, Rdict, WriteBatch
 from gateway.broker.launcher import gateway_home
 from gateway.catalogue import Catalogue
 from gateway.core import DEFAULT_RETENTION_MS, ready_at
+from gateway.core.events import WAITING_STATES
 from gateway.core.jobs import job_expires_at
 from gateway.core.times import parse_rfc3339
 
@@ -50,7 +51,6 @@ log = logging.getLogger("gateway.http.view")
 _POLL_S = 0.02
 _BATCH = 500
 _PRIORITY_BIAS = 2**31
-_WAITING = frozenset({"available", "scheduled", "retryable"})
 _SWEEP_EVERY_S = 1.0
 
 
@@ -69,7 +69,7 @@ def _queue_prefix(queue: str) -> bytes:
 
 def _queue_key(job: Mapping[str, Any]) -> bytes | None:
     """Where a waiting job sorts in its queue; None if it is not waiting."""
-    if job.get("state") not in _WAITING:
+    if job.get("state") not in WAITING_STATES:
         return None
     at = ready_at(job)
     ready_ms = (parse_rfc3339(at) if isinstance(at, str) else None) or 0
