@@ -293,6 +293,18 @@ def entry_effective_state(entry: Entry, now_ms: int) -> State:
 # -- applied to a whole job record ----------------------------------------------
 
 
+def cancelled_by_replace(job: Mapping[str, Any], at_ms: int) -> dict[str, Any] | None:
+    """The record of a job a `replace` cancelled at `at_ms`; None if it had already finished."""
+    if State(job["state"]) in TERMINAL_STATES:
+        return None
+    return {
+        **job,
+        "state": str(State.CANCELLED),
+        "previous_state": job["state"],
+        "cancelled_at": format_rfc3339(at_ms),
+    }
+
+
 # States a job waits for a worker in: available now, or once its time comes.
 WAITING_STATES = frozenset({State.AVAILABLE, State.SCHEDULED, State.RETRYABLE})
 

@@ -32,7 +32,6 @@ from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
     PAYLOAD_TOO_LARGE,
-    TERMINAL_STATES,
     UNKNOWN_DIALECT,
     Decision,
     Entry,
@@ -55,9 +54,9 @@ from gateway.core import (
     route_key,
 )
 from gateway.core.engine import updated_record
-from gateway.core.events import follow
+from gateway.core.events import cancelled_by_replace, follow
 from gateway.core.jobs import job_expires_at
-from gateway.core.times import format_rfc3339, parse_rfc3339
+from gateway.core.times import parse_rfc3339
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
@@ -233,10 +232,9 @@ class Dedup:
             self._put_job(state, job, source)
         for entry in decision.cancelled:
             old = self._load_job(state, entry.job_id)
-            if old is not None and old.get("state") not in TERMINAL_STATES:
-                old.update(state=str(State.CANCELLED), previous_state=old["state"])
-                old["cancelled_at"] = format_rfc3339(decision.decided_at)
-                self._put_job(state, old, source)
+            cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
+            if cancelled is not None:
+                self._put_job(state, cancelled, source)
 
     def _put_job(self, state: KeyState, job: dict[str, Any], source: Source) -> None:
         """Store and publish a job; a terminal one expires the retention after it ended."""

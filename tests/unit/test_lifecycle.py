@@ -223,3 +223,14 @@ def test_a_job_record_expires_the_retention_after_it_became_terminal() -> None:
     discarded = run(live, T0 + 6, type="job.failed", error={"message": "x"}, max_attempts=1).job
     assert discarded["state"] == "discarded"
     assert job_expires_at(discarded, retention) == T0 + 6 + retention
+
+
+def test_a_replace_cancels_a_live_job_record_and_leaves_a_finished_one():
+    from gateway.core.events import cancelled_by_replace
+
+    live = {"id": "j", "state": "active"}
+    cancelled = cancelled_by_replace(live, 1_770_000_000_000)
+    assert cancelled is not None
+    assert (cancelled["state"], cancelled["previous_state"]) == ("cancelled", "active")
+    assert cancelled["cancelled_at"] == "2026-02-02T02:40:00.000Z"
+    assert cancelled_by_replace({"id": "j", "state": "completed"}, 1_770_000_000_000) is None
