@@ -217,14 +217,28 @@ def node_pid(cluster: Cluster, node_id: int) -> int | None:
     A pid file can outlive its process and the pid can be reused, so the
     process must still be running this node's server.properties.
     """
-    pid_file = _pid_file(cluster, node_id)
     try:
-        pid = int(pid_file.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        pid = int(_pid_file(cluster, node_id).read_text())
+        cmdline = _cmdline(pid)
     except (OSError, ValueError):
         return None
     config = str(cluster.node_dir(node_id) / "server.properties").encode()
     return pid if config in cmdline else None
+
+
+def _cmdline(pid: int, settle_s: float = 2.0) -> bytes:
+    """The command line of `pid`, waiting out an exec still in progress.
+
+    Popen returns once exec has passed its point of no return, but the kernel
+    sets the new program's arguments a moment later: until then the command
+    line of a process that runs reads empty, as does a zombie's.
+    """
+    deadline = time.monotonic() + settle_s
+    while not (cmdline := Path(f"/proc/{pid}/cmdline").read_bytes()):
+        if _is_zombie(pid) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    return cmdline
 
 
 def _port_in_use(port: int) -> bool:
@@ -285,11 +299,21 @@ def stop_nodes(cluster: Cluster, node_ids: list[int], timeout: float = 30.0) -> 
 
 def _reap(pid: int) -> bool:
     """True once `pid` has exited (reaping it if it is our child)."""
+    return _exit(pid) is not None
+
+
+def _exit(pid: int) -> str | None:
+    """None while `pid` runs, else how it ended (reaping it if it is our child)."""
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == pid
+        done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        gone = not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        return "exited" if gone else None
+    if done != pid:
+        return None
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
 
 
 def _is_zombie(pid: int) -> bool:
@@ -304,11 +328,13 @@ def wait_ready(
     timeout: float = READY_TIMEOUT_S,
     nodes: int = 1,
     cluster: Cluster | None = None,
+    started: dict[int, int] | None = None,
 ) -> None:
     """Return once the cluster answers metadata requests with all `nodes` brokers.
 
-    Given the `cluster` it started, fail at once, with the node's last log
-    lines, if one of its processes has died (a port taken, a bad config).
+    Given the `cluster` and the pids of the nodes it started, fail at once,
+    with the node's last log lines, if one of them has ended (a port taken, a
+    bad config).
     """
     from confluent_kafka.admin import AdminClient
 
@@ -316,11 +342,8 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
-        if cluster is not None:
-            dead = [n for n in cluster.node_ids() if node_pid(cluster, n) is None]
-            if dead:
-                tail = _log_tail(cluster.log_path(dead[0]))
-                raise BrokerError(f"Kafka node {dead[0]} exited while starting:\n{tail}")
+        if cluster is not None and started:
+            _fail_if_ended(cluster, started)
         try:
             if len(admin.list_topics(timeout=2).brokers) >= nodes:
                 return
@@ -328,6 +351,13 @@ def wait_ready(
             last = exc
         time.sleep(0.2)
     raise BrokerError(f"broker at {bootstrap} did not answer within {timeout:.0f}s ({last})")
+
+
+def _fail_if_ended(cluster: Cluster, started: dict[int, int]) -> None:
+    for node_id, pid in started.items():
+        if (ended := _exit(pid)) is not None:
+            tail = _log_tail(cluster.log_path(node_id)) or "(its log is empty)"
+            raise BrokerError(f"Kafka node {node_id} {ended} while starting:\n{tail}")
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -395,17 +425,16 @@ def up(
             directory=str(directory),
         )
     libs = ensure_jars(cluster.version)
-    started = time.monotonic()
+    began = time.monotonic()
     _write_configs(cluster)
     _format_storage(cluster, libs)
-    for node_id in cluster.node_ids():
-        start_node(cluster, node_id)
+    started = {node_id: start_node(cluster, node_id) for node_id in cluster.node_ids()}
     try:
-        wait_ready(cluster.bootstrap, nodes=cluster.brokers, cluster=cluster)
+        wait_ready(cluster.bootstrap, nodes=cluster.brokers, cluster=cluster, started=started)
     except BrokerError as exc:
         down(cluster)
         raise BrokerError(f"{exc}; see {cluster.log_path(1)}") from exc
-    return UpResult(cluster, reused=False, seconds=time.monotonic() - started)
+    return UpResult(cluster, reused=False, seconds=time.monotonic() - began)
 
 
 def down(cluster: Cluster | None = None, purge: bool = False, timeout: float = 30.0) -> list[int]:

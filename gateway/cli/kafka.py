@@ -120,7 +120,10 @@ def _start_node(args: argparse.Namespace) -> int:
     cluster = _cluster()
     try:
         pid = launcher.start_node(cluster, args.node_id)
-        launcher.wait_ready(cluster.bootstrap, nodes=len(launcher.running_nodes(cluster)))
+        launcher.wait_ready(
+            cluster.bootstrap, nodes=len(launcher.running_nodes(cluster)),
+            cluster=cluster, started={args.node_id: pid},
+        )  # fmt: skip
     except BrokerError as exc:
         raise CommandError(str(exc)) from exc
     print(f"node {args.node_id} running (pid {pid})")

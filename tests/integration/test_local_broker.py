@@ -104,3 +104,16 @@ def test_down_without_a_cluster_touches_nothing(gateway_home):
     assert result.returncode == 0 and result.stdout.strip() == "nothing running"
     status = gateway("kafka", "status")
     assert status.returncode == 1 and "run `gateway kafka up` first" in status.stderr
+
+
+def test_a_node_that_ends_while_starting_is_reported_with_its_log(gateway_home):
+    directory = gateway_home / "cluster"
+    cluster = launcher.up(port=free_port_block(), directory=directory).cluster
+    launcher.down(cluster)
+    meta = cluster.node_dir(1) / "data" / "meta.properties"
+    meta.write_text(meta.read_text().replace("node.id=1", "node.id=7"))
+    with pytest.raises(launcher.BrokerError) as failed:
+        launcher.up(directory=directory)
+    assert "Kafka node 1 exited with code 1 while starting:\n" in str(failed.value)
+    assert "Stored node id 7 doesn't match" in str(failed.value)
+    assert launcher.running_nodes(cluster) == []
