@@ -54,24 +54,43 @@ class ReplayReport:
         return self.compared - self.identical
 
 
-class KeyState:
-    """One key's state in a fresh in-memory store, with the calls the processor makes on it.
-
-    The store's expiry (`ttl`) is not applied: an expired key holds only entries
-    that `core.prune` drops on the next read anyway, so decisions are the same.
-    """
+class Store:
+    """One partition's store, in memory, with the store's event-time expiry: a value set
+    with a ttl reads as gone once the partition's time reaches its stamp."""
 
     def __init__(self) -> None:
-        self.items: dict[str, bytes] = {}
+        self.items: dict[tuple[bytes, str], tuple[bytes, int | None]] = {}
+        self.now_ms = 0
+        self.high_water_ms = 0
+
+    def at(self, timestamp_ms: int) -> None:
+        """Before each record: its time stamps writes, and moves the partition's time on."""
+        self.now_ms = timestamp_ms
+        self.high_water_ms = max(self.high_water_ms, timestamp_ms)
+
+    def state(self, key: bytes) -> KeyState:
+        return KeyState(self, key)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState:
+    """One key's state, with the calls the processor makes on it."""
+
+    store: Store
+    key: bytes
 
     def get_bytes(self, name: str) -> bytes | None:
-        return self.items.get(name)
+        value, stamp = self.store.items.get((self.key, name), (None, None))
+        if stamp is not None and stamp <= self.store.high_water_ms:
+            return None
+        return value
 
     def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
-        self.items[name] = value
+        stamp = None if ttl is None else self.store.now_ms + ttl // timedelta(milliseconds=1)
+        self.store.items[(self.key, name)] = (value, stamp)
 
     def delete(self, name: str) -> None:
-        self.items.pop(name, None)
+        self.store.items.pop((self.key, name), None)
 
 
 def replay(
@@ -103,11 +122,15 @@ def replay(
     for record in intake:
         router.on_record(record.value, record.key, record.source)
 
-    dedup = Dedup(partitions, emit, metrics, limits)
-    stores: dict[int, dict[bytes | None, KeyState]] = defaultdict(dict)
+    stores: dict[int, Store] = defaultdict(Store)
+    dedup = Dedup(
+        partitions, emit, metrics, limits,
+        lambda source, key: stores[source.partition].state(key),
+    )  # fmt: skip
     for record in in_log_order(requests):
-        state = stores[record.partition].setdefault(record.key, KeyState())
-        dedup.on_record(record.value, record.key, record.source, state)
+        store = stores[record.partition]
+        store.at(record.timestamp_ms)
+        dedup.on_record(record.value, record.key, record.source, store.state(record.key or b""))
 
     report = ReplayReport(rerouted=len(rerouted))
     times = {r.position: r.timestamp_ms for rs in (intake, requests) for r in rs}

@@ -8,11 +8,13 @@ with the offsets it reaches in one RocksDB write batch, so a restarted
 and memory holds no jobs (they live on disk).
 
 Bounded like the processor's store. A terminal job's record expires from the
-processor's store `retention_ms` after it ended (`core.job_expires_at`), but
-that expiry writes no tombstone to `job_states`; so the view applies the same
-rule itself: it does not keep a record already past its expiry, and `sweep`
-drops the others as their expiry passes (wall-clock time), so the view holds
-the live jobs plus the retention's worth of finished ones.
+processor's store `retention_ms` after it ended (`core.job_expires_at`); its
+tombstone on `job_states` follows once the partition's event time has moved
+past that (up to ten seconds later, and only when the partition gets records).
+So the view applies the same rule itself, on wall-clock time: it does not
+keep a record already past its expiry, and `sweep` drops the others as their
+expiry passes. It holds the live jobs plus the retention's worth of finished
+ones.
 
 Layout (one RocksDB under the gateway home per serve process):
     j/<id>                         -> the job (JSON)

@@ -120,7 +120,14 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
             headers=output.headers,
         )
 
-    dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits)
+    def state_of(source: Source, key: bytes) -> Any:
+        # As the runtime builds the state it hands to a stateful step, for any key.
+        transaction = requests.processing_context.checkpoint.get_store_transaction(
+            stream_id=requests.stream_id, partition=source.partition
+        )
+        return transaction.as_state(prefix=key, timestamp=source.timestamp_ms)
+
+    dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits, state_of)
     router = Router(emit, metrics, settings.limits)
 
     def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:

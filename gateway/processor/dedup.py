@@ -15,7 +15,8 @@ one key's state like a fingerprint's; a request with neither that arrives on
 Job records. Every accepted job is stored in its route's state (`job/<id>`)
 and written to `job_states` with each change, in the same transaction as the
 decision or event that changed it. A terminal job's record expires from the
-store by the state's event-time TTL, `retention_ms` after it finished.
+store by the state's event-time TTL, `retention_ms` after it finished, and
+leaves `job_states` with a tombstone then (see expiry.py).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from gateway.core.events import cancelled_by_replace, follow
 from gateway.core.jobs import job_expires_at
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import partition_for
+from gateway.processor import expiry
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
     Output,
@@ -66,6 +68,7 @@ from gateway.processor.records import (
     decision_outputs,
     event_reply,
     job_state,
+    job_state_tombstone,
     request_id,
 )
 
@@ -75,6 +78,8 @@ Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:
 # get_bytes, set_bytes (with an optional event-time ttl) and delete.
 KeyState = Any
+# The state of any key in a record's partition, as of that record.
+StateOf = Callable[[Source, bytes], KeyState]
 ENTRIES = "entries"
 JOB = "job/"  # + job id: a job record in its route's state
 
@@ -129,16 +134,21 @@ def request_route(request: Request) -> str | None:
 class Dedup:
     """Decides requests and applies job events for the partitions this instance owns."""
 
-    def __init__(self, partitions: int, emit: Emit, metrics: Metrics, limits: Limits) -> None:
+    def __init__(
+        self, partitions: int, emit: Emit, metrics: Metrics, limits: Limits, state_of: StateOf
+    ) -> None:
         self.partitions = partitions
         self.emit = emit
         self.metrics = metrics
         self.limits = limits
+        self.state_of = state_of
 
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
-        """One record of the partition's log: a request, or a job event the router forwarded."""
+        """One record of the partition's log: a request, or a job event the router forwarded.
+        First, the finished jobs that time has carried out of the store get tombstones."""
+        self._tombstone_expired(source)
         if source.is_job_event:
             self.on_event(value, key, source, state)
         else:
@@ -237,11 +247,22 @@ class Dedup:
                 self._put_job(state, cancelled, source)
 
     def _put_job(self, state: KeyState, job: dict[str, Any], source: Source) -> None:
-        """Store and publish a job; a terminal one expires the retention after it ended."""
+        """Store and publish a job; a terminal one expires the retention after it ended,
+        and its tombstone is scheduled for then."""
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         state.set_bytes(JOB + str(job["id"]), orjson.dumps(job), ttl=ttl)
         self.emit(job_state(job), source)
+        if due is not None:
+            schedule = self.state_of(source, expiry.SCHEDULE_KEY)
+            expiry.schedule(schedule, job_route(job), str(job["id"]), due)
+
+    def _tombstone_expired(self, source: Source) -> None:
+        schedule = self.state_of(source, expiry.SCHEDULE_KEY)
+        for route, job_id in expiry.take_due(schedule, source.timestamp_ms):
+            # Unless a new job took the freed id since: its record is there, live.
+            if self.state_of(source, route.encode()).get_bytes(JOB + job_id) is None:
+                self.emit(job_state_tombstone(job_id), source)
 
     # -- job events ---------------------------------------------------------
 
@@ -305,5 +326,10 @@ class Dedup:
 
 def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str | None:
     if job is not None:
-        return str(job.get("route") or job["id"])
+        return job_route(job)
     return None if isinstance(event, GatewayError) else event.route
+
+
+def job_route(job: dict[str, Any]) -> str:
+    """The key whose state holds a job record (records from before routes were kept: its id)."""
+    return str(job.get("route") or job["id"])

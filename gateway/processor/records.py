@@ -61,7 +61,7 @@ class Source:
 class Output:
     """One record to produce: to a catalogue role, or to a reply topic by name."""
 
-    value: bytes
+    value: bytes | None  # None: a tombstone
     key: bytes | None
     role: str | None = None
     topic: str | None = None
@@ -115,6 +115,11 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
 def job_state(job: dict[str, Any]) -> Output:
     """The job as it is now, for `job_states` (compacted, keyed by job id)."""
     return Output(_json(job), str(job["id"]).encode(), role="job_states")
+
+
+def job_state_tombstone(job_id: str) -> Output:
+    """The end of a job on `job_states`: its record left the processor's store."""
+    return Output(None, job_id.encode(), role="job_states")
 
 
 def cancellation(job: dict[str, Any], previous: str, unique_key: Any) -> Output:

@@ -294,7 +294,7 @@ def test_a_reply_to_a_missing_topic_is_dropped_not_fatal(stack: Stack):
     assert stack.processor.alive
 
 
-def test_finished_keys_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp_path):
+def test_finished_keys_and_jobs_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp_path):
     from confluent_kafka import Consumer
 
     from gateway.partitioner import partition_for
@@ -326,24 +326,27 @@ def test_finished_keys_are_pruned_and_tombstoned(kafka_bootstrap, namespace, tmp
                 "isolation.level": "read_committed",
             }
         )
-        consumer.subscribe([changelog])
-        tombstoned = False
-        for _ in range(15):
+        consumer.subscribe([changelog, cat.name("job_states")])
+        # The key's entries leave the changelog, and the job leaves job_states.
+        wanted = {changelog: key.encode(), cat.name("job_states"): accepted["job_id"].encode()}
+        gone: set[str] = set()
+        for _ in range(40):
             stack.decision(stack.request(next(neighbours)))
             end = time.monotonic() + 1
-            while time.monotonic() < end and not tombstoned:
+            while time.monotonic() < end and len(gone) < len(wanted):
                 msg = consumer.poll(0.1)
                 # A Message is falsy when its value is None: compare with None.
-                tombstoned = (
+                if (
                     msg is not None
                     and not msg.error()
-                    and key.encode() in msg.key()
+                    and wanted[msg.topic()] in msg.key()
                     and msg.value() is None
-                )
-            if tombstoned:
+                ):
+                    gone.add(msg.topic())
+            if len(gone) == len(wanted):
                 break
         consumer.close()
-        assert tombstoned, proc.log()
+        assert gone == set(wanted), proc.log()
     finally:
         reader.close()
         proc.stop()

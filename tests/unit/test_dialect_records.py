@@ -11,7 +11,7 @@ import jsonschema
 import orjson
 
 from gateway.audit import HistoryItem, LogRecord, explain_history, replay
-from gateway.audit.replay import KeyState
+from gateway.audit.replay import Store
 from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
 from gateway.processor.dedup import Dedup, Limits
@@ -35,14 +35,18 @@ class Log:
 
     def __init__(self) -> None:
         self.out: list[tuple[Output, Source]] = []
-        self.dedup = Dedup(1, lambda o, s: self.out.append((o, s)), Metrics(), Limits())
-        self.states: dict[bytes | None, KeyState] = {}
+        self.store = Store()
+        self.dedup = Dedup(
+            1, lambda o, s: self.out.append((o, s)), Metrics(), Limits(),
+            lambda _, key: self.store.state(key),
+        )  # fmt: skip
         self.log: list[LogRecord] = []
         self.history: list[HistoryItem] = []
 
     def _handle(self, record: LogRecord) -> None:
         self.log.append(record)
-        state = self.states.setdefault(record.key, KeyState())
+        self.store.at(record.timestamp_ms)
+        state = self.store.state(record.key or b"")
         self.dedup.on_record(record.value, record.key, record.source, state)
 
     def request(self, job: dict[str, Any], at: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.audit.replay import Store
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     Entry,
@@ -271,7 +272,7 @@ def test_a_key_whose_only_holder_expired_is_freed_then_deleted() -> None:
     # ... and the processor hands that time to the state store, which deletes the key
     # then (a tombstone), whether or not anything touches it again.
     state = _KeyState()
-    dedup = Dedup(1, lambda *_: None, Metrics(), Limits())
+    dedup = Dedup(1, lambda *_: None, Metrics(), Limits(), _other_keys())
     job = b'{"dialect":"faktory","jobtype":"T","args":[],"custom":{"unique_for":600}}'
     request = parse_request_json(job)
     assert isinstance(request, Request) and request.unique_key is not None
@@ -279,6 +280,12 @@ def test_a_key_whose_only_holder_expired_is_freed_then_deleted() -> None:
     assert state.ttls["entries"] == timedelta(milliseconds=600 * S + DEFAULT_RETENTION_MS)
     # Beside a live OJS job, the key never expires by time.
     assert expires_at([live, entry(State.AVAILABLE)]) is None
+
+
+def _other_keys() -> Any:
+    """The partition's other keys (the expiry schedule), in a store of their own."""
+    store = Store()
+    return lambda _, key: store.state(key)
 
 
 class _KeyState:
@@ -322,7 +329,7 @@ def test_lifecycle_events_find_a_job_whose_lock_expired_and_whose_entry_is_gone(
 
     out: list[Any] = []
     state = _KeyState()
-    dedup = Dedup(1, lambda o, s: out.append(o), Metrics(), Limits())
+    dedup = Dedup(1, lambda o, s: out.append(o), Metrics(), Limits(), _other_keys())
     job = b'{"dialect":"faktory","jobtype":"T","args":[],"custom":{"unique_for":1}}'
     request = parse_request_json(job)
     assert isinstance(request, Request) and request.unique_key is not None
