@@ -15,11 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from quixstreams import Application, message_context
+from quixstreams.state.rocksdb import RocksDBOptions
 
 from gateway.catalogue import Catalogue
 from gateway.partitioner import PRODUCER_SETTING
@@ -33,6 +35,12 @@ from gateway.processor.shutdown import Shutdown
 from gateway.processor.state_identity import current, reconcile, state_root
 
 log = logging.getLogger("gateway.processor")
+
+# A partition's store starts without expiry stamps and switches to them at its
+# first write with a ttl; the records already there get this one. They were all
+# written without a ttl, meaning "until deleted", and the runtime's own default
+# (the triggering ttl) would make it forget live jobs and keys.
+NEVER = timedelta(days=100 * 365)
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
             "stats_cb": metrics.observe_consumer_stats,
         },
         state_dir=str(state_dir_of(settings)),
+        rocksdb_options=RocksDBOptions(legacy_records_ttl=NEVER),
         # Our topics exist (gateway topics apply); the runtime creates only its
         # changelog topics.
         auto_create_topics=True,

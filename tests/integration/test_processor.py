@@ -352,6 +352,46 @@ def test_finished_keys_and_jobs_are_pruned_and_tombstoned(kafka_bootstrap, names
         proc.stop()
 
 
+def test_a_client_id_is_taken_until_its_finished_job_leaves_the_store(
+    kafka_bootstrap, namespace, tmp_path
+):
+    from gateway.partitioner import partition_for
+
+    cat = apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--retention-seconds", "2")
+    reader = Reader(kafka_bootstrap, [cat.name("decisions")])
+    stack = Stack(kafka_bootstrap, cat, proc.start(), reader)
+    given, live = (f"0190f000-0000-7000-8000-{uuid.uuid4().hex[:12]}" for _ in range(2))
+    partitions = cat.by_role("requests").partitions
+    while partition_for(live.encode(), partitions) != partition_for(given.encode(), partitions):
+        live = f"0190f000-0000-7000-8000-{uuid.uuid4().hex[:12]}"
+
+    def enqueue(args: list[Any], job_id: str = given) -> dict[str, Any]:
+        request_id = uuid.uuid4().hex
+        job = {"type": "report.build", "args": args, "id": job_id}
+        send(stack.producer, cat.name("requests"), job, job_id, {"request_id": request_id})
+        stack.producer.flush()
+        return stack.decision(request_id)
+
+    try:
+        # A live job stored before the partition's first expiring record must outlive
+        # that record's expiry: the store's switch to expiring records keeps it forever.
+        assert enqueue([0], live)["outcome"] == "accepted"
+        assert enqueue([1])["outcome"] == "accepted"
+        taken = enqueue([2])
+        assert taken["outcome"] == "rejected" and taken["existing_job_id"] == given
+        for event in ("job.started", "job.completed"):
+            send(stack.producer, cat.name("requests"), {"job_id": given, "type": event}, given,
+                 {KIND_HEADER: JOB_EVENT.decode()})  # fmt: skip
+        assert enqueue([3])["outcome"] == "rejected"  # finished, still known
+        time.sleep(2.5)  # the retention after it finished: the record leaves the store
+        assert enqueue([4])["outcome"] == "accepted"
+        assert enqueue([5], live)["outcome"] == "rejected"
+    finally:
+        reader.close()
+        proc.stop()
+
+
 def test_metrics_are_served(kafka_bootstrap, namespace, tmp_path):
     import urllib.request
 
