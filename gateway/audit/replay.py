@@ -112,7 +112,7 @@ def replay(
 
     def emit(output: Output, source: Source) -> None:
         position = (source.topic, source.partition, source.offset)
-        if output.role == "decisions":
+        if output.role == "decisions" and output.value is not None:
             replayed[position] = orjson.loads(output.value)
         elif output.role == "intake":
             rerouted.append(position)
