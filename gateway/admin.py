@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -46,6 +47,25 @@ def apply(catalogue: Catalogue, client_config: dict[str, str]) -> ApplyReport:
     return ApplyReport(created, [t.name for t in wanted if t.name not in created], brokers)
 
 
+def check(catalogue: Catalogue, admin: AdminClient) -> None:
+    """Raise CatalogueError unless every topic of the catalogue exists with its partition
+    count. The processor routes by partition number: a topic with another count would send
+    records to partitions whose owner re-routes them, for ever."""
+    topics = admin.list_topics(timeout=TIMEOUT_S).topics
+    missing = [t.name for t in catalogue.topics if t.name not in topics]
+    if missing:
+        raise CatalogueError(
+            f"topic(s) {', '.join(missing)} do not exist: run `gateway topics apply` first"
+        )
+    counts = {t.name: len(topics[t.name].partitions) for t in catalogue.topics}
+    problems = _partition_problems(catalogue.topics, counts)
+    if problems:
+        raise CatalogueError(
+            "the topics differ from the catalogue: " + "; ".join(problems)
+            + "; change the topics or the catalogue (topics/topics.toml) so they agree"
+        )
+
+
 def _partition_counts(admin: AdminClient, names: list[str]) -> dict[str, int]:
     """Partition counts of topics known to exist, waiting for metadata to catch up."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -78,18 +98,21 @@ def _create(admin: AdminClient, topics: list[TopicSpec]) -> list[TopicSpec]:
 def _raise_conflicts(
     admin: AdminClient, topics: list[TopicSpec], partitions: dict[str, int]
 ) -> None:
-    problems = [
-        f"{t.name} has {partitions[t.name]} partitions, the catalogue says {t.partitions}"
-        for t in topics
-        if partitions.get(t.name) != t.partitions
-    ]
-    problems += _config_conflicts(admin, topics)
+    problems = _partition_problems(topics, partitions) + _config_conflicts(admin, topics)
     if problems:
         raise CatalogueError(
             "existing topics conflict with the catalogue:\n  "
             + "\n  ".join(problems)
             + "\nchange the topics or the catalogue (topics/topics.toml) so they agree"
         )
+
+
+def _partition_problems(topics: Iterable[TopicSpec], partitions: dict[str, int]) -> list[str]:
+    return [
+        f"{t.name} has {partitions.get(t.name)} partitions, the catalogue says {t.partitions}"
+        for t in topics
+        if partitions.get(t.name) != t.partitions
+    ]
 
 
 def _config_conflicts(admin: AdminClient, topics: list[TopicSpec]) -> list[str]:

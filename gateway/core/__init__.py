@@ -33,6 +33,7 @@ from gateway.core.entries import (
 from gateway.core.envelope import Envelope
 from gateway.core.errors import (
     DUPLICATE,
+    INTERNAL,
     INVALID_EVENT,
     INVALID_PAYLOAD,
     INVALID_REQUEST,
@@ -79,6 +80,7 @@ __all__ = [
     "holds",
     "DEFAULT_UNIQUE_STATES",
     "DUPLICATE",
+    "INTERNAL",
     "INVALID_EVENT",
     "INVALID_PAYLOAD",
     "INVALID_REQUEST",

@@ -14,6 +14,8 @@ INVALID_PAYLOAD = "invalid_payload"
 INVALID_EVENT = "invalid_event"
 DUPLICATE = "duplicate"
 PAYLOAD_TOO_LARGE = "payload_too_large"
+# The gateway failed on a record it should have handled; the record is kept on dead_letters.
+INTERNAL = "internal"
 
 
 @dataclass(frozen=True, slots=True)

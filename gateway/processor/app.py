@@ -13,7 +13,6 @@ written only after that commit.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -23,13 +22,16 @@ from confluent_kafka.admin import AdminClient
 from quixstreams import Application, message_context
 from quixstreams.state.rocksdb import RocksDBOptions
 
-from gateway.catalogue import Catalogue
+from gateway.admin import check as check_topics
+from gateway.catalogue import Catalogue, CatalogueError
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor.dedup import Dedup, Limits
+from gateway.processor import quix
 from gateway.processor.metrics import Metrics
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
 from gateway.processor.records import Output, Source, headers_of
+from gateway.processor.replies import ReplyTopics
 from gateway.processor.router import Router
 from gateway.processor.shutdown import Shutdown
 from gateway.processor.state_identity import current, reconcile, state_root
@@ -57,9 +59,12 @@ class ProcessorSettings:
     # the amount of work a crash makes the successor redo.
     commit_interval: float = 0.1
     metrics_port: int | None = None
+    # Replies go to the catalogue's replies topic and to topics under this prefix
+    # (None: "<replies topic>."; "": the replies topic only). See replies.py.
+    reply_prefix: str | None = None
 
 
-def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
+def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopics]:
     cat = settings.catalogue
     metrics = Metrics()
     client = dict(settings.client_config)
@@ -105,23 +110,23 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
         for role in ("intake", "requests", "job_events")
     }
     requests = app.dataframe(topics["requests"])
-    # The runtime's transactional producer: records written through it commit
-    # with the checkpoint, never outside it.
-    producer = requests.processing_context.producer
+    quix.check(app, requests)
+    producer = quix.transactional_producer(requests)
 
-    reply_topics = KnownTopics(settings.client_config)
     names = {t.role: t.name for t in cat.topics}
+    replies = reply_topics(settings)
 
     def emit(output: Output, source: Source) -> None:
-        if output.topic is not None and not reply_topics.exists(output.topic):
-            # Producing to a missing topic would fail the transaction on every
-            # replay of this request; the decision itself is on `decisions`.
-            metrics.replies_dropped.inc()
-            log.warning(
-                "reply_to topic does not exist; reply dropped",
-                extra={"reply_to": output.topic, "source": source.as_dict()},
-            )
-            return
+        if output.topic is not None:
+            refusal = replies.refusal(output.topic)
+            if refusal is not None:
+                metrics.replies_dropped.labels(refusal).inc()
+                log.warning(
+                    "reply not sent",
+                    extra={"reply_to": output.topic[:255], "reason": refusal,
+                           "source": source.as_dict()},
+                )  # fmt: skip
+                return
         producer.produce(
             topic=output.topic or names[output.role or ""],
             key=output.key,
@@ -130,11 +135,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
         )
 
     def state_of(source: Source, key: bytes) -> Any:
-        # As the runtime builds the state it hands to a stateful step, for any key.
-        transaction = requests.processing_context.checkpoint.get_store_transaction(
-            stream_id=requests.stream_id, partition=source.partition
-        )
-        return transaction.as_state(prefix=key, timestamp=source.timestamp_ms)
+        return quix.state_of(requests, source.partition, key, source.timestamp_ms)
 
     dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits, state_of)
     router = Router(emit, metrics, settings.limits)
@@ -151,33 +152,39 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics]:
     requests.update(on_dedup, stateful=True, metadata=True)
     app.dataframe(topics["intake"]).update(on_intake, metadata=True)
     app.dataframe(topics["job_events"]).update(on_job_event, metadata=True)
-    return app, metrics
+    return app, metrics, replies
 
 
-class KnownTopics:
-    """Which topics exist, from cluster metadata; a miss refreshes at most every few seconds."""
+def reply_topics(settings: ProcessorSettings) -> ReplyTopics:
+    cat = settings.catalogue
+    replies = cat.name("replies")
+    admin = AdminClient(settings.client_config)
+    return ReplyTopics(
+        replies,
+        f"{replies}." if settings.reply_prefix is None else settings.reply_prefix,
+        [t.name for t in cat.topics],
+        lambda: set(admin.list_topics(timeout=10).topics),
+    )
 
-    REFRESH_S = 5.0
 
-    def __init__(self, client_config: dict[str, str]) -> None:
-        self._admin = AdminClient(client_config)
-        self._names: set[str] = set()
-        self._refreshed = float("-inf")
-
-    def exists(self, name: str) -> bool:
-        if name not in self._names and time.monotonic() - self._refreshed > self.REFRESH_S:
-            self._refreshed = time.monotonic()
-            self._names = set(self._admin.list_topics(timeout=10).topics)
-        return name in self._names
+class StartupRefused(Exception):
+    """The deployment is wrong in a way no restart can mend."""
 
 
 def run(settings: ProcessorSettings) -> None:
-    """Run until stopped; raise if the runtime fails (the supervisor restarts us)."""
+    """Run until stopped; raise if the runtime fails (the supervisor restarts us), or
+    StartupRefused if the deployment is wrong (it does not)."""
     shutdown = Shutdown()
     shutdown.install_handlers()
-    app, metrics = build(settings)
+    admin = AdminClient(settings.client_config)
+    try:
+        check_topics(settings.catalogue, admin)
+        app, metrics, replies = build(settings)
+    except (CatalogueError, quix.RuntimeMismatch) as exc:
+        raise StartupRefused(str(exc)) from exc
     # Before any partition's state is opened: drop state from another cluster.
-    reconcile(state_dir_of(settings), current(AdminClient(settings.client_config), settings.group))
+    reconcile(state_dir_of(settings), current(admin, settings.group))
+    replies.start()
     shutdown.attach(app)
     readiness = Readiness(app, shutdown)
     if settings.metrics_port is not None:

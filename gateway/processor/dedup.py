@@ -57,6 +57,7 @@ from gateway.core import (
 from gateway.core.engine import updated_record
 from gateway.core.events import cancelled_by_replace, follow
 from gateway.core.jobs import job_expires_at
+from gateway.core.limits import headers_refusal
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import partition_for
 from gateway.processor import expiry
@@ -69,8 +70,11 @@ from gateway.processor.records import (
     event_reply,
     job_state,
     job_state_tombstone,
+    refused_event,
+    refused_request,
     request_id,
 )
+from gateway.processor.total import Guard
 
 log = logging.getLogger("gateway.processor")
 
@@ -138,21 +142,43 @@ class Dedup:
         self, partitions: int, emit: Emit, metrics: Metrics, limits: Limits, state_of: StateOf
     ) -> None:
         self.partitions = partitions
-        self.emit = emit
+        # Every record is handled all or nothing, and never raises (see total.py).
+        self._guard = Guard(emit, state_of, metrics)
+        self.emit = self._guard.emit
+        self.state_of = self._guard.state_of
         self.metrics = metrics
         self.limits = limits
-        self.state_of = state_of
 
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
-        """One record of the partition's log: a request, or a job event the router forwarded.
-        First, the finished jobs that time has carried out of the store get tombstones."""
+        """One record of the partition's log: a request, or a job event the router forwarded."""
+        staged = self._guard.stage(key, state)
+        self._guard.run(
+            "dedup", source, value, key, lambda: self._on_record(value, key, source, staged),
+            refused_event if source.is_job_event else refused_request,
+        )  # fmt: skip
+
+    def _on_record(
+        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
+    ) -> None:
+        """First, the finished jobs that time has carried out of the store get tombstones."""
         self._tombstone_expired(source)
+        refusal = headers_refusal(source.headers)
+        if refusal is not None:
+            self._refuse(source, refusal)
+            return
         if source.is_job_event:
             self.on_event(value, key, source, state)
         else:
             self.on_request(value, key, source, state)
+
+    def _refuse(self, source: Source, error: GatewayError) -> None:
+        """A record refused before it is read: its answer, and the count."""
+        refuse = refused_event if source.is_job_event else refused_request
+        for output in refuse(source, error):
+            self.emit(output, source)
+        self.metrics.refused_inputs.labels("dedup", error.code).inc()
 
     def _load(self, state: KeyState) -> tuple[Entry, ...]:
         return load_entries(state.get_bytes(ENTRIES))

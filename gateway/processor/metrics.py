@@ -39,9 +39,21 @@ class Metrics:
         )
         self.replies_dropped = Counter(
             "gateway_replies_dropped",
-            "Replies not sent because the reply_to topic does not exist",
-            registry=r,
-        )
+            "Replies not sent, by reason: a reply_to the deployment does not allow, "
+            "or a topic that does not exist",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.dead_letters = Counter(
+            "gateway_dead_letters",
+            "Records whose handling failed, answered `internal` and kept on dead_letters, "
+            "by stage and exception",
+            ["stage", "error"], registry=r,
+        )  # fmt: skip
+        self.refused_inputs = Counter(
+            "gateway_refused_inputs",
+            "Input records refused before they were handled, by stage and error code",
+            ["stage", "code"], registry=r,
+        )  # fmt: skip
         self.state_keys = Gauge(
             "gateway_state_keys",
             "Fingerprints this process added to its state minus those it deleted",

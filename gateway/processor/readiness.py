@@ -23,6 +23,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from quixstreams import Application
 
+from gateway.processor import quix
 from gateway.processor.shutdown import Shutdown
 
 
@@ -36,7 +37,7 @@ class Readiness:
         self._inputs: set[str] = set()
         # The runtime hands these to the consumer when it subscribes, in run();
         # wrapping them here sees each rebalance after the runtime has handled it.
-        on_assign, on_revoke, on_lost = app._on_assign, app._on_revoke, app._on_lost
+        on_assign, on_revoke, on_lost = quix.rebalance_hooks(app)
 
         def assigned(consumer: Any, partitions: list[Any]) -> None:
             on_assign(consumer, partitions)
@@ -50,9 +51,7 @@ class Readiness:
             self._owned -= {(tp.topic, tp.partition) for tp in partitions}
             on_lost(consumer, partitions)
 
-        hooks = {"_on_assign": assigned, "_on_revoke": revoked, "_on_lost": lost}
-        for name, hook in hooks.items():
-            setattr(app, name, hook)
+        quix.set_rebalance_hooks(app, assigned, revoked, lost)
 
     def state(self) -> tuple[bool, dict[str, Any]]:
         inputs = {tp for tp in self._owned if not tp[0].startswith("changelog__")}

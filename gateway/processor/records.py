@@ -7,19 +7,24 @@ processor writes, by topic role, with their keys and headers.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.core import (
+    UNKNOWN_DIALECT,
     Decision,
+    EventOutcome,
     EventResult,
     GatewayError,
     Outcome,
     audit_fields,
     cancellations,
+    decide,
 )
+from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
 
 Headers = list[tuple[str, bytes]]
@@ -77,12 +82,14 @@ def headers_of(raw: Any) -> dict[str, bytes]:
 
 
 def request_id(source: Source, value: object) -> str:
-    """The request_id header, else the request's own field, else its place in the log."""
+    """The request_id header, else the request's own field, else its place in the log;
+    an id longer than MAX_ID_BYTES is not taken (it would be copied into every output)."""
     from_header = source.header("request_id")
-    if from_header:
+    if from_header and len(from_header) <= MAX_ID_BYTES:
         return from_header
-    if isinstance(value, dict) and isinstance(value.get("request_id"), str) and value["request_id"]:
-        return str(value["request_id"])
+    given = value.get("request_id") if isinstance(value, dict) else None
+    if isinstance(given, str) and given and len(given) <= MAX_ID_BYTES:
+        return given
     return f"{source.topic}/{source.partition}/{source.offset}"
 
 
@@ -106,10 +113,25 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
     reply_to = source.header("reply_to")
     if reply_to:
         correlation = source.headers.get("correlation_id", req_id.encode())
-        outputs.append(
-            Output(value, key, topic=reply_to, headers=[("correlation_id", correlation)])
-        )
+        # Never a null key: a compacted reply topic refuses one.
+        outputs.append(Output(
+            value, key or req_id.encode(), topic=reply_to, headers=[("correlation_id", correlation)]
+        ))  # fmt: skip
     return outputs
+
+
+def refused_request(
+    source: Source, error: GatewayError, dialect: str = UNKNOWN_DIALECT, raw: object = None
+) -> list[Output]:
+    """What a request refused before it could be decided writes: as any invalid decision."""
+    decision = decide((), error, source.timestamp_ms, seed=source.seed)
+    return decision_outputs(decision, source, request_id(source, raw), dialect)
+
+
+def refused_event(source: Source, error: GatewayError) -> list[Output]:
+    """What an event refused before it could be applied writes: its reply, if it asked."""
+    reply = event_reply(EventResult(EventOutcome.INVALID, (), error=error), None, source)
+    return [] if reply is None else [reply]
 
 
 def job_state(job: dict[str, Any]) -> Output:
@@ -158,7 +180,8 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
         "source": source.as_dict(),
     }
     correlation = source.headers.get("correlation_id", b"")
-    key = route.encode() if route else None
+    # Never a null key: a compacted reply topic refuses one.
+    key = (route or result.job_id or "").encode() or source.seed
     return Output(_json(record), key, topic=reply_to, headers=[("correlation_id", correlation)])
 
 
@@ -200,6 +223,49 @@ def _duplicate_details(decision: Decision) -> dict[str, Any] | None:
         "existing_job_state": str(decision.existing_state),
         "unique_key": decision.unique_key,
     }
+
+
+def record_size(output: Output) -> int:
+    """The bytes a record puts against its topic's max.message.bytes, framing aside."""
+    headers = sum(len(name.encode()) + len(value) for name, value in output.headers or ())
+    return len(output.key or b"") + len(output.value or b"") + headers
+
+
+# How much of a failed record its dead letter keeps: enough to read and re-send
+# a request, never more than the topic takes.
+DEAD_VALUE_BYTES = 256 * 1024
+DEAD_KEY_BYTES = 1024
+DEAD_HEADERS = 32
+DEAD_HEADER_BYTES = 1024
+
+
+def dead_letter(stage: str, source: Source, value: bytes | None, key: bytes | None,
+                cause: str) -> Output:
+    """A failed record, bounded, with where it came from and why it failed."""
+    value = value or b""
+    headers = list(source.headers.items())
+    record = {
+        "stage": stage,
+        "error": cause,
+        "source": {**source.as_dict(), "timestamp_ms": source.timestamp_ms},
+        "key": _b64(key, DEAD_KEY_BYTES),
+        "value": _b64(value, DEAD_VALUE_BYTES),
+        "value_bytes": len(value),
+        "headers": [
+            {"name": name[:DEAD_HEADER_BYTES], "value": _b64(raw, DEAD_HEADER_BYTES)}
+            for name, raw in headers[:DEAD_HEADERS]
+        ],
+        "truncated": (
+            len(value) > DEAD_VALUE_BYTES or len(key or b"") > DEAD_KEY_BYTES
+            or len(headers) > DEAD_HEADERS
+            or any(len(n) > DEAD_HEADER_BYTES or len(v) > DEAD_HEADER_BYTES for n, v in headers)
+        ),
+    }  # fmt: skip
+    return Output(_json(record), source.seed, role="dead_letters")
+
+
+def _b64(data: bytes | None, limit: int) -> str | None:
+    return None if data is None else base64.b64encode(data[:limit]).decode()
 
 
 def _json(value: Any) -> bytes:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.core import GatewayError, Request, decide, uuid7
+from gateway.core import GatewayError, Outcome, Request, uuid7
+from gateway.core.limits import event_size_refusal, headers_refusal
 from gateway.processor.dedup import Emit, Limits, dialect_of, parse_limited
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
@@ -22,27 +23,41 @@ from gateway.processor.records import (
     KIND_HEADER,
     Output,
     Source,
-    decision_outputs,
+    refused_event,
+    refused_request,
     request_id,
 )
+from gateway.processor.total import Guard
 
 
 class Router:
     def __init__(self, emit: Emit, metrics: Metrics, limits: Limits) -> None:
-        self.emit = emit
+        # Every record is handled all or nothing, and never raises (see total.py).
+        self._guard = Guard(emit, None, metrics)
+        self.emit = self._guard.emit
         self.metrics = metrics
         self.limits = limits
 
     def on_record(self, value: bytes | None, key: bytes | None, source: Source) -> None:
-        request = parse_limited(value, self.limits)
+        self._guard.run(
+            "router", source, value, key, lambda: self._on_record(value, source), refused_request
+        )
+
+    def on_event(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        self._guard.run(
+            "router", source, value, key, lambda: self._on_event(value, key, source),
+            refused_event,
+        )  # fmt: skip
+
+    def _on_record(self, value: bytes | None, source: Source) -> None:
+        request = headers_refusal(source.headers) or parse_limited(value, self.limits)
         raw = request.envelope.raw if isinstance(request, Request) else None
         req_id = request_id(source, raw)
         if isinstance(request, GatewayError):
-            decision = decide((), request, source.timestamp_ms, seed=source.seed)
             dialect = dialect_of(request, value)
-            for output in decision_outputs(decision, source, req_id, dialect):
+            for output in refused_request(source, request, dialect, raw):
                 self.emit(output, source)
-            self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
+            self.metrics.decided(Outcome.INVALID, dialect, source.timestamp_ms)
             return
         # The request keeps the id it was given on intake, wherever it is decided.
         headers = {**source.headers, "request_id": req_id.encode()}
@@ -57,7 +72,14 @@ class Router:
             source,
         )
 
-    def on_event(self, value: bytes | None, key: bytes | None, source: Source) -> None:
-        # Checked where it is applied: a bad event is reported there, with its reply.
+    def _on_event(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        # Checked where it is applied, with its reply; here only what could not be
+        # forwarded: a record too large for `requests` once marked as an event.
+        refusal = headers_refusal(source.headers) or event_size_refusal(value)
+        if refusal is not None:
+            for output in refused_event(source, refusal):
+                self.emit(output, source)
+            self.metrics.refused_inputs.labels("router", refusal.code).inc()
+            return
         headers = {**source.headers, KIND_HEADER: JOB_EVENT}
         self.emit(Output(value or b"", key, role="requests", headers=list(headers.items())), source)

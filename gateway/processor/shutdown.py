@@ -25,11 +25,14 @@ from typing import Any
 
 from quixstreams import Application
 
+from gateway.processor import quix
+
 log = logging.getLogger("gateway.processor")
 
 GRACE_S = 5.0  # an orderly stop: commit the checkpoint, close the clients
 FAILED_GRACE_S = 10.0  # a failed runtime's close can hang on a cluster moving leaders
 EXIT_STUCK = 75  # EX_TEMPFAIL: after a failure, the supervisor restarts the runtime
+EXIT_CONFIG = 78  # EX_CONFIG: the deployment is wrong; restarting cannot help
 
 
 class Shutdown:
@@ -47,18 +50,18 @@ class Shutdown:
     def attach(self, app: Application) -> None:
         """Keep the runtime from installing its handlers; watch it from a thread."""
         # Application.run calls this first thing; ours are in place already.
-        app._setup_signal_handlers = self.install_handlers  # type: ignore[method-assign]
+        quix.replace_signal_setup(app, self.install_handlers)
         threading.Thread(target=self._watch, args=(app,), name="shutdown", daemon=True).start()
 
     def _watch(self, app: Application) -> None:
-        while not self.requested and not getattr(app, "_failed", False):
+        while not self.requested and not quix.has_failed(app):
             time.sleep(0.05)
         if self.requested:
             app.stop()  # from this thread, its lock is only ever waited for, never re-entered
             grace, code, why = GRACE_S, 1, "stopping"
         else:
-            # `_failed` is the runtime's own flag: it aborts its transaction and
-            # closes its consumer, and that close can hang.
+            # A failed runtime aborts its transaction and closes its consumer,
+            # and that close can hang.
             grace, code, why = FAILED_GRACE_S, EXIT_STUCK, "the failed"
         time.sleep(grace)
         log.error(f"{why} runtime did not end within {grace:.0f}s; exiting")

@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway import logs
 from gateway.processor.app import ProcessorSettings
-from gateway.processor.shutdown import GRACE_S
+from gateway.processor.shutdown import EXIT_CONFIG, GRACE_S
 
 log = logging.getLogger("gateway.processor")
 
@@ -43,6 +43,7 @@ def supervise(
     on_stop: Callable[[], None] | None = None,
 ) -> int:
     """Run the runtime until SIGINT or SIGTERM; return within KILL_AFTER_S of the signal.
+    Return 0 then, or EXIT_CONFIG at once when the runtime refuses this deployment.
 
     `on_stop` runs once, as the stop begins (outside the signal handler).
     """
@@ -55,6 +56,7 @@ def supervise(
         signal.signal(sig, on_signal)
 
     child: subprocess.Popen[bytes] | None = None
+    code = 0
     backoff = BACKOFF_START_S
     while not flags["stop"]:
         started = time.monotonic()
@@ -62,6 +64,10 @@ def supervise(
         while child.poll() is None and not flags["stop"]:
             time.sleep(0.1)
         if flags["stop"]:
+            break
+        if child.returncode == EXIT_CONFIG:
+            log.error("the processor cannot start with this deployment; not restarting it")
+            code = EXIT_CONFIG
             break
         if time.monotonic() - started > HEALTHY_AFTER_S:
             backoff = BACKOFF_START_S
@@ -77,7 +83,7 @@ def supervise(
         on_stop()
     if child is not None:
         _stop(child)
-    return 0
+    return code
 
 
 def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[bytes]:
@@ -120,6 +126,9 @@ def _child_main() -> None:
     logs.configure(log_level)
     try:
         app.run(settings)
+    except app.StartupRefused as exc:
+        log.error(f"the processor cannot start: {exc}")
+        sys.exit(EXIT_CONFIG)
     except Exception:
         log.exception("the processor runtime failed")
         sys.exit(1)
