@@ -61,7 +61,8 @@ def check(catalogue: Catalogue, admin: AdminClient) -> None:
     problems = _partition_problems(catalogue.topics, counts)
     if problems:
         raise CatalogueError(
-            "the topics differ from the catalogue: " + "; ".join(problems)
+            "the topics differ from the catalogue: "
+            + "; ".join(problems)
             + "; change the topics or the catalogue (topics/topics.toml) so they agree"
         )
 

@@ -25,8 +25,8 @@ from quixstreams.state.rocksdb import RocksDBOptions
 from gateway.admin import check as check_topics
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.partitioner import PRODUCER_SETTING
-from gateway.processor.dedup import Dedup, Limits
 from gateway.processor import quix
+from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status

@@ -57,7 +57,8 @@ def rebalance_hooks(app: Application) -> tuple[RebalanceHook, RebalanceHook, Reb
 def set_rebalance_hooks(
     app: Application, assign: RebalanceHook, revoke: RebalanceHook, lost: RebalanceHook
 ) -> None:
-    app._on_assign, app._on_revoke, app._on_lost = assign, revoke, lost  # type: ignore[method-assign]
+    for name, hook in (("_on_assign", assign), ("_on_revoke", revoke), ("_on_lost", lost)):
+        setattr(app, name, hook)
 
 
 def replace_signal_setup(app: Application, install: Callable[[], None]) -> None:

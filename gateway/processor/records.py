@@ -239,8 +239,9 @@ DEAD_HEADERS = 32
 DEAD_HEADER_BYTES = 1024
 
 
-def dead_letter(stage: str, source: Source, value: bytes | None, key: bytes | None,
-                cause: str) -> Output:
+def dead_letter(
+    stage: str, source: Source, value: bytes | None, key: bytes | None, cause: str
+) -> Output:
     """A failed record, bounded, with where it came from and why it failed."""
     value = value or b""
     headers = list(source.headers.items())

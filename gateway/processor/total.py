@@ -163,5 +163,6 @@ def _check_fits(output: Output) -> None:
     size = record_size(output)
     if size > MAX_RECORD_BYTES:
         where = output.topic or output.role
-        raise OutputTooLarge(f"a record for {where} would be {size} bytes; the limit is "
-                             f"{MAX_RECORD_BYTES}")
+        raise OutputTooLarge(
+            f"a record for {where} would be {size} bytes; the limit is {MAX_RECORD_BYTES}"
+        )

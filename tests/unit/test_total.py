@@ -1,0 +1,287 @@
+"""The processor's per-record path is total: any record gets its answer, all or nothing.
+
+Drives the processor's own Dedup and Router (as replay does) over an in-memory
+store, with arbitrary bytes, keys, headers and sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.audit.replay import Store
+from gateway.core import INTERNAL, Request, parse_request
+from gateway.core.limits import MAX_EVENT_BYTES, MAX_HEADERS_BYTES, MAX_RECORD_BYTES
+from gateway.partitioner import partition_for
+from gateway.processor import dedup as dedup_module
+from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import JOB_EVENT, KIND_HEADER, Output, Source, record_size
+from gateway.processor.replies import NOT_ALLOWED, reply_refusal
+from gateway.processor.router import Router
+
+REQ, INTAKE, EVENTS = "gateway.requests", "gateway.intake", "gateway.job-events"
+PARTITIONS = 8
+T0 = 1_760_000_000_000
+JOB = {"type": "email.send", "args": {"user_id": 7}, "unique": {"keys": ["type", "args"]}}
+
+
+class Harness:
+    """One Dedup and one Router, their outputs, and the partitions' stores."""
+
+    def __init__(self) -> None:
+        self.outputs: list[tuple[Output, Source]] = []
+        self.stores: dict[int, Store] = {}
+        self.metrics = Metrics()
+
+        def emit(output: Output, source: Source) -> None:
+            self.outputs.append((output, source))
+
+        self.dedup = Dedup(PARTITIONS, emit, self.metrics, Limits(), self.state_of)
+        self.router = Router(emit, self.metrics, Limits())
+        self.offset = 0
+
+    def store(self, partition: int) -> Store:
+        return self.stores.setdefault(partition, Store())
+
+    def state_of(self, source: Source, key: bytes) -> Any:
+        return self.store(source.partition).state(key)
+
+    def source(self, topic: str, partition: int, headers: dict[str, bytes]) -> Source:
+        self.offset += 1
+        return Source(topic, partition, self.offset, T0 + self.offset, headers)
+
+    def to_requests(
+        self, value: bytes | None, key: bytes | None, headers: dict[str, bytes], partition: int = 0
+    ) -> list[Output]:
+        source = self.source(REQ, partition, headers)
+        store = self.store(partition)
+        store.at(source.timestamp_ms)
+        before = len(self.outputs)
+        self.dedup.on_record(value, key, source, store.state(key or b""))
+        return [o for o, _ in self.outputs[before:]]
+
+    def to_intake(
+        self, value: bytes | None, key: bytes | None, headers: dict[str, bytes]
+    ) -> list[Output]:
+        before = len(self.outputs)
+        self.router.on_record(value, key, self.source(INTAKE, 0, headers))
+        return [o for o, _ in self.outputs[before:]]
+
+    def to_job_events(
+        self, value: bytes | None, key: bytes | None, headers: dict[str, bytes]
+    ) -> list[Output]:
+        before = len(self.outputs)
+        self.router.on_event(value, key, self.source(EVENTS, 0, headers))
+        return [o for o, _ in self.outputs[before:]]
+
+
+def roles(outputs: list[Output]) -> list[str | None]:
+    return [o.role or f"reply:{o.topic}" for o in outputs]
+
+
+def fits(outputs: list[Output]) -> bool:
+    return all(record_size(o) <= MAX_RECORD_BYTES for o in outputs)
+
+
+def routed(job: dict[str, Any]) -> tuple[bytes, int]:
+    request = parse_request(job)
+    assert isinstance(request, Request) and request.unique_key
+    key = request.unique_key.encode()
+    return key, partition_for(key, PARTITIONS)
+
+
+# -- arbitrary records ------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+jobish = st.fixed_dictionaries(
+    {"type": st.sampled_from(["email.send", "a", "x.y"])},
+    optional={
+        "args": json_values, "unique": json_values, "meta": json_values, "id": json_values,
+        "dialect": st.sampled_from(["ojs", "oban", "zizq", "faktory", "nope"]),
+        "retry": json_values, "scheduled_at": json_values,
+    },
+)  # fmt: skip
+values = st.one_of(
+    st.none(),
+    st.binary(max_size=200),
+    # The standard library writes integers of any size, as an attacker may.
+    jobish.map(lambda v: json.dumps(v).encode()),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.integers(1, 300).map(lambda depth: b"[" * depth + b"]" * depth),
+    st.integers(1, 300).map(
+        lambda depth: b'{"type":"a","args":' + b"[" * depth + b"]" * depth + b"}"
+    ),
+)
+header_names = st.sampled_from(["reply_to", "correlation_id", "request_id", "kind", "x"])
+headers = st.dictionaries(
+    header_names,
+    st.one_of(st.binary(max_size=40), st.just(b"gateway.replies"), st.just(b"job_event")),
+    max_size=4,
+)
+keys = st.one_of(st.none(), st.binary(max_size=64))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=values, key=keys, headers=headers, partition=st.integers(0, PARTITIONS - 1))
+def test_any_record_on_requests_is_answered_within_limits(value, key, headers, partition):
+    harness = Harness()
+    outputs = harness.to_requests(value, key, headers, partition)
+    assert fits(outputs)
+    kinds = roles(outputs)
+    if headers.get(KIND_HEADER) == JOB_EVENT:
+        # An event is answered by its reply when it asked for one; it makes no decision.
+        assert "decisions" not in kinds
+    else:
+        # Decided here, or sent back through the router to be decided on its own partition.
+        assert kinds.count("decisions") + kinds.count("intake") == 1
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=values, key=keys, headers=headers)
+def test_any_record_on_intake_is_decided_or_forwarded(value, key, headers):
+    outputs = Harness().to_intake(value, key, headers)
+    assert fits(outputs)
+    kinds = roles(outputs)
+    assert kinds.count("decisions") + kinds.count("requests") == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=values, key=keys, headers=headers)
+def test_any_job_event_is_forwarded_or_refused_with_its_reply(value, key, headers):
+    outputs = Harness().to_job_events(value, key, headers)
+    assert fits(outputs)
+    forwarded = [o for o in outputs if o.role == "requests"]
+    assert len(forwarded) == 1 or "dead_letters" not in roles(outputs)
+
+
+def test_a_job_event_too_large_to_forward_is_refused_with_a_reply():
+    harness = Harness()
+    value = orjson.dumps({"job_id": "j", "type": "job.completed", "result": "x" * MAX_EVENT_BYTES})
+    headers = {"reply_to": b"gateway.replies", "correlation_id": b"c1"}
+    [reply] = harness.to_job_events(value, b"j", headers)
+    assert reply.topic == "gateway.replies" and reply.key
+    body = orjson.loads(reply.value or b"")
+    assert body["outcome"] == "invalid" and body["error"]["code"] == "payload_too_large"
+    assert str(MAX_EVENT_BYTES) in body["error"]["message"]
+
+
+def test_headers_too_large_are_refused_before_the_request_is_read():
+    harness = Harness()
+    key, partition = routed(JOB)
+    outputs = harness.to_requests(
+        orjson.dumps(JOB), key, {"x": b"h" * (MAX_HEADERS_BYTES + 1)}, partition
+    )
+    decision = orjson.loads(next(o.value for o in outputs if o.role == "decisions") or b"")
+    assert decision["outcome"] == "invalid" and decision["error"]["code"] == "payload_too_large"
+
+
+def test_a_reply_never_has_a_null_key():
+    harness = Harness()
+    outputs = harness.to_intake(b"not json", None, {"reply_to": b"gateway.replies"})
+    [reply] = [o for o in outputs if o.topic == "gateway.replies"]
+    assert reply.key
+
+
+# -- an unexpected failure --------------------------------------------------
+
+
+@pytest.fixture
+def failing_decide(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    def boom(*_: Any, **__: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(dedup_module, "decide", boom)
+    yield
+
+
+def test_an_exception_becomes_an_internal_rejection_and_a_dead_letter(failing_decide):
+    harness = Harness()
+    key, partition = routed(JOB)
+    headers = {"reply_to": b"gateway.replies", "correlation_id": b"c9"}
+    outputs = harness.to_requests(orjson.dumps(JOB), key, headers, partition)
+    assert sorted(roles(outputs)) == sorted(
+        ["rejections", "decisions", "reply:gateway.replies", "dead_letters"]
+    )
+    decision = orjson.loads(next(o.value for o in outputs if o.role == "decisions") or b"")
+    assert decision["outcome"] == "invalid" and decision["error"]["code"] == INTERNAL
+    assert "dead_letters" in decision["error"]["message"]
+    dead = orjson.loads(next(o.value for o in outputs if o.role == "dead_letters") or b"")
+    assert dead["stage"] == "dedup" and dead["error"].startswith("RecursionError")
+    assert dead["source"]["topic"] == REQ and dead["value_bytes"] == len(orjson.dumps(JOB))
+    assert harness.metrics.dead_letters.labels("dedup", "RecursionError")._value.get() == 1
+
+
+def test_a_failed_record_leaves_no_partial_state(monkeypatch: pytest.MonkeyPatch):
+    harness = Harness()
+    key, partition = routed(JOB)
+
+    def fail_after_storing(*_: Any) -> None:
+        raise ValueError("after the entries were written")
+
+    # Accepting writes the key's entries first, then the job record: fail in between.
+    monkeypatch.setattr(Dedup, "_record_jobs", fail_after_storing)
+    harness.to_requests(orjson.dumps(JOB), key, {}, partition)
+    assert harness.store(partition).items == {}
+    monkeypatch.undo()
+    # The same job again is accepted: nothing of the failed one holds the key.
+    outputs = harness.to_requests(orjson.dumps(JOB), key, {}, partition)
+    decision = orjson.loads(next(o.value for o in outputs if o.role == "decisions") or b"")
+    assert decision["outcome"] == "accepted"
+
+
+def test_an_output_too_large_for_its_topic_is_never_produced(monkeypatch: pytest.MonkeyPatch):
+    harness = Harness()
+    key, partition = routed(JOB)
+    real = dedup_module.decision_outputs
+
+    def bloated(*args: Any) -> list[Output]:
+        return [*real(*args), Output(b"x" * (MAX_RECORD_BYTES + 1), b"k", role="jobs")]
+
+    monkeypatch.setattr(dedup_module, "decision_outputs", bloated)
+    outputs = harness.to_requests(orjson.dumps(JOB), key, {}, partition)
+    assert fits(outputs) and "jobs" not in roles(outputs)
+    dead = orjson.loads(next(o.value for o in outputs if o.role == "dead_letters") or b"")
+    assert dead["error"].startswith("OutputTooLarge")
+
+
+# -- reply addresses --------------------------------------------------------
+
+OWNED = frozenset({"gateway.requests", "gateway.jobs", "gateway.job-states", "gateway.replies"})
+
+
+@pytest.mark.parametrize(
+    ("name", "refusal"),
+    [
+        ("gateway.replies", None),
+        ("gateway.replies.billing", None),
+        ("gateway.jobs", NOT_ALLOWED),
+        ("gateway.job-states", NOT_ALLOWED),
+        ("__consumer_offsets", NOT_ALLOWED),
+        ("__transaction_state", NOT_ALLOWED),
+        ("changelog__gateway-dedup--gateway.requests--default", NOT_ALLOWED),
+        ("somewhere.else", NOT_ALLOWED),
+        ("gateway.replies.bad/name", NOT_ALLOWED),
+        ("gateway.replies." + "x" * 300, NOT_ALLOWED),
+        ("", NOT_ALLOWED),
+    ],
+)
+def test_reply_addresses(name: str, refusal: str | None):
+    assert reply_refusal(name, "gateway.replies", "gateway.replies.", OWNED) == refusal
+
+
+def test_an_empty_prefix_allows_the_replies_topic_only():
+    assert reply_refusal("gateway.replies", "gateway.replies", "", OWNED) is None
+    assert reply_refusal("gateway.replies.x", "gateway.replies", "", OWNED) == NOT_ALLOWED
