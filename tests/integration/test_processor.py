@@ -234,13 +234,15 @@ def test_a_request_keyed_wrongly_is_rerouted_and_decided_once(stack: Stack):
 
 
 def test_reply_to_gets_the_decision_with_the_correlation_id(stack: Stack):
-    reply_topic = stack.cat.name("decisions")  # any existing topic will do
+    reply_topic = stack.cat.name("replies")
+    reader = Reader(stack.bootstrap, [reply_topic])
     request_id = stack.request(job(), reply_to=reply_topic, correlation_id="corr-1")
-    stack.reader.poll_until(reply_topic, 2)
+    reader.poll_until(reply_topic, 1)
     replies = [
-        r for r in stack.records("decisions")
+        r for r in reader.records.get(reply_topic, [])
         if r["headers"].get("correlation_id") == b"corr-1"
     ]  # fmt: skip
+    reader.close()
     assert len(replies) == 1 and replies[0]["value"]["request_id"] == request_id
 
 
