@@ -33,11 +33,14 @@ class RuntimeMismatch(Exception):
 def check(app: Application, sdf: StreamingDataFrame) -> None:
     """Raise RuntimeMismatch naming every private attribute that is not where it was."""
     missing = [f"Application.{name}" for name in _APP_ATTRIBUTES if not hasattr(app, name)]
-    context = sdf.processing_context
+    # Checked on the classes: the checkpoint exists only once the runtime runs.
+    context = type(sdf.processing_context)
+    fields = getattr(context, "__dataclass_fields__", {})
     missing += [
-        f"ProcessingContext.{name}" for name in _CONTEXT_ATTRIBUTES if not hasattr(context, name)
+        f"ProcessingContext.{name}"
+        for name in _CONTEXT_ATTRIBUTES
+        if not hasattr(context, name) and name not in fields
     ]
-    # The checkpoint exists only once the runtime runs: check its class.
     if not hasattr(Checkpoint, "get_store_transaction"):
         missing.append("Checkpoint.get_store_transaction")
     if not hasattr(PartitionTransaction, "as_state"):

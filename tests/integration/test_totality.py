@@ -26,7 +26,7 @@ from tests.integration.harness import Processor, Reader, apply_topics, fingerpri
 pytestmark = pytest.mark.kafka
 
 ROLES = ("decisions", "rejections", "replies", "dead_letters", "jobs", "job_states")
-RESTARTED = "restarting"  # what the supervisor logs when the runtime ended
+RESTARTED = "exited; restarting"  # what the supervisor logs when the runtime ended
 FAULTS = Path(__file__).parent / "faults"
 
 
@@ -167,9 +167,9 @@ def test_job_events_that_cannot_be_applied_or_forwarded_get_coded_replies(stack:
 def test_reply_to_goes_only_where_the_deployment_allows(stack: Stack):
     cat = stack.cat
     compacted = f"{cat.name('replies')}.compacted"
-    AdminClient({"bootstrap.servers": stack.bootstrap}).create_topics(
-        [NewTopic(compacted, 1, 1, config={"cleanup.policy": "compact"})]
-    )[compacted].result()
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    topic = NewTopic(compacted, 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([topic])[compacted].result()
     forbidden = ["__consumer_offsets", cat.name("jobs"), cat.name("job_states"),
                  cat.name("decisions"), "somewhere-else"]  # fmt: skip
     for target in forbidden:
