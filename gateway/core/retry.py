@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import invalid_request
+from gateway.core.limits import duration_problem
 from gateway.core.policy import period_or_raise
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -141,6 +142,9 @@ def _interval(raw: Mapping[str, Any], name: str, field: str, default: int) -> in
     if millis is not None:
         if isinstance(millis, bool) or not isinstance(millis, int) or millis < 0:
             raise invalid_request(f"{field}.{name}_ms must be a non-negative integer")
+        problem = duration_problem(millis, f"{field}.{name}_ms")
+        if problem is not None:
+            raise invalid_request(problem)
         return millis
     if iso is None:
         return default
