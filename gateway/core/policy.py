@@ -197,6 +197,13 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
     else:
         args_keys = None
     if Dimension.META not in keys:
+        # An empty list selects nothing either way: the OJS spec's own example sends
+        # meta_keys [] without "meta", so only a list that names fields is refused.
+        if meta_keys and ojs:
+            raise invalid_request(
+                f'{field}.meta_keys is given but {field}.{keys_field} does not contain "meta"; '
+                f'add "meta" to {field}.{keys_field}, or drop {field}.meta_keys'
+            )
         meta_keys = None
     elif ojs:
         if meta_keys is None:
