@@ -56,10 +56,8 @@ MAX_INSTANT_MS = (datetime(9000, 1, 1, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo
 _CONTAINERS = (dict, list)
 
 
-def too_large(what: str, size: int, limit: int) -> GatewayError | None:
-    """A `payload_too_large` error if `size` bytes of `what` exceed `limit`, else None."""
-    if size <= limit:
-        return None
+def too_large(what: str, size: int, limit: int) -> GatewayError:
+    """The `payload_too_large` error for `size` bytes of `what` over `limit`."""
     return GatewayError(
         PAYLOAD_TOO_LARGE,
         f"{what} is {size} bytes; the limit is {limit} bytes ({limit // 1024} KiB)",

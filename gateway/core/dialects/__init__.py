@@ -60,9 +60,8 @@ def parse_request(raw: object) -> Request | GatewayError:
             size = len(orjson.dumps(raw))
         except orjson.JSONEncodeError as exc:
             return GatewayError(INVALID_REQUEST, f"the job is not JSON: {exc}")
-        oversized = too_large("the request", size, MAX_REQUEST_BYTES)
-        if oversized is not None:
-            return oversized
+        if size > MAX_REQUEST_BYTES:
+            return too_large("the request", size, MAX_REQUEST_BYTES)
         dialect = raw.get("dialect", OJS)
         parser = _PARSERS.get(dialect) if isinstance(dialect, str) else None
         if parser is None:
@@ -76,9 +75,8 @@ def parse_request(raw: object) -> Request | GatewayError:
 def parse_request_json(data: bytes | str) -> Request | GatewayError:
     """`parse_request` of a JSON text; malformed JSON is an `invalid_payload` error, and
     one over MAX_REQUEST_BYTES is refused (`payload_too_large`) before it is parsed."""
-    oversized = too_large("the request", len(data), MAX_REQUEST_BYTES)
-    if oversized is not None:
-        return oversized
+    if len(data) > MAX_REQUEST_BYTES:
+        return too_large("the request", len(data), MAX_REQUEST_BYTES)
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
