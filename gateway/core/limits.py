@@ -31,7 +31,7 @@ that RFC 3339 dates (and Python's datetime) can print.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.core.errors import PAYLOAD_TOO_LARGE, GatewayError
@@ -49,8 +49,8 @@ MAX_DURATION_MS = MAX_DURATION_DAYS * MS_PER_DAY
 MIN_INSTANT = "1970-01-01T00:00:00Z"
 MAX_INSTANT = "9000-01-01T00:00:00Z"
 MIN_INSTANT_MS = 0
-MAX_INSTANT_MS = (datetime(9000, 1, 1, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // (
-    datetime.resolution * 1000
+MAX_INSTANT_MS = (datetime(9000, 1, 1, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+    milliseconds=1
 )
 
 _CONTAINERS = (dict, list)
