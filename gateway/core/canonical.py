@@ -30,8 +30,8 @@ import orjson
 import rfc8785
 
 from gateway.core.errors import invalid_request
+from gateway.core.limits import MAX_SAFE_INTEGER
 
-MAX_SAFE_INTEGER = 2**53 - 1
 _KEY_ORDER_SAFE_BELOW = "\ue000"
 
 

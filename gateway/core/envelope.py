@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import invalid_request
+from gateway.core.limits import instant_problem
 from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import parse_rfc3339
 
@@ -164,6 +165,9 @@ def _scheduled_at(value: object) -> int | None:
             "scheduled_at must be an RFC 3339 date-time with a time zone, "
             'e.g. "2026-02-12T10:00:00Z"'
         )
+    problem = instant_problem(ms, "scheduled_at")
+    if problem is not None:
+        raise invalid_request(problem)
     return ms
 
 

@@ -53,6 +53,15 @@ import orjson
 
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, prune
 from gateway.core.errors import INVALID_EVENT, INVALID_REQUEST, GatewayError
+from gateway.core.limits import (
+    MAX_ERROR_BYTES,
+    MAX_EVENT_BYTES,
+    MAX_JOB_RECORD_BYTES,
+    MAX_RESULT_BYTES,
+    instant_problem,
+    json_problem,
+    too_large,
+)
 from gateway.core.retry import RetryPolicy
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -157,8 +166,22 @@ def route_key(unique_key: str | None, job_id: str) -> str:
 
 
 def parse_event(raw: object) -> JobEvent | GatewayError:
+    """Validate an event object; its size, nesting and numbers are held to limits.py."""
     if not isinstance(raw, Mapping):
         return _bad("the event must be a JSON object")
+    problem = json_problem(raw)
+    if problem is not None:
+        return _bad(problem)
+    try:
+        size = len(orjson.dumps(raw))
+    except orjson.JSONEncodeError as exc:
+        return _bad(f"the event is not JSON: {exc}")
+    if size > MAX_EVENT_BYTES:
+        return too_large("the event", size, MAX_EVENT_BYTES)
+    return _parse_event(raw)
+
+
+def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
     job_id = raw.get("job_id")
     if not isinstance(job_id, str) or not job_id:
         return _bad("job_id is required: the id of the job the event is about")
@@ -192,18 +215,28 @@ def parse_event(raw: object) -> JobEvent | GatewayError:
         scheduled_ms = parse_rfc3339(scheduled_at) if isinstance(scheduled_at, str) else None
         if scheduled_ms is None:
             return _bad("scheduled_at must be an RFC 3339 date-time with a time zone")
+        problem = instant_problem(scheduled_ms, "scheduled_at")
+        if problem is not None:
+            return _bad(problem)
+    result = raw.get("result")
+    if result is not None and (size := len(orjson.dumps(result))) > MAX_RESULT_BYTES:
+        return too_large("the result", size, MAX_RESULT_BYTES)
     failure = raw.get("error")
+    if failure is not None and (size := len(orjson.dumps(failure))) > MAX_ERROR_BYTES:
+        return too_large("the error", size, MAX_ERROR_BYTES)
     if failure is not None and not (
         isinstance(failure, Mapping) and isinstance(failure.get("message", ""), str)
     ):
         return _bad("error must be an object with a message, e.g. {code, message, retryable}")
     return JobEvent(
-        job_id, key, state, event_type, attempt, max_attempts, scheduled_ms,
-        raw.get("result"), failure,
+        job_id, key, state, event_type, attempt, max_attempts, scheduled_ms, result, failure,
     )  # fmt: skip
 
 
 def parse_event_json(data: bytes | str) -> JobEvent | GatewayError:
+    """`parse_event` of a JSON text; one over MAX_EVENT_BYTES is refused unparsed."""
+    if len(data) > MAX_EVENT_BYTES:
+        return too_large("the event", len(data), MAX_EVENT_BYTES)
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -359,6 +392,11 @@ def apply_job_event(
     if refused is not None:
         return _refused((), event.job_id, stored, refused, dict(job))
     moved = _moved(dict(job), stored, target, event, now_ms, attempt)
+    if event.result is not None or event.failure is not None:  # the only fields that grow it
+        size = len(orjson.dumps(moved))
+        if size > MAX_JOB_RECORD_BYTES:
+            error = too_large("the job record", size, MAX_JOB_RECORD_BYTES)
+            return _refused((), event.job_id, stored, error, dict(job))
     return EventResult(EventOutcome.APPLIED, (), event.job_id, stored, target, job=moved)
 
 

@@ -1,41 +1,180 @@
-"""How large an input may be, so that every record derived from it fits its topic.
+"""The one set of limits on what the core accepts, so every record it derives fits.
 
-Every topic takes records of at most 1 MiB (`max.message.bytes` 1048588, the
-broker's default). The processor checks each output against MAX_RECORD_BYTES
-before it produces anything (processor/total.py); the limits below keep every
-valid input well inside it, so that check is a safety net, not a refusal.
+The processor is exactly-once: a record it cannot write is read again after
+every restart, so a single oversized or unprintable input would stop its
+partition for good. Every topic allows 1 MiB per record (`max.message.bytes`
+1048588, topics/topics.toml). The limits below are checked when a request or a
+job event is parsed, and they add up under that ceiling:
+
+- a job record is the request's fields (<= MAX_REQUEST_BYTES, 256 KiB, as
+  serialised) plus the gateway's fields (a few hundred bytes) plus either its
+  `result` (<= MAX_RESULT_BYTES, 64 KiB) or its last error (<= MAX_ERROR_BYTES,
+  16 KiB, kept with its type and message: at most about three times that).
+  Oban's `replace` may give a job the fields of two requests: 512 KiB. So
+  MAX_JOB_RECORD_BYTES, 640 KiB, holds every case, and the core refuses an
+  event that would push a record past it; a job keeps only its last error,
+  so failures never accumulate.
+- a decision record carries ids, the policy (<= one request) and, for an
+  update, each changed field before and after (<= two requests): under 800 KiB.
+- a job event is at most MAX_EVENT_BYTES, enough for a maximal result.
+- the headers of an input record, at most MAX_HEADERS_BYTES together, travel
+  on with it (router to requests) and some are copied into its answers; a
+  request_id copied into every record about its request is at most
+  MAX_ID_BYTES.
+
+The processor checks each record it writes against MAX_RECORD_BYTES before it
+produces anything (processor/total.py): with the limits above that check is a
+safety net, never the refusal a valid input meets.
+
+Nesting is at most MAX_DEPTH levels (orjson cannot serialise past 255), and
+numbers at most MAX_SAFE_INTEGER in magnitude: JSON parsers, orjson among them,
+turn larger integers into floats, so two different ones would collide in a key.
+
+Durations are at most MAX_DURATION_MS and instants lie in [MIN_INSTANT_MS,
+MAX_INSTANT_MS): an instant plus a period, a retention or a capped retry delay
+(1.5 x MAX_DURATION_MS with jitter) then stays well inside the years 1..9999
+that RFC 3339 dates (and Python's datetime) can print.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from gateway.core.errors import PAYLOAD_TOO_LARGE, GatewayError
 
 # What any one record the processor writes may weigh: key, value and headers,
 # with room under 1048588 for Kafka's own framing.
 MAX_RECORD_BYTES = 1_000_000
-# All headers of one input record together: they travel on with a request
-# (router to requests) and some are copied into its answers.
+MAX_REQUEST_BYTES = 256 * 1024
 MAX_HEADERS_BYTES = 16 * 1024
-# A request_id or correlation_id is copied into every record about its request.
 MAX_ID_BYTES = 255
-# A job event's JSON.
-MAX_EVENT_BYTES = 64 * 1024
+MAX_EVENT_BYTES = 128 * 1024
+MAX_RESULT_BYTES = 64 * 1024
+MAX_ERROR_BYTES = 16 * 1024
+MAX_JOB_RECORD_BYTES = 640 * 1024
+MAX_DEPTH = 64
+MAX_SAFE_INTEGER = 2**53 - 1
+MS_PER_DAY = 86_400_000
+MAX_DURATION_DAYS = 36_500  # 100 years of 365 days
+MAX_DURATION_MS = MAX_DURATION_DAYS * MS_PER_DAY
+MIN_INSTANT = "1970-01-01T00:00:00Z"
+MAX_INSTANT = "9000-01-01T00:00:00Z"
+MIN_INSTANT_MS = 0
+MAX_INSTANT_MS = (datetime(9000, 1, 1, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+    milliseconds=1
+)
+
+_CONTAINERS = (dict, list)
+
+
+def too_large(what: str, size: int, limit: int) -> GatewayError:
+    """The `payload_too_large` error for `size` bytes of `what` over `limit`."""
+    return GatewayError(
+        PAYLOAD_TOO_LARGE,
+        f"{what} is {size} bytes; the limit is {limit} bytes ({limit // 1024} KiB)",
+    )
 
 
 def headers_refusal(headers: dict[str, bytes]) -> GatewayError | None:
+    """An input record's headers over MAX_HEADERS_BYTES, refused before the record is read."""
     size = sum(len(name.encode()) + len(value) for name, value in headers.items())
-    if size > MAX_HEADERS_BYTES:
-        return GatewayError(
-            PAYLOAD_TOO_LARGE,
-            f"the record's headers are {size} bytes; the limit is {MAX_HEADERS_BYTES}",
-        )
-    return None
+    return too_large("the record's headers", size, MAX_HEADERS_BYTES) if (
+        size > MAX_HEADERS_BYTES
+    ) else None
 
 
 def event_size_refusal(value: bytes | None) -> GatewayError | None:
+    """A job event over MAX_EVENT_BYTES: refused where it arrives, not forwarded."""
     size = len(value or b"")
-    if size > MAX_EVENT_BYTES:
-        return GatewayError(
-            PAYLOAD_TOO_LARGE, f"the job event is {size} bytes; the limit is {MAX_EVENT_BYTES}"
-        )
+    return too_large("the job event", size, MAX_EVENT_BYTES) if size > MAX_EVENT_BYTES else None
+
+
+def json_problem(value: Any, root: str = "") -> str | None:
+    """Why a parsed JSON value breaks the depth or number rule, naming the path; else None.
+
+    Iterative (a deep value cannot exhaust the interpreter's stack) and cheap:
+    it runs on every request, so it only looks, and a second walk finds the
+    path once something is wrong. `root` names the value in messages ("" when
+    its keys are themselves field names, as for a request).
+    """
+    if type(value) not in _CONTAINERS:
+        return _number_problem(value, root)
+    stack = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        for item in container.values() if type(container) is dict else container:
+            kind = type(item)
+            if kind is str:
+                continue
+            if kind is dict or kind is list:
+                if depth >= MAX_DEPTH:
+                    return _locate(value, root)
+                stack.append((item, depth + 1))
+            elif (kind is int or kind is float) and not (
+                -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER
+            ):
+                return _locate(value, root)
     return None
+
+
+def _locate(value: dict[str, Any] | list[Any], root: str) -> str | None:
+    """`json_problem`'s message for the first offending place, in document order."""
+    frames = [_children(value)]
+    names: list[object] = []  # the key or index leading to each open frame after the first
+    while frames:
+        for name, item in frames[-1]:
+            kind = type(item)
+            if kind is dict or kind is list:
+                if len(frames) >= MAX_DEPTH:
+                    return f"{_path(root, [*names, name])} is nested deeper than {MAX_DEPTH} levels"
+                names.append(name)
+                frames.append(_children(item))
+                break
+            problem = _number_problem(item, "")
+            if problem is not None:
+                return _number_problem(item, _path(root, [*names, name]))
+        else:
+            frames.pop()
+            if names:
+                names.pop()
+    return None
+
+
+def _children(container: dict[str, Any] | list[Any]) -> Iterator[tuple[object, Any]]:
+    return iter(container.items()) if type(container) is dict else iter(enumerate(container))
+
+
+def _number_problem(value: Any, where: str) -> str | None:
+    if type(value) is not int and type(value) is not float:
+        return None
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"{where or 'the value'} is {value}, which is not a JSON number"
+    return f"{where or 'the value'}: numbers beyond ±(2^53−1) are not exact; send them as strings"
+
+
+def _path(root: str, names: list[object]) -> str:
+    out = root
+    for name in names:
+        if isinstance(name, int):
+            out += f"[{name}]"
+        else:
+            out = f"{out}.{name}" if out else str(name)
+    return out
+
+
+def duration_problem(ms: int, field: str) -> str | None:
+    """Why a duration is out of bounds (it must be at most MAX_DURATION_MS), else None."""
+    if ms <= MAX_DURATION_MS:
+        return None
+    return f"{field} is longer than {MAX_DURATION_DAYS} days (100 years), the longest duration"
+
+
+def instant_problem(ms: int, field: str) -> str | None:
+    """Why an instant is out of bounds, else None."""
+    if MIN_INSTANT_MS <= ms < MAX_INSTANT_MS:
+        return None
+    return f"{field} must be from {MIN_INSTANT} up to (not including) {MAX_INSTANT}"

@@ -22,13 +22,13 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
 import isodate
 
 from gateway.core.errors import INVALID_REQUEST, GatewayError, Invalid, invalid_request
+from gateway.core.limits import duration_problem
 from gateway.core.states import ALL_STATES, DEFAULT_UNIQUE_STATES, State
 
 
@@ -70,8 +70,6 @@ _OJS_ON_CONFLICT = tuple(c for c in OnConflict if c is not OnConflict.UPDATE)
 _ON_CONFLICT_NAMES = frozenset(c.value for c in _OJS_ON_CONFLICT)
 _FIELDS = ("keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict")
 _MS_PER_DAY = 86_400_000
-# The largest duration isodate (and datetime.timedelta) can represent.
-MAX_PERIOD_MS = timedelta.max.days * _MS_PER_DAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +197,13 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
     else:
         args_keys = None
     if Dimension.META not in keys:
+        # An empty list selects nothing either way: the OJS spec's own example sends
+        # meta_keys [] without "meta", so only a list that names fields is refused.
+        if meta_keys and ojs:
+            raise invalid_request(
+                f'{field}.meta_keys is given but {field}.{keys_field} does not contain "meta"; '
+                f'add "meta" to {field}.{keys_field}, or drop {field}.meta_keys'
+            )
         meta_keys = None
     elif ojs:
         if meta_keys is None:
@@ -279,9 +284,7 @@ def period_or_raise(raw: object, field: str) -> int | None:
     if isinstance(raw, int):
         if raw <= 0:
             raise invalid_request(f"{field} must be positive, not {raw}")
-        if raw * 1000 > MAX_PERIOD_MS:
-            raise invalid_request(f"{field} is longer than {MAX_PERIOD_MS // _MS_PER_DAY} days")
-        return raw * 1000
+        return _bounded(raw * 1000, field)
     try:
         parsed = isodate.parse_duration(raw)
     except (isodate.ISO8601Error, ValueError, OverflowError, ArithmeticError):
@@ -297,7 +300,14 @@ def period_or_raise(raw: object, field: str) -> int | None:
         raise invalid_request(f"{field} {_show(raw)} must be a positive duration")
     if micros % 1000:
         raise invalid_request(f"{field} {_show(raw)} must be a whole number of milliseconds")
-    return micros // 1000
+    return _bounded(micros // 1000, field)
+
+
+def _bounded(ms: int, field: str) -> int:
+    problem = duration_problem(ms, field)
+    if problem is not None:
+        raise invalid_request(problem)
+    return ms
 
 
 def format_period(ms: int) -> str:

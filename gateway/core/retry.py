@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import invalid_request
+from gateway.core.limits import duration_problem
 from gateway.core.policy import period_or_raise
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -74,15 +75,21 @@ class RetryPolicy:
     def delay_ms(self, attempt: int, job_id: str) -> int:
         """How long after failed attempt `attempt` (1-based) the next one may start."""
         n = max(attempt, 1)
-        if self.strategy == "none":
-            raw = float(self.initial_ms)
-        elif self.strategy == "linear":
-            raw = float(self.initial_ms * n)
-        elif self.strategy == "polynomial":
-            raw = self.initial_ms * float(n) ** self.coefficient
-        else:
-            raw = self.initial_ms * self.coefficient ** (n - 1)
-        capped = min(raw, float(self.max_interval_ms))
+        cap = float(self.max_interval_ms)
+        try:
+            if self.strategy == "none":
+                raw = float(self.initial_ms)
+            elif self.strategy == "linear":
+                raw = float(self.initial_ms * n)
+            elif self.strategy == "polynomial":
+                raw = self.initial_ms * float(n) ** self.coefficient
+            else:
+                raw = self.initial_ms * self.coefficient ** (n - 1)
+        except OverflowError:
+            # Growth past any float is past the cap too, unless nothing grows. Attempts
+            # and coefficients come from the log, so this must stay total.
+            raw = cap if self.initial_ms else 0.0
+        capped = min(raw, cap)
         if self.jitter:
             capped *= jitter_factor(job_id, attempt)
         return max(0, int(capped))
@@ -141,6 +148,9 @@ def _interval(raw: Mapping[str, Any], name: str, field: str, default: int) -> in
     if millis is not None:
         if isinstance(millis, bool) or not isinstance(millis, int) or millis < 0:
             raise invalid_request(f"{field}.{name}_ms must be a non-negative integer")
+        problem = duration_problem(millis, f"{field}.{name}_ms")
+        if problem is not None:
+            raise invalid_request(problem)
         return millis
     if iso is None:
         return default

@@ -27,8 +27,21 @@ def parse_rfc3339(text: str) -> int | None:
     return (instant - _EPOCH) // timedelta(milliseconds=1)
 
 
+# The first and last milliseconds a four-digit year can print (years 1 to 9999).
+_FIRST_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+_LAST_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // timedelta(
+    milliseconds=1
+)
+
+
 @lru_cache(maxsize=256)  # a decision formats its instant several times over
 def format_rfc3339(ms: int) -> str:
-    """RFC 3339 in UTC with milliseconds, e.g. 2026-02-12T10:00:00.000Z."""
-    instant = _EPOCH + timedelta(milliseconds=ms)
+    """RFC 3339 in UTC with milliseconds, e.g. 2026-02-12T10:00:00.000Z.
+
+    Total: an instant beyond the years 1..9999 prints as the nearest one inside.
+    Enqueue bounds keep derived instants far inside (limits.py), but records
+    already in the log were accepted under older rules, and the processor
+    must never stop on one.
+    """
+    instant = _EPOCH + timedelta(milliseconds=min(max(ms, _FIRST_MS), _LAST_MS))
     return instant.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"

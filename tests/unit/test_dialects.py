@@ -228,7 +228,11 @@ def test_an_unknown_dialect_is_refused_naming_the_known_ones() -> None:
         ),
         (
             {"dialect": "faktory", "jobtype": "T", "custom": {"unique_for": float("inf")}},
-            "custom.unique_for must be from",
+            "custom.unique_for is inf, which is not a JSON number",
+        ),
+        (
+            {"dialect": "faktory", "jobtype": "T", "custom": {"unique_for": 3_153_600_001}},
+            "custom.unique_for must be from 0.001 s to 36500 days",
         ),
         (
             {

@@ -18,6 +18,7 @@ from gateway.core import (
     UniquePolicy,
     parse_policy,
 )
+from gateway.core.limits import MAX_DURATION_MS
 from gateway.core.policy import format_period
 
 
@@ -61,13 +62,20 @@ def test_key_is_an_alias_of_keys() -> None:
     assert ok({"key": ["type", "args"]}).keys == (Dimension.TYPE, Dimension.ARGS)
 
 
-def test_meta_keys_without_meta_are_dropped_args_keys_without_args_refused() -> None:
-    # The spec's own example structure sends meta_keys: [] without "meta" in keys.
+def test_field_lists_without_their_dimension_are_refused() -> None:
+    # The spec's own example structure sends meta_keys: [] without "meta" in keys;
+    # an empty list selects nothing, so it is dropped.
     policy = ok({"keys": ["type", "queue", "args"], "args_keys": ["user_id"], "meta_keys": []})
     assert policy.meta_keys is None
     refused = parse_policy({"keys": ["type"], "args_keys": ["user_id"]})
     assert isinstance(refused, GatewayError) and refused.code == "invalid_request"
     assert 'does not contain "args"' in refused.message
+    refused = parse_policy({"keys": ["type", "args"], "meta_keys": ["tenant_id"]})
+    assert refused == GatewayError(
+        "invalid_request",
+        'unique.meta_keys is given but unique.keys does not contain "meta"; '
+        'add "meta" to unique.keys, or drop unique.meta_keys',
+    )
 
 
 def test_args_keys_are_nfc_normalised() -> None:
@@ -232,6 +240,8 @@ policies = st.fixed_dictionaries(
 def test_canonical_dict_parses_back_identically(raw: dict[str, Any]) -> None:
     if "args" not in raw["keys"]:
         raw = {**raw, "args_keys": None}  # refused without args, as tested above
+    if "meta" not in raw["keys"]:
+        raw = {**raw, "meta_keys": None}  # likewise without meta
     policy = parse_policy(raw)
     if isinstance(policy, GatewayError):  # NFC-colliding generated names
         assert "NFC" in policy.message
@@ -241,6 +251,6 @@ def test_canonical_dict_parses_back_identically(raw: dict[str, Any]) -> None:
     assert parse_policy({k: v for k, v in as_dict.items() if k != "period_ms"}) == policy
 
 
-@given(st.integers(min_value=1, max_value=10**13))
+@given(st.integers(min_value=1, max_value=MAX_DURATION_MS))
 def test_period_format_round_trips(ms: int) -> None:
     assert ok({"period": format_period(ms)}).period_ms == ms

@@ -22,7 +22,14 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from gateway.core.dialects import faktory, oban, zizq
-from gateway.core.errors import INVALID_PAYLOAD, GatewayError, Invalid, invalid_request
+from gateway.core.errors import (
+    INVALID_PAYLOAD,
+    INVALID_REQUEST,
+    GatewayError,
+    Invalid,
+    invalid_request,
+)
+from gateway.core.limits import MAX_REQUEST_BYTES, json_problem, too_large
 from gateway.core.request import OJS, Request, ojs_request_or_raise
 
 _PARSERS: dict[str, Callable[[Mapping[str, object]], Request]] = {
@@ -38,10 +45,23 @@ UNKNOWN_DIALECT = "unknown"
 
 
 def parse_request(raw: object) -> Request | GatewayError:
-    """Validate a job in its dialect (OJS without a `dialect` field) and compute its key."""
+    """Validate a job in its dialect (OJS without a `dialect` field) and compute its key.
+
+    First the limits (limits.py): nesting, number range and the size of the
+    job as it will be serialised, so every record derived from it fits.
+    """
     try:
         if not isinstance(raw, Mapping):
             raise invalid_request("the job must be a JSON object")
+        problem = json_problem(raw)
+        if problem is not None:
+            return GatewayError(INVALID_REQUEST, problem)
+        try:
+            size = len(orjson.dumps(raw))
+        except orjson.JSONEncodeError as exc:
+            return GatewayError(INVALID_REQUEST, f"the job is not JSON: {exc}")
+        if size > MAX_REQUEST_BYTES:
+            return too_large("the request", size, MAX_REQUEST_BYTES)
         dialect = raw.get("dialect", OJS)
         parser = _PARSERS.get(dialect) if isinstance(dialect, str) else None
         if parser is None:
@@ -53,7 +73,10 @@ def parse_request(raw: object) -> Request | GatewayError:
 
 
 def parse_request_json(data: bytes | str) -> Request | GatewayError:
-    """`parse_request` of a JSON text; malformed JSON is an `invalid_payload` error."""
+    """`parse_request` of a JSON text; malformed JSON is an `invalid_payload` error, and
+    one over MAX_REQUEST_BYTES is refused (`payload_too_large`) before it is parsed."""
+    if len(data) > MAX_REQUEST_BYTES:
+        return too_large("the request", len(data), MAX_REQUEST_BYTES)
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

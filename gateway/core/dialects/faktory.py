@@ -15,7 +15,6 @@ decides: the default OJS states within unique_for of that job's creation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,8 @@ from gateway.core.envelope import Envelope, job_id_or_raise
 from gateway.core.errors import invalid_request
 from gateway.core.fingerprint import fingerprint_or_raise
 from gateway.core.holder import FaktoryRule, UniqueUntil
-from gateway.core.policy import MAX_PERIOD_MS, Dimension, Judge, OnConflict, UniquePolicy
+from gateway.core.limits import MAX_DURATION_DAYS, MAX_DURATION_MS
+from gateway.core.policy import Dimension, Judge, OnConflict, UniquePolicy
 from gateway.core.request import Request
 
 FAKTORY = "faktory"
@@ -65,10 +65,11 @@ def _unique_for(raw: Any) -> int | None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not raw > 0:
         raise invalid_request("custom.unique_for must be a positive number of seconds, e.g. 600")
-    ms = round(raw * 1000) if math.isfinite(raw) else MAX_PERIOD_MS + 1
-    if ms < 1 or ms > MAX_PERIOD_MS:
-        days = MAX_PERIOD_MS // 86_400_000
-        raise invalid_request(f"custom.unique_for must be from 0.001 s to {days} days")
+    ms = round(raw * 1000)  # finite: parse_request refused the rest
+    if ms < 1 or ms > MAX_DURATION_MS:
+        raise invalid_request(
+            f"custom.unique_for must be from 0.001 s to {MAX_DURATION_DAYS} days (100 years)"
+        )
     return ms
 
 

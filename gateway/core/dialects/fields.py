@@ -9,6 +9,7 @@ from typing import Any
 from gateway.core.canonical import canonical_json
 from gateway.core.envelope import DEFAULT_QUEUE, QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.errors import invalid_request
+from gateway.core.limits import instant_problem
 from gateway.core.times import parse_rfc3339
 
 
@@ -44,6 +45,9 @@ def optional_time(raw: Mapping[str, Any], field: str) -> int | None:
         raise invalid_request(
             f'{field} must be an RFC 3339 date-time with a time zone, e.g. "2026-02-12T10:00:00Z"'
         )
+    problem = instant_problem(ms, field)
+    if problem is not None:
+        raise invalid_request(problem)
     return ms
 
 

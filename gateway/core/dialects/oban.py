@@ -29,8 +29,8 @@ from typing import Any
 from gateway.core.dialects import fields as f
 from gateway.core.envelope import Envelope, job_id_or_raise
 from gateway.core.errors import invalid_request
+from gateway.core.limits import duration_problem
 from gateway.core.policy import (
-    MAX_PERIOD_MS,
     UPDATABLE_FIELDS,
     Dimension,
     Judge,
@@ -195,8 +195,9 @@ def _seconds(raw: Any, field: str) -> int | None:
 
 
 def _bounded(ms: int) -> int:
-    if ms > MAX_PERIOD_MS:
-        raise invalid_request(f"unique.period is longer than {MAX_PERIOD_MS // 86_400_000} days")
+    problem = duration_problem(ms, "unique.period")
+    if problem is not None:
+        raise invalid_request(problem)
     return ms
 
 
