@@ -68,10 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported lazily
     from gateway.processor.app import ProcessorSettings
 
-    if args.max_request_bytes < 1 or args.retention_seconds < 1 or args.commit_interval <= 0:
-        raise CommandError(
-            "--max-request-bytes, --retention-seconds and --commit-interval must be positive"
-        )
+    if args.retention_seconds < 1 or args.commit_interval <= 0:
+        raise CommandError("--retention-seconds and --commit-interval must be positive")
+    try:
+        limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
     try:
         cat = catalogue.load(namespace=args.namespace)
     except CatalogueError as exc:
@@ -82,7 +84,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         instance_id=args.instance_id,
         group=f"{args.namespace}.gateway-dedup" if args.namespace else "gateway-dedup",
         state_dir=args.state_dir,
-        limits=Limits(args.max_request_bytes, args.retention_seconds * 1000),
+        limits=limits,
         commit_interval=args.commit_interval,
         metrics_port=args.metrics_port,
     )

@@ -79,11 +79,12 @@ def add_log_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cat = load_catalogue(args.namespace)
-    if args.max_request_bytes < 1 or args.retention_seconds < 1:
-        raise CommandError(
-            "--max-request-bytes and --retention-seconds must be positive", EXIT_INVALID
-        )
-    limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
+    if args.retention_seconds < 1:
+        raise CommandError("--retention-seconds must be positive", EXIT_INVALID)
+    try:
+        limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from exc
     policy = _policy(args.policy) if args.policy else None
     from_ms = _time(args.from_time) if args.from_time else None
     roles = ("intake", "requests", "decisions")

@@ -80,9 +80,11 @@ def too_large(what: str, size: int, limit: int) -> GatewayError:
 def headers_refusal(headers: dict[str, bytes]) -> GatewayError | None:
     """An input record's headers over MAX_HEADERS_BYTES, refused before the record is read."""
     size = sum(len(name.encode()) + len(value) for name, value in headers.items())
-    return too_large("the record's headers", size, MAX_HEADERS_BYTES) if (
-        size > MAX_HEADERS_BYTES
-    ) else None
+    return (
+        too_large("the record's headers", size, MAX_HEADERS_BYTES)
+        if (size > MAX_HEADERS_BYTES)
+        else None
+    )
 
 
 def event_size_refusal(value: bytes | None) -> GatewayError | None:

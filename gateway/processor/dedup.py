@@ -57,7 +57,7 @@ from gateway.core import (
 from gateway.core.engine import updated_record
 from gateway.core.events import cancelled_by_replace, follow
 from gateway.core.jobs import job_expires_at
-from gateway.core.limits import headers_refusal
+from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import partition_for
 from gateway.processor import expiry
@@ -90,10 +90,17 @@ JOB = "job/"  # + job id: a job record in its route's state
 
 @dataclass(frozen=True)
 class Limits:
-    # Well under the topics' max.message.bytes (1 MiB): a decision record
-    # carries the job, so it must fit with room to spare.
-    max_request_bytes: int = 256 * 1024
+    # At most the core's MAX_REQUEST_BYTES, which keeps every derived record under
+    # the topics' max.message.bytes; a deployment may ask for less.
+    max_request_bytes: int = MAX_REQUEST_BYTES
     retention_ms: int = DEFAULT_RETENTION_MS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_request_bytes <= MAX_REQUEST_BYTES:
+            raise ValueError(
+                f"--max-request-bytes must be from 1 to {MAX_REQUEST_BYTES}: a larger request "
+                "could make records larger than the topics take"
+            )
 
 
 def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError:

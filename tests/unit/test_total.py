@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 
 from gateway.audit.replay import Store
 from gateway.core import INTERNAL, Request, parse_request
-from gateway.core.limits import MAX_EVENT_BYTES, MAX_HEADERS_BYTES, MAX_RECORD_BYTES
+from gateway.core.limits import (
+    MAX_EVENT_BYTES,
+    MAX_HEADERS_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_REQUEST_BYTES,
+)
 from gateway.partitioner import partition_for
 from gateway.processor import dedup as dedup_module
 from gateway.processor.dedup import Dedup, Limits
@@ -87,7 +92,8 @@ def roles(outputs: list[Output]) -> list[str | None]:
 
 
 def fits(outputs: list[Output]) -> bool:
-    return all(record_size(o) <= MAX_RECORD_BYTES for o in outputs)
+    """Every output fits its topic, and none is a dead letter: the core refused what was bad."""
+    return all(record_size(o) <= MAX_RECORD_BYTES and o.role != "dead_letters" for o in outputs)
 
 
 def routed(job: dict[str, Any]) -> tuple[bytes, int]:
@@ -116,6 +122,9 @@ jobish = st.fixed_dictionaries(
 )  # fmt: skip
 values = st.one_of(
     st.none(),
+    st.sampled_from([MAX_EVENT_BYTES + 1, MAX_REQUEST_BYTES + 1]).map(
+        lambda n: b"[" + b" " * n + b"]"
+    ),
     st.binary(max_size=200),
     # The standard library writes integers of any size, as an attacker may.
     jobish.map(lambda v: json.dumps(v).encode()),
@@ -164,7 +173,10 @@ def test_any_job_event_is_forwarded_or_refused_with_its_reply(value, key, header
     outputs = Harness().to_job_events(value, key, headers)
     assert fits(outputs)
     forwarded = [o for o in outputs if o.role == "requests"]
-    assert len(forwarded) == 1 or "dead_letters" not in roles(outputs)
+    replies = [o for o in outputs if o.topic is not None]
+    assert len(forwarded) == 1 or (
+        len(replies) == bool(headers.get("reply_to")) and len(outputs) == len(replies)
+    )
 
 
 def test_a_job_event_too_large_to_forward_is_refused_with_a_reply():
@@ -252,7 +264,8 @@ def test_an_output_too_large_for_its_topic_is_never_produced(monkeypatch: pytest
 
     monkeypatch.setattr(dedup_module, "decision_outputs", bloated)
     outputs = harness.to_requests(orjson.dumps(JOB), key, {}, partition)
-    assert fits(outputs) and "jobs" not in roles(outputs)
+    assert "jobs" not in roles(outputs)
+    assert all(record_size(o) <= MAX_RECORD_BYTES for o in outputs)
     dead = orjson.loads(next(o.value for o in outputs if o.role == "dead_letters") or b"")
     assert dead["error"].startswith("OutputTooLarge")
 
