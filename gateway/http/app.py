@@ -28,7 +28,8 @@ from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, request_id_of
 from gateway.http.responses import error_response, ojs_response
-from gateway.http.view import Follower, JobView, default_view_dir
+from gateway.http.view import Follower, JobView, default_view_dir, source_identity
+from gateway.processor import state_identity
 from gateway.sdk import AsyncClient
 
 __all__ = ["HttpSettings", "create_app"]
@@ -42,17 +43,18 @@ def create_app(settings: HttpSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         cat = catalogue.load(namespace=settings.namespace)
         kafka = config.client_config(settings.bootstrap) | settings.kafka_settings
-        view = JobView(
-            settings.view_dir or default_view_dir(settings.namespace), settings.retention_ms
-        )
+        view_dir = settings.view_dir or default_view_dir(settings.namespace)
+        admin = AdminClient(kafka)
+        identity = await asyncio.to_thread(source_identity, admin, cat.name("job_states"))
+        # A view built from another cluster or topic holds jobs this one never had.
+        state_identity.reconcile(view_dir, identity)
+        view = JobView(view_dir, settings.retention_ms)
         follower = Follower(view, cat, kafka)
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
         await asyncio.to_thread(follower.start)
         # Serve once the view has read what was there, so GET knows the jobs from the start.
         await asyncio.to_thread(follower.caught_up.wait, VIEW_STARTUP_S)
-        app.state.binding = Binding(
-            settings, client, view, AdminClient(kafka), cat.name("requests")
-        )
+        app.state.binding = Binding(settings, client, view, admin, cat.name("requests"))
         try:
             yield
         finally:
