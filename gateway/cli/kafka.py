@@ -7,6 +7,7 @@ import argparse
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError, Cluster
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
+from gateway.http.view import views_root
 from gateway.processor import state_identity
 
 
@@ -46,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = actions.add_parser("down", help="stop the nodes this launcher started")
     p.add_argument(
         "--purge", action="store_true",
-        help="also delete the cluster's data and the processor state built from it "
-        "(default: keep both)",
+        help="also delete the cluster's data and everything built from it: processor state "
+        "and the HTTP views of `gateway serve` (default: keep all)",
     )  # fmt: skip
     p.set_defaults(func=_down)
 
@@ -91,6 +92,9 @@ def _down(args: argparse.Namespace) -> int:
         print(f"deleted {cluster.directory}")
         for state_dir in state_identity.purge(cluster.cluster_id):
             print(f"deleted processor state {state_dir}")
+        # The HTTP views are built from the same cluster: a purged job must not answer GET.
+        for view_dir in state_identity.purge(cluster.cluster_id, views_root()):
+            print(f"deleted HTTP view {view_dir}")
     return 0
 
 

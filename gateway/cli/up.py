@@ -2,16 +2,20 @@
 
 Starts the local Kafka broker (unless --bootstrap names one), applies the topic
 catalogue, and runs the dedup processor and the HTTP binding until Ctrl-C, then
-stops what it started, all within STOP_BUDGET_S.
+stops what it started, all within STOP_BUDGET_S. If the HTTP binding cannot
+start or dies (its port is taken, say), `up` stops the rest and exits 1
+naming why: half a product that looks up is worse than none.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from confluent_kafka import KafkaException
@@ -107,10 +111,17 @@ def _up(args: argparse.Namespace) -> int:
                 http = _start_http(args)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+            died: list[str] = []
+            threading.Thread(
+                target=_watch, args=(http, args, stop, died), name="gateway-up-http", daemon=True
+            ).start()
             print(f"http: http://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
             print("processor: starting; press Ctrl-C to stop", flush=True)
             logs.configure(args.log_level)
-            return supervise(settings, args.log_level, on_stop)
+            code = supervise(settings, args.log_level, on_stop)
+            if died:
+                raise CommandError(died[0])
+            return code
         finally:
             if http is not None:
                 # Its own graceful stop takes GRACEFUL_SHUTDOWN_S; a uvicorn
@@ -139,6 +150,28 @@ def _start_broker(port: int | None) -> launcher.UpResult:
         if cluster is not None and not was_running:
             launcher.down(cluster, timeout=STOP_BUDGET_S / 2)
         raise
+
+
+def _watch(
+    http: subprocess.Popen[bytes], args: argparse.Namespace, stop: dict[str, float], died: list[str]
+) -> None:
+    """When the HTTP binding exits before a stop began, record why and stop everything.
+
+    The stop is a SIGTERM to ourselves, as a user's would be, so the processor
+    stops the way it always does; it is sent once supervise() handles SIGTERM
+    (before that, SIGTERM's default would end us without a word).
+    """
+    code = http.wait()
+    if stop["at"] != float("inf"):
+        return
+    died.append(
+        f"the HTTP binding on {args.http_host}:{args.http_port} exited with code {code} "
+        "(its log above says why; a taken port: choose another with --http-port); "
+        "stopped the rest"
+    )
+    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _end(proc: subprocess.Popen[bytes], deadline: float) -> None:

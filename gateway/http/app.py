@@ -1,8 +1,10 @@
 """The ASGI app: routes and lifespan (SDK client, job view and its follower).
 
-Every response is `application/openjobspec+json` with `OJS-Version` and
-`X-Request-Id`; the request id is the caller's X-Request-Id, else a new one,
-and becomes the job's `request_id`, so the decision record names it.
+Every response but the OpenAPI document (`/openapi.json`, this binding
+described; its one source is the file beside this module) is
+`application/openjobspec+json` with `OJS-Version` and `X-Request-Id`; the
+request id is the caller's X-Request-Id, else a new one, and becomes the job's
+`request_id`, so the decision record names it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import orjson
 from confluent_kafka.admin import AdminClient
@@ -25,12 +28,14 @@ from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, request_id_of
 from gateway.http.responses import error_response, ojs_response
-from gateway.http.view import Follower, JobView, default_view_dir
+from gateway.http.view import Follower, JobView, default_view_dir, source_identity
+from gateway.processor import state_identity
 from gateway.sdk import AsyncClient
 
 __all__ = ["HttpSettings", "create_app"]
 
 VIEW_STARTUP_S = 60.0
+OPENAPI = Path(__file__).with_name("openapi.json")
 
 
 def create_app(settings: HttpSettings) -> Starlette:
@@ -38,17 +43,18 @@ def create_app(settings: HttpSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         cat = catalogue.load(namespace=settings.namespace)
         kafka = config.client_config(settings.bootstrap) | settings.kafka_settings
-        view = JobView(
-            settings.view_dir or default_view_dir(settings.namespace), settings.retention_ms
-        )
+        view_dir = settings.view_dir or default_view_dir(settings.namespace)
+        admin = AdminClient(kafka)
+        identity = await asyncio.to_thread(source_identity, admin, cat.name("job_states"))
+        # A view built from another cluster or topic holds jobs this one never had.
+        state_identity.reconcile(view_dir, identity)
+        view = JobView(view_dir, settings.retention_ms)
         follower = Follower(view, cat, kafka)
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
         await asyncio.to_thread(follower.start)
         # Serve once the view has read what was there, so GET knows the jobs from the start.
         await asyncio.to_thread(follower.caught_up.wait, VIEW_STARTUP_S)
-        app.state.binding = Binding(
-            settings, client, view, AdminClient(kafka), cat.name("requests")
-        )
+        app.state.binding = Binding(settings, client, view, admin, cat.name("requests"))
         try:
             yield
         finally:
@@ -57,6 +63,7 @@ def create_app(settings: HttpSettings) -> Starlette:
             view.close()
 
     routes = [
+        Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/ojs/manifest", _manifest, methods=["GET"]),
         Route("/ojs/v1/health", _health, methods=["GET"]),
         Route("/ojs/v1/health/live", _live, methods=["GET"]),
@@ -72,6 +79,14 @@ def create_app(settings: HttpSettings) -> Starlette:
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _internal_error},
+    )
+
+
+async def _openapi(request: Request) -> Response:
+    return Response(
+        OPENAPI.read_bytes(),
+        media_type="application/json",
+        headers={"X-Request-Id": request_id_of(request)},
     )
 
 
@@ -107,9 +122,15 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     code = {404: errors.NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(
         exc.status_code, errors.INVALID_REQUEST
     )
-    return error_response(ApiError(exc.status_code, code, str(exc.detail)), request_id_of(request))
+    response = error_response(
+        ApiError(exc.status_code, code, str(exc.detail)), request_id_of(request)
+    )
+    response.headers.update(exc.headers or {})  # a 405 names the methods allowed (Allow)
+    return response
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    error = ApiError(500, "internal", f"the gateway failed: {type(exc).__name__}", retryable=True)
+    error = ApiError(
+        500, errors.INTERNAL_ERROR, f"the gateway failed: {type(exc).__name__}", retryable=True
+    )
     return error_response(error, request_id_of(request))

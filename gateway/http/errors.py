@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INVALID_REQUEST = "invalid_request"
-INVALID_PAYLOAD = "invalid_payload"
 DUPLICATE = "duplicate"
 NOT_FOUND = "not_found"
 UNAUTHORIZED = "unauthorized"
@@ -14,6 +13,7 @@ UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 METHOD_NOT_ALLOWED = "method_not_allowed"
 TIMEOUT = "timeout"
 UNAVAILABLE = "unavailable"
+INTERNAL_ERROR = "internal_error"
 
 
 @dataclass(frozen=True, slots=True)

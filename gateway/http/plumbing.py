@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.core import PAYLOAD_TOO_LARGE
@@ -16,6 +17,8 @@ from gateway.http import errors
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
 from gateway.http.responses import ACCEPTED_MEDIA_TYPES, error_response, ojs_response
+
+log = logging.getLogger("gateway.http")
 
 
 def request_id_of(request: Request) -> str:
@@ -50,7 +53,11 @@ def authorize(request: Request, token: str | None) -> ApiError | None:
 
 
 async def read_json(request: Request, cap: int) -> Any:
-    """The body as JSON, or an ApiError (415, 413, 400 invalid_payload)."""
+    """The body as JSON, or an ApiError (415, 413, 400 invalid_request).
+
+    Malformed JSON is OJS's `invalid_request` ("Malformed request"); OJS's
+    `invalid_payload` means args that fail a schema, which is another thing.
+    """
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type and media_type not in ACCEPTED_MEDIA_TYPES:
         return ApiError(
@@ -62,11 +69,17 @@ async def read_json(request: Request, cap: int) -> Any:
     if declared.isdigit() and int(declared) > cap:
         return too_large
     body = bytearray()
-    async for chunk in request.stream():  # counted as it comes: a chunked body has no length
-        body += chunk
-        if len(body) > cap:
-            return too_large
+    try:
+        async for chunk in request.stream():  # counted as it comes: a chunked body has no length
+            body += chunk
+            if len(body) > cap:
+                return too_large
+    except ClientDisconnect:
+        # A caller that goes away mid-body is an ordinary end, not our failure;
+        # the answer goes nowhere, nothing was enqueued.
+        log.info("the client disconnected before sending its whole body")
+        return ApiError(400, errors.INVALID_REQUEST, "the client disconnected mid-body")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return ApiError(400, errors.INVALID_PAYLOAD, f"the body is not valid JSON: {exc}")
+        return ApiError(400, errors.INVALID_REQUEST, f"the body is not valid JSON: {exc}")

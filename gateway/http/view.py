@@ -23,6 +23,7 @@ Layout (one RocksDB under the gateway home per serve process):
                                       order: priority descending, then ready time
     x/<expiry ms><id>              -> b"" for every terminal job, in expiry order
     o/<partition>                  -> the next offset to read
+Beside it, identity.json names the cluster and topic it was built from.
 Nothing here decides: fetch candidates are only proposals the processor may
 refuse (see workers.py).
 """
@@ -38,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict, WriteBatch
 
 from gateway.broker.launcher import gateway_home
@@ -47,6 +49,7 @@ from gateway.core import DEFAULT_RETENTION_MS, ready_at
 from gateway.core.events import WAITING_STATES
 from gateway.core.jobs import job_expires_at
 from gateway.core.times import parse_rfc3339
+from gateway.processor.state_identity import Identity
 
 log = logging.getLogger("gateway.http.view")
 
@@ -54,11 +57,31 @@ _POLL_S = 0.02
 _BATCH = 500
 _PRIORITY_BIAS = 2**31
 _SWEEP_EVERY_S = 1.0
+_ADMIN_TIMEOUT_S = 10.0
 
 
 def default_view_dir(namespace: str | None, instance: str = "default") -> Path:
     """Under the gateway home, per namespace and serve instance (two processes, two views)."""
-    return gateway_home() / "views" / (namespace or "default") / instance
+    return views_root() / (namespace or "default") / instance
+
+
+def views_root() -> Path:
+    """Every serve process's view: views/<namespace>/<instance> under the gateway home."""
+    return gateway_home() / "views"
+
+
+def source_identity(admin: AdminClient, topic: str) -> Identity:
+    """The cluster and `job_states` topic a view is built from, as the brokers say now.
+
+    Recorded in the view's directory as the processor records its state's, so a
+    view built from another cluster (or a re-created topic) is dropped and read
+    again, and `gateway kafka down --purge` finds the views of its cluster.
+    """
+    cluster = admin.describe_cluster(request_timeout=_ADMIN_TIMEOUT_S).result()
+    [described] = admin.describe_topics(
+        TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S
+    ).values()
+    return Identity(str(cluster.cluster_id), {topic: str(described.result().topic_id)})
 
 
 def _job_key(job_id: str) -> bytes:

@@ -188,7 +188,7 @@ def test_bad_requests_answer_400_or_415_with_the_envelope(stack: Stack):
         "/ojs/v1/jobs", content=b'{"type": ', headers={"Content-Type": "application/json"}
     )
     assert malformed.status_code == 400
-    assert malformed.json()["error"]["code"] == "invalid_payload"
+    assert malformed.json()["error"]["code"] == "invalid_request"
 
     text = stack.http.post("/ojs/v1/jobs", content=b"{}", headers={"Content-Type": "text/plain"})
     assert text.status_code == 415 and text.json()["error"]["code"] == "unsupported_media_type"
@@ -266,7 +266,8 @@ def test_manifest_and_health(stack: Stack):
     manifest = stack.http.get("/ojs/manifest")
     assert manifest.status_code == 200
     assert_ojs_headers(manifest)
-    assert manifest.json()["capabilities"]["unique_jobs"]["strength"] == "strong"
+    assert manifest.json()["capabilities"]["unique_jobs"] is True
+    assert manifest.json()["unique_job_strength"] == "strong"
     healthy = stack.http.get("/ojs/v1/health")
     assert healthy.status_code == 200 and healthy.json() == {"status": "ok"}
     assert_ojs_headers(healthy)

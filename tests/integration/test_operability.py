@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from gateway.sdk import Client
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, apply_topics, fingerprint_of
-from tests.integration.running import Up
+from tests.integration.running import Up, _group_alive
 from tests.support import free_port_block
 
 # Ctrl-C rounds in CI; GATEWAY_SHUTDOWN_ROUNDS=150 runs more by hand.
@@ -136,3 +137,26 @@ def test_ctrl_c_ends_everything_within_10s_every_time(kafka_bootstrap, namespace
         f"Ctrl-C to the last process gone, {len(times)} rounds: median "
         f"{statistics.median(times):.2f}s (min {min(times):.2f}, max {max(times):.2f})"
     )
+
+
+@pytest.mark.kafka
+def test_up_whose_http_port_is_taken_ends_non_zero_naming_the_port(
+    kafka_bootstrap, namespace, tmp_path
+):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        http_port = taken.getsockname()[1]
+        up = Up(
+            tmp_path, "--bootstrap", kafka_bootstrap, "--namespace", namespace,
+            "--http-port", str(http_port), "--state-dir", str(tmp_path / "state"),
+        )  # fmt: skip
+        try:
+            code = up.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            stderr = up.stderr()[-3000:]
+            raise AssertionError(f"still up with its HTTP port taken:\n{stderr}") from None
+    assert code == 1, up.stderr()[-3000:]
+    assert f"the HTTP binding on 127.0.0.1:{http_port} exited" in up.stderr()
+    assert not _group_alive(up.proc.pid), "a process it started outlived it"

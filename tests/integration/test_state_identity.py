@@ -21,8 +21,11 @@ pytestmark = pytest.mark.kafka
 JOB = {"type": "email.send", "args": {"user_id": 42}, "unique": {"keys": ["type", "args"]}}
 
 
-def _up_and_post_twice(gateway_home, port: int, http_port: int, round_: str) -> float:
-    """`gateway up`, the quick start's POST twice (201, 409), Ctrl-C; the stop's seconds."""
+def _up_and_post_twice(
+    gateway_home, port: int, http_port: int, round_: str, gone: str | None = None
+) -> tuple[float, str]:
+    """`gateway up`, the quick start's POST twice (201, 409), Ctrl-C; the stop's seconds and
+    the job's id. A job id `gone` must be unknown to it."""
     up = Up(gateway_home / round_, "--port", str(port), "--http-port", str(http_port))
     base = f"http://127.0.0.1:{http_port}"
     try:
@@ -31,29 +34,36 @@ def _up_and_post_twice(gateway_home, port: int, http_port: int, round_: str) -> 
         assert first.status_code == 201, first.text
         second = httpx.post(f"{base}/ojs/v1/jobs", json=JOB, timeout=60)
         assert second.status_code == 409, second.text
-        assert httpx.get(f"{base}/ojs/v1/jobs/{first.json()['job']['id']}").status_code == 200
+        job_id = first.json()["job"]["id"]
+        assert httpx.get(f"{base}/ojs/v1/jobs/{job_id}").status_code == 200
+        if gone is not None:
+            assert httpx.get(f"{base}/ojs/v1/jobs/{gone}").status_code == 404
     finally:
         took = up.interrupt()
     assert "stopped the local Kafka broker" in up.stdout()
     up.log_lines()  # every line JSON
-    return took
+    return took, job_id
 
 
 def test_after_a_purge_the_first_post_is_accepted_and_replay_agrees(gateway_home):
     port, http_port = free_port_block(), free_port_block()
-    took = _up_and_post_twice(gateway_home, port, http_port, "first")
+    took, job_id = _up_and_post_twice(gateway_home, port, http_port, "first")
     print(f"gateway up with its own broker stopped {took:.2f}s after Ctrl-C")
     assert took < 10
     state = gateway_home / "state" / "gateway-dedup" / "1"
     assert (state / "identity.json").exists()
+    view = gateway_home / "views" / "default" / f"port-{http_port}"
+    assert (view / "identity.json").exists()
 
     purged = gateway("kafka", "down", "--purge")
     assert purged.returncode == 0, purged.stderr
     assert f"deleted processor state {state}" in purged.stdout
     assert not state.exists()
+    assert f"deleted HTTP view {view}" in purged.stdout
+    assert not view.exists()
 
-    # A brand-new cluster: the same job is new to it.
-    _up_and_post_twice(gateway_home, port, http_port, "second")
+    # A brand-new cluster: the same job is new to it, and the purged one is gone from GET.
+    _up_and_post_twice(gateway_home, port, http_port, "second", gone=job_id)
     up = gateway("kafka", "up")
     assert up.returncode == 0, up.stderr
     replayed = gateway("replay", "--bootstrap", f"127.0.0.1:{port}")
