@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import OJS, PAYLOAD_TOO_LARGE, Outcome
+from gateway.core import INTERNAL, OJS, PAYLOAD_TOO_LARGE, Outcome
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
 
 JOBS_PATH = "/ojs/v1/jobs"
-# Error codes the processor may decide `invalid` with, and their statuses.
-_INVALID_STATUS = {PAYLOAD_TOO_LARGE: 413}
+# Error codes the processor may decide `invalid` with, and their statuses. A record
+# the processor failed on (`internal`, kept on dead_letters) is our fault: OJS's 500.
+_INVALID_STATUS = {PAYLOAD_TOO_LARGE: 413, INTERNAL: 500}
+_HTTP_CODE = {INTERNAL: errors.INTERNAL_ERROR}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ def for_result(result: EnqueueResult) -> Answer | ApiError:
         )
     code = result.error.code if result.error else errors.INVALID_REQUEST
     message = result.error.message if result.error else f"the job was decided {result.outcome}"
-    return ApiError(_INVALID_STATUS.get(code, 400), code, message)
+    return ApiError(_INVALID_STATUS.get(code, 400), _HTTP_CODE.get(code, code), message)
 
 
 def for_client_error(exc: ClientError) -> ApiError:

@@ -72,6 +72,11 @@ def test_decided_invalid_keeps_the_processors_code(code: str, status: int):
     assert answer == ApiError(status, code, "why")
 
 
+def test_a_record_the_processor_failed_on_is_a_500_internal_error():
+    answer = for_result(result("invalid", error={"code": "internal", "message": "kept"}))
+    assert answer == ApiError(500, "internal_error", "kept")
+
+
 def test_sdk_errors_map_to_400_504_and_503():
     invalid = for_client_error(InvalidJob(GatewayError("invalid_request", "type is required")))
     assert invalid == ApiError(400, "invalid_request", "type is required")
