@@ -56,7 +56,7 @@ def for_result(result: EnqueueResult) -> Answer | ApiError:
 def for_client_error(exc: ClientError) -> ApiError:
     """Local validation is the caller's fault (400); the rest is ours, and worth a retry."""
     if isinstance(exc, InvalidJob):
-        return ApiError(400, exc.code, exc.message)
+        return ApiError(413 if exc.code == PAYLOAD_TOO_LARGE else 400, exc.code, exc.message)
     if isinstance(exc, EnqueueTimeout):
         return ApiError(
             504, errors.TIMEOUT, f"no decision in time ({exc.message}); it may still come",

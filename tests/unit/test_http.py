@@ -80,6 +80,8 @@ def test_a_record_the_processor_failed_on_is_a_500_internal_error():
 def test_sdk_errors_map_to_400_504_and_503():
     invalid = for_client_error(InvalidJob(GatewayError("invalid_request", "type is required")))
     assert invalid == ApiError(400, "invalid_request", "type is required")
+    large = for_client_error(InvalidJob(GatewayError("payload_too_large", "the limit is 1")))
+    assert large.status == 413 and large.code == "payload_too_large"
     timeout = for_client_error(EnqueueTimeout(1, 1, "replies", [None]))
     assert (timeout.status, timeout.code, timeout.retryable) == (504, "timeout", True)
     down = for_client_error(ClientError("kafka", "Kafka at x: down"))
