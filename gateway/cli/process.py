@@ -54,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="larger requests are refused with payload_too_large (default %(default)s)",
     )  # fmt: skip
     p.add_argument(
+        "--reply-prefix",
+        help="besides the catalogue's replies topic, replies (reply_to) may go to existing "
+        "topics whose names start with this (default: the replies topic's name and a dot; "
+        "'' allows the replies topic only)",
+    )
+    p.add_argument(
         "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,
         help="how long finished jobs keep counting for policies that list terminal "
         "states (default %(default)s = 7 days)",
@@ -85,6 +91,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         group=f"{args.namespace}.gateway-dedup" if args.namespace else "gateway-dedup",
         state_dir=args.state_dir,
         limits=limits,
+        reply_prefix=args.reply_prefix,
         commit_interval=args.commit_interval,
         metrics_port=args.metrics_port,
     )
