@@ -25,8 +25,9 @@ import orjson
 
 from gateway.audit.log import LogRecord, in_log_order
 from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import Output, Source
+from gateway.processor.records import ID_REPORT, KIND_HEADER, Output, Source
 from gateway.processor.router import Router
 
 Position = tuple[str, int, int]  # topic, partition, offset of the request record
@@ -100,10 +101,12 @@ def replay(
     partitions: int,
     limits: Limits,
     compare_from_ms: int | None = None,
+    job_ids: Sequence[LogRecord] = (),
 ) -> ReplayReport:
     """Replay the input topics and compare with `recorded` (decision records by source).
 
-    Each sequence holds one topic's records.
+    Each sequence holds one topic's records; the id stage's (`job_ids`) replays over
+    its own stores, since its decisions depend on its own log only.
     `compare_from_ms` leaves earlier decisions out of the comparison; they are
     still replayed, since later ones depend on the state they built.
     """
@@ -114,17 +117,30 @@ def replay(
         position = (source.topic, source.partition, source.offset)
         if output.role == "decisions" and output.value is not None:
             replayed[position] = orjson.loads(output.value)
-        elif output.role == "intake":
-            rerouted.append(position)
+
+    def emit_dedup(output: Output, source: Source) -> None:
+        emit(output, source)
+        # Sent to be decided elsewhere; a report to the id stage is no request.
+        if output.role in ("intake", "requests", "job_ids") and (
+            KIND_HEADER, ID_REPORT
+        ) not in (output.headers or []):
+            rerouted.append((source.topic, source.partition, source.offset))
 
     metrics = Metrics()
     router = Router(emit, metrics, limits)
     for record in intake:
         router.on_record(record.value, record.key, record.source)
 
+    id_stores: dict[int, Store] = defaultdict(Store)
+    ids = IdStage(partitions, emit, metrics, limits)
+    for record in in_log_order(job_ids):
+        store = id_stores[record.partition]
+        store.at(record.timestamp_ms)
+        ids.on_record(record.value, record.key, record.source, store.state(record.key or b""))
+
     stores: dict[int, Store] = defaultdict(Store)
     dedup = Dedup(
-        partitions, emit, metrics, limits,
+        partitions, emit_dedup, metrics, limits,
         lambda source, key: stores[source.partition].state(key),
     )  # fmt: skip
     for record in in_log_order(requests):
@@ -133,7 +149,7 @@ def replay(
         dedup.on_record(record.value, record.key, record.source, store.state(record.key or b""))
 
     report = ReplayReport(rerouted=len(rerouted))
-    times = {r.position: r.timestamp_ms for rs in (intake, requests) for r in rs}
+    times = {r.position: r.timestamp_ms for rs in (intake, requests, job_ids) for r in rs}
     for position in sorted(replayed.keys() | recorded.keys()):
         if compare_from_ms is not None and times.get(position, compare_from_ms) < compare_from_ms:
             continue

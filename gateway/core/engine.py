@@ -133,9 +133,9 @@ def decide(
     job_id = request.envelope.id
     taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None
     if taken is not None:
-        return _id_taken(request, kept, now_ms, taken, holds_this_key=True)
+        return id_taken(request, kept, now_ms, taken, holds_this_key=True)
     if known is not None:
-        return _id_taken(request, kept, now_ms, entry_of(known), holds_this_key=False)
+        return id_taken(request, kept, now_ms, entry_of(known), holds_this_key=False)
     if policy is None:
         return _accept(request, kept, now_ms, seed)
 
@@ -214,7 +214,7 @@ def entry_of(job: Mapping[str, Any]) -> Entry:
     )
 
 
-def _id_taken(
+def id_taken(
     request: Request, kept: tuple[Entry, ...], now_ms: int, taken: Entry, *, holds_this_key: bool
 ) -> Decision:
     """The request's id is already a job's: never a second job (see the rules above)."""

@@ -4,7 +4,9 @@ One consumer group reads `intake` and `job_events` (the router stage, which
 forwards both onto `requests`) and `requests` (the dedup stage, one RocksDB
 state per partition keyed by fingerprint). The dedup stage reads a single
 topic, so the order of each partition's log is the order of decisions: no
-merge of topics by timestamp, no buffering. Every record the stages write
+merge of topics by timestamp, no buffering. It also reads `job_ids` (the id
+stage, a RocksDB state per partition keyed by job id), where client ids are
+claimed before their requests reach `requests`. Every record the stages write
 goes through the runtime's transactional producer, so outputs, state
 changelog and input offsets commit in one Kafka transaction; local state is
 written only after that commit.
@@ -27,6 +29,7 @@ from gateway.catalogue import Catalogue, CatalogueError
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import quix
 from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
@@ -107,7 +110,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopic
     )
     topics = {
         role: app.topic(cat.name(role), key_deserializer="bytes", value_deserializer="bytes")
-        for role in ("intake", "requests", "job_events")
+        for role in ("intake", "requests", "job_events", "job_ids")
     }
     requests = app.dataframe(topics["requests"])
     quix.check(app, requests)
@@ -139,6 +142,7 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopic
 
     dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits, state_of)
     router = Router(emit, metrics, settings.limits)
+    ids = IdStage(cat.by_role("job_ids").partitions, emit, metrics, settings.limits)
 
     def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
         dedup.on_record(value, key, _source(timestamp, headers, metrics), state)
@@ -149,9 +153,13 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopic
     def on_job_event(value: Any, key: Any, timestamp: int, headers: Any) -> None:
         router.on_event(value, key, _source(timestamp, headers, metrics))
 
+    def on_job_id(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
+        ids.on_record(value, key, _source(timestamp, headers, metrics), state)
+
     requests.update(on_dedup, stateful=True, metadata=True)
     app.dataframe(topics["intake"]).update(on_intake, metadata=True)
     app.dataframe(topics["job_events"]).update(on_job_event, metadata=True)
+    app.dataframe(topics["job_ids"]).update(on_job_id, stateful=True, metadata=True)
     return app, metrics, replies
 
 

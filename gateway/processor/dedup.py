@@ -56,6 +56,7 @@ from gateway.core import (
 )
 from gateway.core.engine import updated_record
 from gateway.core.events import cancelled_by_replace, follow
+from gateway.core.ids import summary
 from gateway.core.jobs import job_expires_at
 from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
 from gateway.core.times import parse_rfc3339
@@ -63,11 +64,16 @@ from gateway.partitioner import partition_for
 from gateway.processor import expiry
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
+    CLAIMED_ID_HEADER,
+    ID_CLAIMED,
+    ID_HEADER,
+    ID_MINTED,
     Output,
     Source,
     cancellation,
     decision_outputs,
     event_reply,
+    id_report,
     job_state,
     job_state_tombstone,
     refused_event,
@@ -159,26 +165,45 @@ class Dedup:
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
-        """One record of the partition's log: a request, or a job event the router forwarded."""
+        """One record of the partition's log: a request, or a job event the router forwarded.
+        A request whose id the id stage claimed for this route is reported back to it once
+        decided, whatever became of it, failures included (see core/ids.py)."""
         staged = self._guard.stage(key, state)
-        self._guard.run(
-            "dedup", source, value, key, lambda: self._on_record(value, key, source, staged),
-            refused_event if source.is_job_event else refused_request,
-        )  # fmt: skip
+        claimed = not source.is_job_event and source.headers.get(ID_HEADER) == ID_CLAIMED
+
+        def handle() -> None:
+            if self._on_record(value, key, source, staged) and claimed:
+                self.emit(self._claim_report(source, key), source)
+
+        def answer(source: Source, error: GatewayError) -> list[Output]:
+            if source.is_job_event:
+                return refused_event(source, error)
+            report = [self._claim_report(source, key)] if claimed else []
+            return [*refused_request(source, error), *report]
+
+        self._guard.run("dedup", source, value, key, handle, answer)
 
     def _on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
-    ) -> None:
-        """First, the finished jobs that time has carried out of the store get tombstones."""
+    ) -> bool:
+        """First, the finished jobs that time has carried out of the store get tombstones.
+        False when the record was sent on to be decided elsewhere."""
         self._tombstone_expired(source)
         refusal = headers_refusal(source.headers)
         if refusal is not None:
             self._refuse(source, refusal)
-            return
+            return True
         if source.is_job_event:
             self.on_event(value, key, source, state)
-        else:
-            self.on_request(value, key, source, state)
+            return True
+        return self.on_request(value, key, source, state)
+
+    def _claim_report(self, source: Source, key: bytes | None) -> Output:
+        """After a claimed request's decision: the job its route now holds under the id."""
+        job_id = source.header(CLAIMED_ID_HEADER) or ""
+        job = self.state_of(source, key or b"").get_bytes(JOB + job_id)
+        held = None if job is None else summary(orjson.loads(job))
+        return id_report(job_id, (key or b"").decode(errors="replace"), held, decided=True)
 
     def _refuse(self, source: Source, error: GatewayError) -> None:
         """A record refused before it is read: its answer, and the count."""
@@ -212,19 +237,33 @@ class Dedup:
 
     def on_request(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
-    ) -> None:
+    ) -> bool:
+        """Decide a request (True), or send it where it must go first (False)."""
         request = parse_limited(value, self.limits)
+        if isinstance(request, Request) and self._unvouched(request, source):
+            # A client id nobody claimed: the id stage claims it first (core/ids.py).
+            claim_key = str(request.envelope.id).encode()
+            headers = list(source.headers.items())
+            self.emit(Output(value or b"", claim_key, role="job_ids", headers=headers), source)
+            return False
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
-            # Deciding here could let two copies of one fingerprint be decided on
-            # two partitions; the router re-keys it onto the right one.
+            # Deciding here could let two copies of one fingerprint be decided on two
+            # partitions: keyed by its route, it lands where that route is decided; one
+            # without an id goes through the router, which gives it one.
             self.metrics.reroutes.inc()
             log.warning(
                 "request on the wrong partition re-routed",
                 extra={"source": source.as_dict()},
             )
-            intake = Output(value or b"", key, role="intake", headers=list(source.headers.items()))
-            self.emit(intake, source)
-            return
+            route = request_route(request)
+            headers = list(source.headers.items())
+            again = (
+                Output(value or b"", key, role="intake", headers=headers)
+                if route is None
+                else Output(value or b"", route.encode(), role="requests", headers=headers)
+            )
+            self.emit(again, source)
+            return False
         unique_key = request.unique_key if isinstance(request, Request) else None
         job_id = request.envelope.id if isinstance(request, Request) else None
         entries = self._load(state) if unique_key else ()
@@ -244,6 +283,14 @@ class Dedup:
         log.debug(
             "decided",
             extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
+        )
+        return True
+
+    @staticmethod
+    def _unvouched(request: Request, source: Source) -> bool:
+        return request.envelope.id is not None and source.headers.get(ID_HEADER) not in (
+            ID_CLAIMED,
+            ID_MINTED,
         )
 
     def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
@@ -270,9 +317,13 @@ class Dedup:
                 self._put_job(state, updated_record(stored, decision), source)
                 return
         if decision.job is not None:
-            route = route_key(decision.unique_key, str(decision.job["id"]))
+            job_id = str(decision.job["id"])
+            route = route_key(decision.unique_key, job_id)
             job = {**decision.job, "route": route, "partition": source.partition}
             self._put_job(state, job, source)
+            if source.header(CLAIMED_ID_HEADER) != job_id:
+                # An id the gateway minted: the id stage learns it is taken.
+                self.emit(id_report(job_id, route, summary(job), decided=False), source)
         for entry in decision.cancelled:
             old = self._load_job(state, entry.job_id)
             cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
@@ -296,6 +347,7 @@ class Dedup:
             # Unless a new job took the freed id since: its record is there, live.
             if self.state_of(source, route.encode()).get_bytes(JOB + job_id) is None:
                 self.emit(job_state_tombstone(job_id), source)
+                self.emit(id_report(job_id, route, None, decided=False), source)
 
     # -- job events ---------------------------------------------------------
 

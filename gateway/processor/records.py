@@ -33,6 +33,15 @@ Headers = list[tuple[str, bytes]]
 # partition's requests and events form one log in the order they are handled.
 KIND_HEADER = "kind"
 JOB_EVENT = b"job_event"
+# On `job_ids`: a route's report of the job it holds under an id (see core/ids.py).
+ID_REPORT = b"id_report"
+# On `requests`: how a request's client id was vouched for. `claimed`: the id stage
+# claimed it for this route; `minted`: the SDK or the router made it, fresh.
+ID_HEADER = "id_claim"
+ID_CLAIMED = b"claimed"
+ID_MINTED = b"minted"
+# Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
+CLAIMED_ID_HEADER = "claimed_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,14 @@ def refused_event(source: Source, error: GatewayError) -> list[Output]:
     """What an event refused before it could be applied writes: its reply, if it asked."""
     reply = event_reply(EventResult(EventOutcome.INVALID, (), error=error), None, source)
     return [] if reply is None else [reply]
+
+
+def id_report(job_id: str, route: str, job: dict[str, Any] | None, decided: bool) -> Output:
+    """What a route tells the id stage: the job it holds under `job_id` now (None: none),
+    and whether this follows a decision the stage's claim sent it."""
+    record = {"job_id": job_id, "route": route, "job": job, "decided": decided}
+    headers = [(KIND_HEADER, ID_REPORT)]
+    return Output(_json(record), job_id.encode(), role="job_ids", headers=headers)
 
 
 def job_state(job: dict[str, Any]) -> Output:

@@ -1,9 +1,11 @@
 """The router stage: raw requests from `intake` and job events from `job_events`, onto `requests`.
 
 Valid requests go on to the dedup stage keyed by their route (so they land on
-the partition that owns it): the fingerprint, else the job's id. A job with
-neither gets its id here, a UUIDv7 derived from the intake record (so replay
-gives the same one), written into the request. Invalid ones are decided `invalid` here,
+the partition that owns it): the fingerprint, else the job's id. A request
+with a client id goes to the id stage first (`job_ids`, keyed by the id),
+which claims the id and sends it on. A job with neither key nor id gets its
+id here, a UUIDv7 derived from the intake record (so replay gives the same
+one), written into the request. Invalid ones are decided `invalid` here,
 with a rejection and a decision record, so none is lost. Job events go on
 unchanged, keyed as they came (by their job's route) and marked as events, so
 the dedup stage reads one log per partition: a key's requests and events in
@@ -19,6 +21,9 @@ from gateway.core.limits import event_size_refusal, headers_refusal
 from gateway.processor.dedup import Emit, Limits, dialect_of, parse_limited
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
+    CLAIMED_ID_HEADER,
+    ID_HEADER,
+    ID_MINTED,
     JOB_EVENT,
     KIND_HEADER,
     Output,
@@ -59,14 +64,23 @@ class Router:
                 self.emit(output, source)
             self.metrics.decided(Outcome.INVALID, dialect, source.timestamp_ms)
             return
-        # The request keeps the id it was given on intake, wherever it is decided.
+        # The request keeps the id it was given on intake, wherever it is decided. Only
+        # the gateway vouches for an id: a producer's own id_claim header is dropped.
         headers = {**source.headers, "request_id": req_id.encode()}
-        headers.pop(KIND_HEADER, None)  # a request is never taken for an event
-        route = request.unique_key or request.envelope.id
+        for name in (KIND_HEADER, ID_HEADER, CLAIMED_ID_HEADER):
+            headers.pop(name, None)
+        if request.envelope.id is not None:
+            # A client id is claimed first, by the id stage (core/ids.py).
+            out = Output(value or b"", request.envelope.id.encode(), role="job_ids",
+                         headers=list(headers.items()))  # fmt: skip
+            self.emit(out, source)
+            return
+        route = request.unique_key
         if route is None:
             route = uuid7(source.timestamp_ms, None, source.seed)
             # Into the request as sent, whatever its dialect (the envelope's raw is OJS-shaped).
             value = orjson.dumps({**orjson.loads(value or b"{}"), "id": route})
+            headers[ID_HEADER] = ID_MINTED
         self.emit(
             Output(value or b"", route.encode(), role="requests", headers=list(headers.items())),
             source,

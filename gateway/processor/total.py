@@ -107,17 +107,18 @@ class Guard:
         handle: Callable[[], None],
         answer: Answer,
     ) -> None:
-        """Handle a record; never raise. `answer` says what a failed record gets."""
+        """Handle a record; never raise. `answer` says what a failed record gets (it may read
+        state: what the failed handling wrote is gone by then)."""
         try:
-            handle()
-            for output in self._outputs:
-                _check_fits(output)
-        except Exception as exc:  # the point of the guard: nothing escapes the record
-            self._outputs.clear()
-            self._states.clear()
-            self._failed(stage, source, value, key, exc, answer)
-            return
-        try:
+            try:
+                handle()
+                for output in self._outputs:
+                    _check_fits(output)
+            except Exception as exc:  # the point of the guard: nothing escapes the record
+                self._outputs.clear()
+                self._states.clear()
+                self._failed(stage, source, value, key, exc, answer)
+                return
             for staged in self._states.values():
                 staged.apply()
             for output in self._outputs:

@@ -82,14 +82,16 @@ class Client:
         self, bootstrap: str | None = None, namespace: str | None = None, **kafka_settings: Any
     ) -> None:
         cat = catalogue.load(namespace=namespace)
-        self._jobs = (_Kind(prepare, InvalidJob, EnqueueResult.from_record), cat.name("requests"))
+        self._jobs = _Kind(prepare, InvalidJob, EnqueueResult.from_record)
         # Events go on `requests` beside the key's requests, marked as events, so
         # the processor applies them in the order this client sent them.
-        self._events = (
-            _Kind(prepare_event, InvalidEvent, EventAck.from_record, ((KIND_HEADER, JOB_EVENT),)),
-            cat.name("requests"),
+        self._events = _Kind(
+            prepare_event, InvalidEvent, EventAck.from_record, ((KIND_HEADER, JOB_EVENT),)
         )
         self._replies_topic = cat.name("replies")
+        # Jobs go to `requests`, or first to the id stage when they carry a client id
+        # (see prepare.py).
+        self._topics = {role: cat.name(role) for role in ("requests", "job_ids")}
         self._settings: dict[str, Any] = config.client_config(bootstrap) | {
             _librdkafka_name(k): v for k, v in kafka_settings.items()
         }
@@ -211,7 +213,7 @@ class Client:
         self, items: Sequence[Any], wait: bool, deadline: float, events: bool = False
     ) -> Ticket:
         """Validate every item, then produce the valid ones; answers fill the ticket."""
-        kind, topic = self._events if events else self._jobs
+        kind = self._events if events else self._jobs
         ticket = Ticket(len(items))
         prepared = [kind.prepare(item) for item in items]
         outgoing = [(i, p) for i, p in enumerate(prepared) if isinstance(p, Outgoing)]
@@ -220,9 +222,10 @@ class Client:
                 ticket.fill(index, kind.invalid(verdict))
         if not outgoing:
             return ticket
-        self._get_ready(topic, wait, deadline)
+        for topic in {self._topics[out.role] for _, out in outgoing}:
+            self._get_ready(topic, wait, deadline)
         for index, out in outgoing:
-            self._produce(ticket, index, out, wait, topic, kind)
+            self._produce(ticket, index, out, wait, self._topics[out.role], kind)
         return ticket
 
     def _wait_for(self, ticket: Ticket, wait: bool, deadline: float) -> list[Any]:
@@ -251,7 +254,7 @@ class Client:
         topic: str,
         kind: _Kind,
     ) -> None:
-        headers = [("request_id", out.request_id.encode()), *kind.headers]
+        headers = [("request_id", out.request_id.encode()), *kind.headers, *out.headers]
         if wait:
             correlation_id = uuid.uuid4().hex
             headers += [

@@ -21,15 +21,19 @@ from gateway.core import (
     parse_request_json,
     uuid7,
 )
+from gateway.processor.records import ID_HEADER, ID_MINTED
 
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     value: bytes
-    # The job's route as the record key: its fingerprint, else its id.
+    # The record key: the job's route (its fingerprint, else its id), or on `job_ids` its id.
     key: bytes | None
     request_id: str
     unique_key: str | None
+    # Where it goes: `requests`, or `job_ids` for a job whose client id must be claimed first.
+    role: str = "requests"
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def prepare(job: Any) -> Outgoing | GatewayError:
@@ -44,13 +48,17 @@ def prepare(job: Any) -> Outgoing | GatewayError:
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
-    route = key or request.envelope.id
-    if route is None:
-        # A job without a key is routed by its id, so it is given one here (see core.route_key).
-        # Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
-        route = new_job_id()
-        value = orjson.dumps({**job, "id": route})
-    return Outgoing(value, route.encode(), request_id, key)
+    if request.envelope.id is not None:
+        # A client id is claimed by the gateway's id stage before the job can exist.
+        return Outgoing(value, request.envelope.id.encode(), request_id, key, "job_ids")
+    if key is not None:
+        return Outgoing(value, key.encode(), request_id, key)
+    # A job without a key is routed by its id, so it is given one here (see core.route_key),
+    # fresh, which the processor takes as vouched for. Into the job as sent, whatever its
+    # dialect (the envelope's raw is OJS-shaped).
+    route = new_job_id()
+    value = orjson.dumps({**job, "id": route})
+    return Outgoing(value, route.encode(), request_id, key, headers=((ID_HEADER, ID_MINTED),))
 
 
 def new_job_id() -> str:

@@ -11,7 +11,15 @@ from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor import expiry
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import JOB_EVENT, KIND_HEADER, Output, Source
+from gateway.processor.records import (
+    CLAIMED_ID_HEADER,
+    ID_CLAIMED,
+    ID_HEADER,
+    JOB_EVENT,
+    KIND_HEADER,
+    Output,
+    Source,
+)
 
 T0 = 1_770_000_000_000
 RETENTION = DEFAULT_RETENTION_MS
@@ -31,7 +39,9 @@ class Partition:
         )  # fmt: skip
 
     def record(self, value: dict[str, Any], at: int, event: bool = False) -> list[Output]:
-        headers = {KIND_HEADER: JOB_EVENT} if event else {}
+        # A request's client id as the id stage sends it on: claimed for this route.
+        claimed = {ID_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(value.get("id")).encode()}
+        headers = {KIND_HEADER: JOB_EVENT} if event else claimed
         key = str(value.get("job_id") or value.get("id")).encode()
         self.store.at(at)
         before = len(self.out)
