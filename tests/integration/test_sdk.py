@@ -273,3 +273,38 @@ def _requests_by_id(stack: Stack, request_ids: set[str]) -> dict[str, dict[str, 
     finally:
         reader.close()
     raise AssertionError(f"only {sorted(found)} of {sorted(request_ids)} found on {topic}")
+
+
+def test_one_client_id_under_two_keys_is_one_job_however_they_race(stack: Stack):
+    """200 ids, each sent twice at once under two different unique keys, from two clients:
+    the id stage lets exactly one of each pair become a job."""
+    ids = [str(uuid.UUID(int=(0x019B << 112) | (7 << 76) | (2 << 62) | i)) for i in range(200)]
+    tag = uuid.uuid4().hex
+
+    def jobs(side: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "race.job", "args": [side, tag, i], "id": job_id,
+             "unique": {"keys": ["type", "args"]}}
+            for i, job_id in enumerate(ids)
+        ]  # fmt: skip
+
+    other = Client(stack.bootstrap, stack.namespace)
+    results: dict[str, list[Any]] = {}
+    try:
+        threads = [
+            threading.Thread(target=lambda c=client, s=side: results.__setitem__(
+                s, c.enqueue_many(jobs(s), wait=True, timeout=120)))
+            for client, side in ((stack.client, "a"), (other, "b"))
+        ]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        other.close()
+    for i, job_id in enumerate(ids):
+        pair = [results["a"][i], results["b"][i]]
+        outcomes = sorted(str(r.outcome) for r in pair)
+        assert outcomes == ["accepted", "rejected"], (job_id, pair)
+        refused = next(r for r in pair if r.outcome is Outcome.REJECTED)
+        assert refused.error is not None and refused.error.code == "duplicate"
