@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from gateway.core import EventOutcome, IgnoredReason
+from gateway.core import PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
 from gateway.http import errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -45,7 +45,8 @@ async def ask(
         ack = await binding.client.publish_event(event, wait=True, timeout=PUBLISH_TIMEOUT_S)
     except InvalidEvent as exc:  # the core refused the event itself: nothing was sent
         return ApiError(
-            422, exc.code, f"the {event_type} event is refused: {exc.message}",
+            413 if exc.code == PAYLOAD_TOO_LARGE else 400, exc.code,
+            f"the {event_type} event is refused: {exc.message}",
             details={"job_id": job["id"], "event_type": event_type},
         )  # fmt: skip
     except EnqueueTimeout as exc:  # sent, maybe applied: the caller may have to undo it
