@@ -240,7 +240,8 @@ def test_a_batch_is_validated_whole_then_answers_201_with_jobs_and_count(stack: 
     new, dup, same = body["jobs"]
     assert new["deduplicated"] is False and new["state"] == "available"
     assert dup["deduplicated"] is True and dup["existing_job_id"] == new["id"]
-    assert dup["error"]["code"] == "duplicate"
+    assert dup["error"]["code"] == "duplicate" and dup["status"] == 409
+    assert not {"id", "type", "state"} & set(dup), dup  # a refused item is no job
     assert same["deduplicated"] is True
     assert stack.http.get(f"/ojs/v1/jobs/{new['id']}").status_code == 200
 
