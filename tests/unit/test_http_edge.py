@@ -276,3 +276,109 @@ def test_the_view_is_live_only_once_metadata_lists_every_partition_and_it_caught
     follower._check_caught_up()
     assert follower.live.is_set() and follower.reason == ""
     view.close()
+
+
+# -- fetch never leaves a job active that it did not hand out --------------------------
+
+
+class FakeView:
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.jobs = {j["id"]: j for j in jobs}
+
+    def waiting(self, queue: str) -> Any:
+        return iter([i for i, j in self.jobs.items() if j["state"] == "available"])
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        found = self.jobs.get(job_id)
+        return None if found is None else dict(found)
+
+
+class FakeClient:
+    """Claims of `a` are applied, of `b` time out (sent, no answer), of `c` are not sent."""
+
+    def __init__(self, view: FakeView) -> None:
+        self.view = view
+        self.sent: list[tuple[dict[str, Any], bool]] = []
+
+    async def publish_event(self, event: dict[str, Any], wait: bool = True, **_: Any) -> Any:
+        from gateway.sdk import ClientError, EnqueueTimeout, EventAck
+
+        self.sent.append((event, wait))
+        if event["type"] != "job.started":
+            return None
+        if event["job_id"] == "b":
+            raise EnqueueTimeout(1, 1, "replies", [None])
+        if event["job_id"] == "c":
+            raise ClientError("kafka", "Kafka is down")
+        moved = {**self.view.jobs["a"], "state": "active", "attempt": 1, "route": "a"}
+        self.view.jobs["a"] = moved
+        return EventAck.from_record(
+            {"outcome": "applied", "job_id": "a", "previous_state": "available",
+             "state": "active", "job": moved}
+        )  # fmt: skip
+
+
+def post_request(body: dict[str, Any]) -> Any:
+    from starlette.requests import Request
+
+    data = orjson.dumps(body)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/", "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }  # fmt: skip
+    return Request(scope, receive)
+
+
+def fake_binding(ids: list[str]) -> Any:
+    from gateway.http.binding import HttpSettings
+
+    view = FakeView(
+        [
+            {
+                "id": i,
+                "type": "t",
+                "queue": "q",
+                "state": "available",
+                "created_at": "2026-01-01T00:00:00Z",
+            }
+            for i in ids
+        ]
+    )
+    return SimpleNamespace(settings=HttpSettings(), view=view, client=FakeClient(view), claims={})
+
+
+def test_fetch_hands_out_what_it_claimed_and_requeues_a_claim_with_no_answer():
+    import asyncio
+
+    from gateway.http.answers import Answer
+    from gateway.http.workers import fetch
+
+    binding = fake_binding(["a", "b", "c"])
+    body = {"queues": ["q"], "count": 3, "visibility_timeout_ms": 777}
+    answer = asyncio.run(fetch(post_request(body), binding, "r"))
+    assert isinstance(answer, Answer) and answer.status == 200
+    assert [j["id"] for j in answer.body["jobs"]] == ["a"]
+    assert answer.body["job"]["state"] == "active" and "route" not in answer.body["job"]
+    claims = [e for e, _ in binding.client.sent if e["type"] == "job.started"]
+    assert sorted(e["job_id"] for e in claims) == ["a", "b", "c"]
+    assert all(e["visibility_timeout_ms"] == 777 for e in claims)
+    events = [(e["job_id"], e["type"], wait) for e, wait in binding.client.sent]
+    # The claim of b had no answer: a requeue follows it on its key, without waiting.
+    assert events.index(("b", "job.enqueued", False)) > events.index(("b", "job.started", True))
+    assert not any(t == "job.enqueued" and j != "b" for j, t, _ in events)
+
+
+def test_fetch_answers_an_error_only_when_it_claimed_nothing():
+    import asyncio
+
+    from gateway.http.errors import ApiError
+    from gateway.http.workers import fetch
+
+    binding = fake_binding(["c"])
+    answer = asyncio.run(fetch(post_request({"queues": ["q"]}), binding, "r"))
+    assert isinstance(answer, ApiError) and answer.status == 503 and answer.retryable
+    assert "visibility_timeout_ms" not in binding.client.sent[0][0]
