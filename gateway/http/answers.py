@@ -66,23 +66,37 @@ def for_client_error(exc: ClientError) -> ApiError:
 
 
 def batch_item(outcome: Any, request_id: str) -> dict[str, Any]:
-    """One batch job. OJS: the job (new, or the existing one it duplicates) with its
-    outcome. A dialect's item: its status and what a single POST would have said."""
+    """One batch item. OJS: the job (new, or under `ignore` the existing one, with
+    `deduplicated`); a refused job (a duplicate under `reject`, invalid, no decision in
+    time) is no job: `{"error": {...}, "status", ...}` with no id, type or state, so a
+    client reading jobs cannot take it for one. A dialect's item: its status and what a
+    single POST would have said."""
     if isinstance(outcome, EnqueueResult) and outcome.dialect != OJS:
         answer = for_result(outcome)
         if isinstance(answer, ApiError):
             return {"status": answer.status, **answer.envelope(request_id)}
         return {"status": answer.status, **answer.body}
-    if isinstance(outcome, EnqueueResult):
-        job = dict(outcome.job or {"id": outcome.job_id})
+    if isinstance(outcome, EnqueueResult) and outcome.outcome is Outcome.REJECTED:
+        # Refused: no job was created, so the item is no job (no id, type or state) but
+        # the error, and the live job it duplicates by reference.
+        refused = for_result(outcome)
+        assert isinstance(refused, ApiError)
+        return {
+            "error": refused.envelope(request_id)["error"], "status": refused.status,
+            "deduplicated": True, "existing_job_id": outcome.existing_job_id,
+            "existing_job_state": outcome.existing_job_state,
+        }  # fmt: skip
+    if isinstance(outcome, EnqueueResult) and outcome.job is not None:
+        job = dict(outcome.job)
         job.pop("route", None)
         job.pop("partition", None)
-        job["deduplicated"] = outcome.outcome in (Outcome.IGNORED, Outcome.REJECTED)
-        if outcome.outcome is Outcome.REJECTED:
-            job["existing_job_id"] = outcome.existing_job_id
-            job["error"] = for_result(outcome).envelope(request_id)["error"]  # type: ignore[union-attr]
+        job["deduplicated"] = outcome.outcome is Outcome.IGNORED
         return job
+    if isinstance(outcome, EnqueueResult):  # invalid, decided by the processor
+        answer = for_result(outcome)
+        if isinstance(answer, ApiError):
+            return {"error": answer.envelope(request_id)["error"], "status": answer.status}
     error = for_client_error(outcome) if isinstance(outcome, ClientError) else ApiError(
         504, errors.TIMEOUT, "no decision in time", retryable=True
     )  # fmt: skip
-    return {"error": error.envelope(request_id)["error"]}
+    return {"error": error.envelope(request_id)["error"], "status": error.status}

@@ -23,10 +23,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import catalogue, config
-from gateway.http import errors, health, jobs, workers
+from gateway.http import dead_letter, errors, events_route, health, jobs, workers
 from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
-from gateway.http.plumbing import endpoint, request_id_of
+from gateway.http.events import EventFeed
+from gateway.http.plumbing import endpoint, media_type_of, request_id_of
 from gateway.http.responses import error_response, ojs_response
 from gateway.http.view import Follower, JobView, default_view_dir, source_identity
 from gateway.processor import state_identity
@@ -34,7 +35,6 @@ from gateway.sdk import AsyncClient
 
 __all__ = ["HttpSettings", "create_app"]
 
-VIEW_STARTUP_S = 60.0
 OPENAPI = Path(__file__).with_name("openapi.json")
 
 
@@ -49,12 +49,15 @@ def create_app(settings: HttpSettings) -> Starlette:
         # A view built from another cluster or topic holds jobs this one never had.
         state_identity.reconcile(view_dir, identity)
         view = JobView(view_dir, settings.retention_ms)
-        follower = Follower(view, cat, kafka)
+        feed = EventFeed()
+        follower = Follower(view, cat, kafka, on_change=feed.add)
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
-        await asyncio.to_thread(follower.start)
-        # Serve once the view has read what was there, so GET knows the jobs from the start.
-        await asyncio.to_thread(follower.caught_up.wait, VIEW_STARTUP_S)
-        app.state.binding = Binding(settings, client, view, admin, cat.name("requests"))
+        # Serving starts at once; health says 503 (and every route waits, then 503) until
+        # the view follows every partition and has read what was there.
+        follower.start()
+        app.state.binding = Binding(
+            settings, client, view, admin, cat.name("requests"), follower, feed
+        )
         try:
             yield
         finally:
@@ -74,6 +77,12 @@ def create_app(settings: HttpSettings) -> Starlette:
         Route("/ojs/v1/workers/fetch", endpoint(workers.fetch), methods=["POST"]),
         Route("/ojs/v1/workers/ack", endpoint(workers.ack), methods=["POST"]),
         Route("/ojs/v1/workers/nack", endpoint(workers.nack), methods=["POST"]),
+        Route("/ojs/v1/workers/heartbeat", endpoint(workers.heartbeat), methods=["POST"]),
+        Route("/ojs/v1/queues", endpoint(dead_letter.list_queues), methods=["GET"]),
+        Route("/ojs/v1/dead-letter", endpoint(dead_letter.list_dead), methods=["GET"]),
+        Route("/ojs/v1/dead-letter/{job_id}/retry", endpoint(dead_letter.retry), methods=["POST"]),
+        Route("/ojs/v1/dead-letter/{job_id}", endpoint(dead_letter.delete), methods=["DELETE"]),
+        Route("/ojs/v1/events", endpoint(events_route.events), methods=["GET"]),
     ]
     return Starlette(
         routes=routes,
@@ -93,28 +102,34 @@ async def _openapi(request: Request) -> Response:
 async def _manifest(request: Request) -> Response:
     binding: Binding = request.app.state.binding
     manifest = orjson.loads(binding.settings.manifest.read_bytes())
-    return ojs_response(200, manifest, request_id_of(request))
+    return ojs_response(200, manifest, request_id_of(request), None, media_type_of(request))
 
 
 async def _health(request: Request) -> Response:
-    """Readiness: 200 once the processor owns its partitions and has restored its state."""
+    """Readiness: 200 once this process's view is live (it follows every partition of
+    job_states and has read what was there) and the processor owns its partitions and
+    has restored its state."""
     binding: Binding = request.app.state.binding
     settings = binding.settings
-    reason = await asyncio.to_thread(
-        health.not_ready,
-        binding.admin,
-        binding.requests_topic,
-        health.processor_group(settings.namespace),
-        settings.processor_url,
-    )
+    reason = binding.view_not_live()
+    if reason is None:
+        reason = await asyncio.to_thread(
+            health.not_ready,
+            binding.admin,
+            binding.requests_topic,
+            health.processor_group(settings.namespace),
+            settings.processor_url,
+        )
+    media_type = media_type_of(request)
     if reason is not None:
-        return ojs_response(503, {"status": "starting", "reason": reason}, request_id_of(request))
-    return ojs_response(200, {"status": "ok"}, request_id_of(request))
+        body = {"status": "starting", "reason": reason}
+        return ojs_response(503, body, request_id_of(request), None, media_type)
+    return ojs_response(200, {"status": "ok"}, request_id_of(request), None, media_type)
 
 
 async def _live(request: Request) -> Response:
     """Liveness: this process answers; Kafka and the processor are readiness's business."""
-    return ojs_response(200, {"status": "ok"}, request_id_of(request))
+    return ojs_response(200, {"status": "ok"}, request_id_of(request), None, media_type_of(request))
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -123,8 +138,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         exc.status_code, errors.INVALID_REQUEST
     )
     response = error_response(
-        ApiError(exc.status_code, code, str(exc.detail)), request_id_of(request)
-    )
+        ApiError(exc.status_code, code, str(exc.detail)), request_id_of(request),
+        media_type_of(request),
+    )  # fmt: skip
     response.headers.update(exc.headers or {})  # a 405 names the methods allowed (Allow)
     return response
 
@@ -133,4 +149,4 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     error = ApiError(
         500, errors.INTERNAL_ERROR, f"the gateway failed: {type(exc).__name__}", retryable=True
     )
-    return error_response(error, request_id_of(request))
+    return error_response(error, request_id_of(request), media_type_of(request))

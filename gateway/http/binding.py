@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,14 +11,19 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from starlette.requests import Request
+from starlette.responses import Response
 
 from gateway.core import DEFAULT_RETENTION_MS
+from gateway.http import errors
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
-from gateway.http.view import JobView
+from gateway.http.events import EventFeed
+from gateway.http.view import Follower, JobView
 from gateway.sdk import AsyncClient
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# How long a request waits for this process's view to be live before answering 503.
+VIEW_LIVE_WAIT_S = 10.0
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "conformance.json"
 
 
@@ -46,8 +53,25 @@ class Binding:
     view: JobView
     admin: AdminClient
     requests_topic: str
+    follower: Follower | None = None
+    feed: EventFeed = field(default_factory=EventFeed)
     # Job id -> until when (monotonic) this process's own claim of it is pending.
     claims: dict[str, float] = field(default_factory=dict)
 
+    def view_not_live(self) -> str | None:
+        """None once the view follows every partition and has caught up; else why not."""
+        if self.follower is None or self.follower.live.is_set():
+            return None
+        return self.follower.reason or "the job view is not live yet"
 
-Handler = Callable[[Request, Binding, str], Awaitable[Answer | ApiError]]
+    async def view_live(self, timeout: float = VIEW_LIVE_WAIT_S) -> ApiError | None:
+        """Wait (up to `timeout`) for a live view: every route reads it. Else 503."""
+        deadline = time.monotonic() + timeout
+        while (reason := self.view_not_live()) is not None:
+            if time.monotonic() >= deadline:
+                return ApiError(503, errors.UNAVAILABLE, reason, retryable=True)
+            await asyncio.sleep(0.05)
+        return None
+
+
+Handler = Callable[[Request, Binding, str], Awaitable[Answer | ApiError | Response]]

@@ -80,7 +80,8 @@ async def enqueue_batch(
     for outcome, item_id in zip(outcomes, ids, strict=True):
         if isinstance(outcome, EnqueueResult):
             await _settled(binding, outcome)
-        items.append(answers.batch_item(outcome, item_id))
+        item = answers.batch_item(outcome, item_id)
+        items.append(shown(item) if "state" in item and "error" not in item else item)
     return Answer(201, {"jobs": items, "count": len(items)})
 
 
@@ -109,10 +110,65 @@ async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer |
     return Answer(200, {"job": {**shown(moved), "previous_state": ack.previous_state}})
 
 
+INTERNAL_FIELDS = ("route", "partition")
+
+
 def shown(job: dict[str, Any]) -> dict[str, Any]:
-    """A job as OJS shows it: a due scheduled or retryable job is available."""
+    """A job as OJS shows it, with what the client sent given back in the shape it sent:
+    a due scheduled or retryable job is available; `retry` is the OJS retry object (ISO
+    8601 intervals, or the `_ms` integers if the client sent those under options.retry);
+    `unique` is the policy as sent (top-level or under options); `errors` lists every
+    failed attempt's error kept (oldest first), else the last one; no internal fields."""
     state = str(job_effective_state(job, time.time_ns() // 1_000_000))
-    return {k: v for k, v in job.items() if k not in ("route", "partition")} | {"state": state}
+    out = {k: v for k, v in job.items() if k not in INTERNAL_FIELDS} | {"state": state}
+    raw_options = job.get("options")
+    options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
+    if isinstance(job.get("retry"), dict):
+        sent = options.get("retry")
+        out["retry"] = ojs_retry(job["retry"], sent if isinstance(sent, dict) else None)
+    if out.get("unique") is None and options.get("unique") is not None:
+        out["unique"] = options["unique"]
+    errors_kept = job.get("errors")
+    if isinstance(errors_kept, list):
+        out["errors"] = errors_kept
+    else:
+        out["errors"] = [job["error"]] if job.get("error") else []
+    return out
+
+
+def ojs_retry(stored: dict[str, Any], sent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The core's stored retry policy (retry.RetryPolicy.to_dict) as the OJS retry object."""
+    sent = sent or {}
+    out: dict[str, Any] = {"max_attempts": stored.get("max_attempts")}
+    for name in ("initial_interval", "max_interval"):
+        millis = stored.get(f"{name}_ms")
+        if f"{name}_ms" in sent:
+            out[f"{name}_ms"] = millis
+        elif isinstance(millis, int):
+            out[name] = iso_duration(millis)
+    out["backoff_coefficient"] = stored.get("backoff_coefficient")
+    out["jitter"] = stored.get("jitter")
+    out["non_retryable_errors"] = list(stored.get("non_retryable_errors") or [])
+    if stored.get("backoff", "exponential") != "exponential" or "backoff" in sent:
+        out["backoff"] = stored.get("backoff")
+    if "on_exhaustion" in sent:
+        out["on_exhaustion"] = sent["on_exhaustion"]
+    return out
+
+
+def iso_duration(millis: int) -> str:
+    """Milliseconds as an ISO 8601 duration: 1000 -> PT1S, 300000 -> PT5M, 1500 -> PT1.5S."""
+    if millis <= 0:
+        return "PT0S"
+    days, rest = divmod(millis, 86_400_000)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, ms = divmod(rest, 1000)
+    text = "P" + (f"{days}D" if days else "")
+    clock = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+    if seconds or ms:
+        clock += f"{seconds}.{ms:03d}".rstrip("0").rstrip(".") + "S"
+    return text + ("T" + clock if clock else "")
 
 
 async def _settled(binding: Binding, result: EnqueueResult) -> None:

@@ -16,7 +16,7 @@ from gateway.core import PAYLOAD_TOO_LARGE
 from gateway.http import errors
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
-from gateway.http.responses import ACCEPTED_MEDIA_TYPES, error_response, ojs_response
+from gateway.http.responses import ACCEPTED_MEDIA_TYPES, error_response, negotiate, ojs_response
 
 log = logging.getLogger("gateway.http")
 
@@ -25,17 +25,26 @@ def request_id_of(request: Request) -> str:
     return request.headers.get("x-request-id") or str(uuid.uuid4())
 
 
+def media_type_of(request: Request) -> str:
+    """The type the caller asked for (Accept): the OJS type, or plain application/json."""
+    return negotiate(request.headers.get("accept"))
+
+
 def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """Request id, authorisation, then the handler; its value becomes the response."""
+    """Request id, authorisation, a live view, then the handler; its value becomes the
+    response (a handler may also return a ready-made Response, as the event stream does)."""
 
     async def handle(request: Request) -> Response:
         request_id = request_id_of(request)
         binding: Binding = request.app.state.binding
-        refused = authorize(request, binding.settings.token)
+        media_type = media_type_of(request)
+        refused = authorize(request, binding.settings.token) or await binding.view_live()
         answer = refused or await handler(request, binding, request_id)
+        if isinstance(answer, Response):
+            return answer
         if isinstance(answer, ApiError):
-            return error_response(answer, request_id)
-        return ojs_response(answer.status, answer.body, request_id, answer.headers)
+            return error_response(answer, request_id, media_type)
+        return ojs_response(answer.status, answer.body, request_id, answer.headers, media_type)
 
     return handle
 

@@ -15,16 +15,44 @@ OJS_VERSION = "1.0"
 ACCEPTED_MEDIA_TYPES = frozenset({"application/json", MEDIA_TYPE})
 
 
+JSON_TYPE = "application/json"
+
+
+def negotiate(accept: str | None) -> str:
+    """The response type for an Accept header: the OJS type unless the caller accepts
+    plain `application/json` and not the OJS type (no header, `*/*`: the OJS type)."""
+    wanted: set[str] = set()
+    for part in (accept or "").split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if media and quality > 0:
+            wanted.add(media.lower())
+    if MEDIA_TYPE in wanted or JSON_TYPE not in wanted:
+        return MEDIA_TYPE
+    return JSON_TYPE
+
+
 def ojs_response(
-    status: int, body: Any, request_id: str, headers: Mapping[str, str] | None = None
+    status: int,
+    body: Any,
+    request_id: str,
+    headers: Mapping[str, str] | None = None,
+    media_type: str = MEDIA_TYPE,
 ) -> Response:
     return Response(
         orjson.dumps(body),
         status_code=status,
-        media_type=MEDIA_TYPE,
+        media_type=media_type,
         headers={"OJS-Version": OJS_VERSION, "X-Request-Id": request_id, **(headers or {})},
     )
 
 
-def error_response(error: ApiError, request_id: str) -> Response:
-    return ojs_response(error.status, error.envelope(request_id), request_id)
+def error_response(error: ApiError, request_id: str, media_type: str = MEDIA_TYPE) -> Response:
+    return ojs_response(error.status, error.envelope(request_id), request_id, None, media_type)

@@ -12,11 +12,11 @@ import asyncio
 import time
 from typing import Any
 
-from gateway.core import EventOutcome, IgnoredReason
+from gateway.core import PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
 from gateway.http import errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
-from gateway.sdk import ClientError, EventAck
+from gateway.sdk import ClientError, EnqueueTimeout, EventAck, InvalidEvent
 
 PUBLISH_TIMEOUT_S = 10.0
 VIEW_WAIT_S = 5.0
@@ -29,6 +29,11 @@ def not_found(job_id: str) -> ApiError:
     )  # fmt: skip
 
 
+def timed_out(answer: EventAck | ApiError) -> bool:
+    """The event was sent but no answer came in time: it may yet be applied."""
+    return isinstance(answer, ApiError) and bool(answer.details.get("sent"))
+
+
 async def ask(
     binding: Binding, job: dict[str, Any], event_type: str, **fields: Any
 ) -> EventAck | ApiError:
@@ -38,6 +43,18 @@ async def ask(
         event["unique_key"] = job["unique_key"]
     try:
         ack = await binding.client.publish_event(event, wait=True, timeout=PUBLISH_TIMEOUT_S)
+    except InvalidEvent as exc:  # the core refused the event itself: nothing was sent
+        return ApiError(
+            413 if exc.code == PAYLOAD_TOO_LARGE else 400, exc.code,
+            f"the {event_type} event is refused: {exc.message}",
+            details={"job_id": job["id"], "event_type": event_type},
+        )  # fmt: skip
+    except EnqueueTimeout as exc:  # sent, maybe applied: the caller may have to undo it
+        return ApiError(
+            503, errors.UNAVAILABLE,
+            f"no answer to the {event_type} event in time ({exc.message}); it may still apply",
+            retryable=True, details={"job_id": job["id"], "event_type": event_type, "sent": True},
+        )  # fmt: skip
     except ClientError as exc:
         return ApiError(
             503, errors.UNAVAILABLE,
@@ -77,4 +94,11 @@ async def wait_for_view(
         seen = binding.view.get(str(job["id"]))
         if seen is not None and all(seen.get(f) == job.get(f) for f in fields):
             return
+        await asyncio.sleep(0.01)
+
+
+async def wait_for_gone(binding: Binding, job_id: str, timeout: float = VIEW_WAIT_S) -> None:
+    """Until this process's view no longer holds the job (its tombstone read), or `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and binding.view.get(job_id) is not None:
         await asyncio.sleep(0.01)

@@ -22,7 +22,12 @@ Layout (one RocksDB under the gateway home per serve process):
                                       (available, scheduled, retryable), in fetch
                                       order: priority descending, then ready time
     x/<expiry ms><id>              -> b"" for every terminal job, in expiry order
+    s/<state>\0<queue>\0<id>        -> b"" for every job, by state then queue (dead letters:
+                                      the discarded ones)
+    c/<queue>\0<state>              -> how many jobs of the queue are in the state
+    n/<queue>                      -> when the queue's first job was created (RFC 3339)
     o/<partition>                  -> the next offset to read
+    meta/layout                    -> this layout's version; a view of another is read anew
 Beside it, identity.json names the cluster and topic it was built from.
 Nothing here decides: fetch candidates are only proposals the processor may
 refuse (see workers.py).
@@ -36,10 +41,17 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicCollection, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict, WriteBatch
 
@@ -58,6 +70,12 @@ _BATCH = 500
 _PRIORITY_BIAS = 2**31
 _SWEEP_EVERY_S = 1.0
 _ADMIN_TIMEOUT_S = 10.0
+_METADATA_RETRY_S = 0.5
+_METADATA_TIMEOUT_S = 5.0
+LAYOUT = b"2"
+_LAYOUT_KEY = b"meta/layout"
+# (partition, offset, the job before, the job after): what the follower hands on.
+Change = tuple[int, int, dict[str, Any] | None, dict[str, Any] | None]
 
 
 def default_view_dir(namespace: str | None, instance: str = "default") -> Path:
@@ -110,6 +128,22 @@ def _expiry_key(expires_ms: int, job_id: bytes) -> bytes:
     return b"x/" + max(expires_ms, 0).to_bytes(8, "big") + job_id
 
 
+def _state_prefix(state: str, queue: str | None = None) -> bytes:
+    prefix = b"s/" + state.encode() + b"\x00"
+    return prefix if queue is None else prefix + queue.encode() + b"\x00"
+
+
+def _state_key(job: Mapping[str, Any]) -> bytes:
+    return (
+        _state_prefix(str(job.get("state", "")), str(job.get("queue", "")))
+        + str(job["id"]).encode()
+    )
+
+
+def _count_key(queue: str, state: str) -> bytes:
+    return b"c/" + queue.encode() + b"\x00" + state.encode()
+
+
 class JobView:
     """Thread-safe: the follower writes, request handlers read."""
 
@@ -119,6 +153,13 @@ class JobView:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         self._db = Rdict(str(path), options)
+        if self._db.get(_LAYOUT_KEY) != LAYOUT and any(True for _ in self._db.keys(from_key=b"")):
+            # Written by a version without today's indexes: read job_states anew.
+            log.info("the job view has an older layout; reading job_states again")
+            self._db.close()
+            Rdict.destroy(str(path), options)
+            self._db = Rdict(str(path), options)
+        self._db[_LAYOUT_KEY] = LAYOUT
         self._lock = threading.Lock()
         self.applied = 0  # records applied by this process, for tests and metrics
 
@@ -139,41 +180,75 @@ class JobView:
             found[int(key[2:])] = int(value)
         return found
 
-    def apply(self, records: list[tuple[int, int, bytes, bytes | None]], now_ms: int) -> None:
+    def apply(
+        self, records: list[tuple[int, int, bytes, bytes | None]], now_ms: int
+    ) -> list[Change]:
         """(partition, offset, key, value) records of job_states, in order; atomic with offsets.
-        A terminal job already past its expiry at `now_ms` is not kept."""
+        A terminal job already past its expiry at `now_ms` is not kept. Returns each kept
+        change (the job before and after), for the events feed."""
         with self._lock:
             batch = WriteBatch(raw_mode=True)
             staged: dict[bytes, bytes | None] = {}
             ends: dict[int, int] = {}
+            counts: dict[bytes, int] = {}
+            first_seen: dict[bytes, str] = {}
+            changes: list[Change] = []
             for partition, offset, key, value in records:
                 ends[partition] = offset + 1
                 job_key = b"j/" + key
                 before_raw = staged[job_key] if job_key in staged else self._db.get(job_key)
                 before = None if before_raw is None else orjson.loads(before_raw)
-                old_rank = None if before is None else _queue_key(before)
-                if old_rank is not None:
-                    batch.delete(old_rank)
-                old_expiry = None if before is None else self._expires(before)
-                if old_expiry is not None:
-                    batch.delete(_expiry_key(old_expiry, key))
+                if before is not None:
+                    self._unindex(batch, key, before, counts)
                 job = None if value is None else orjson.loads(value)
                 expiry = None if job is None else self._expires(job)
                 if job is None or (expiry is not None and expiry <= now_ms):
                     batch.delete(job_key)
                     staged[job_key] = None
+                    if job is None and before is not None:
+                        changes.append((partition, offset, before, None))
                     continue
                 batch.put(job_key, value)
                 staged[job_key] = value
+                changes.append((partition, offset, before, job))
                 new_rank = _queue_key(job)
                 if new_rank is not None:
                     batch.put(new_rank, b"")
                 if expiry is not None:
                     batch.put(_expiry_key(expiry, key), b"")
+                batch.put(_state_key(job), b"")
+                count = _count_key(str(job.get("queue", "")), str(job.get("state", "")))
+                counts[count] = counts.get(count, 0) + 1
+                queue_key = b"n/" + str(job.get("queue", "")).encode()
+                created = str(job.get("created_at") or "")
+                if queue_key not in first_seen and self._db.get(queue_key) is None:
+                    first_seen[queue_key] = created
+            for count, delta in counts.items():
+                if delta:
+                    raw = self._db.get(count)
+                    now = (0 if raw is None else int(bytes(raw))) + delta  # type: ignore[arg-type]
+                    batch.put(count, str(max(now, 0)).encode())
+            for queue_key, created in first_seen.items():
+                batch.put(queue_key, created.encode())
             for partition, end in ends.items():
                 batch.put(f"o/{partition}".encode(), str(end).encode())
             self._db.write(batch)
             self.applied += len(records)
+            return changes
+
+    def _unindex(
+        self, batch: WriteBatch, key: bytes, job: Mapping[str, Any], counts: dict[bytes, int]
+    ) -> None:
+        """Take a job's old version out of every index (the data key is the caller's)."""
+        old_rank = _queue_key(job)
+        if old_rank is not None:
+            batch.delete(old_rank)
+        old_expiry = self._expires(job)
+        if old_expiry is not None:
+            batch.delete(_expiry_key(old_expiry, key))
+        batch.delete(_state_key(job))
+        count = _count_key(str(job.get("queue", "")), str(job.get("state", "")))
+        counts[count] = counts.get(count, 0) - 1
 
     def _expires(self, job: Mapping[str, Any]) -> int | None:
         return job_expires_at(job, self.retention_ms)
@@ -183,13 +258,24 @@ class JobView:
         with self._lock:
             batch = WriteBatch(raw_mode=True)
             dropped = 0
+            counts: dict[bytes, int] = {}
             for raw in self._db.keys(from_key=b"x/"):
                 key = bytes(raw)  # type: ignore[arg-type]
                 if not key.startswith(b"x/") or int.from_bytes(key[2:10], "big") > now_ms:
                     break
                 batch.delete(key)
+                job_raw = self._db.get(b"j/" + key[10:])
+                if job_raw is not None:
+                    job = orjson.loads(bytes(job_raw))  # type: ignore[arg-type]
+                    batch.delete(_state_key(job))
+                    count = _count_key(str(job.get("queue", "")), str(job.get("state", "")))
+                    counts[count] = counts.get(count, 0) - 1
                 batch.delete(b"j/" + key[10:])
                 dropped += 1
+            for count, delta in counts.items():
+                raw_count = self._db.get(count)
+                now = (0 if raw_count is None else int(bytes(raw_count))) + delta  # type: ignore[arg-type]
+                batch.put(count, str(max(now, 0)).encode())
             if dropped:
                 self._db.write(batch)
             return dropped
@@ -203,14 +289,71 @@ class JobView:
                 return
             yield key[len(prefix) + 12 :].decode()
 
+    def in_state(self, state: str, queue: str | None = None) -> Iterator[str]:
+        """Ids of the jobs in `state` (of one queue, or all), by queue then id."""
+        prefix = _state_prefix(state, queue)
+        for raw in self._db.keys(from_key=prefix):
+            key = bytes(raw)  # type: ignore[arg-type]
+            if not key.startswith(prefix):
+                return
+            yield key.rsplit(b"\x00", 1)[1].decode()
+
+    def queues(self) -> dict[str, dict[str, Any]]:
+        """Every queue the view has seen a job of: when its first job was created, and
+        how many of its jobs are in each state now."""
+        found: dict[str, dict[str, Any]] = {}
+        for raw_key, raw_value in self._db.items(from_key=b"n/"):
+            key = bytes(raw_key)  # type: ignore[arg-type]
+            if not key.startswith(b"n/"):
+                break
+            created = bytes(raw_value).decode()  # type: ignore[arg-type]
+            found[key[2:].decode()] = {"created_at": created or None, "counts": {}}
+        for raw_key, raw_value in self._db.items(from_key=b"c/"):
+            key = bytes(raw_key)  # type: ignore[arg-type]
+            if not key.startswith(b"c/"):
+                break
+            queue, _, state = key[2:].decode().partition("\x00")
+            entry = found.setdefault(queue, {"created_at": None, "counts": {}})
+            entry["counts"][state] = int(bytes(raw_value))  # type: ignore[arg-type]
+        return found
+
+
+class _Reader(Protocol):
+    """What the follower needs of a Kafka consumer (a fake one in unit tests)."""
+
+    def list_topics(self, topic: str, timeout: float) -> Any: ...
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float, cached: bool
+    ) -> tuple[int, int]: ...
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def consume(self, num_messages: int, timeout: float) -> list[Message]: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+    def close(self) -> None: ...
+
 
 class Follower:
-    """A background thread copying committed `job_states` records into the view."""
+    """A background thread copying committed `job_states` records into the view.
 
-    def __init__(self, view: JobView, cat: Catalogue, settings: Mapping[str, Any]) -> None:
+    It follows every partition of `job_states` from where the view stopped (the
+    start, for a new view). Right after the topics are created, the brokers' metadata
+    may list none or only some of them, so it asks again until it lists as many as
+    the catalogue says the topic has. It is `live` once it reads all of them and has
+    reached the end offsets they had when it started; until then `reason` says what
+    it waits for, and health answers 503 with it.
+    """
+
+    def __init__(
+        self,
+        view: JobView,
+        cat: Catalogue,
+        settings: Mapping[str, Any],
+        on_change: Any = None,
+        consumer: _Reader | None = None,
+    ) -> None:
         self._view = view
         self._topic = cat.name("job_states")
-        self._consumer = Consumer(
+        self._expected = cat.by_role("job_states").partitions
+        self._consumer: _Reader = consumer or Consumer(
             {
                 **settings,
                 # Never joins a group (partitions are assigned), never commits:
@@ -220,39 +363,114 @@ class Follower:
                 "isolation.level": "read_committed",
             }
         )
+        self._on_change = on_change
         self._stopping = threading.Event()
         self._swept_at = 0.0
-        self.caught_up = threading.Event()
+        self._behind: dict[int, int] = {}  # partition -> the end offset it must reach
+        self.live = threading.Event()
+        self.reason = "the job view has not started reading job_states"
         self._thread = threading.Thread(target=self._run, name="gateway-http-view", daemon=True)
 
     def start(self) -> None:
-        stored = self._view.offsets()
-        metadata = self._consumer.list_topics(self._topic, timeout=10)
-        partitions = sorted(metadata.topics[self._topic].partitions)
-        self._consumer.assign(
-            [TopicPartition(self._topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
-        )
         self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         self._consumer.close()
 
     def _run(self) -> None:
+        if not self._assign():
+            return
         while not self._stopping.is_set():
             try:
                 messages = self._consumer.consume(_BATCH, _POLL_S)
                 records = [r for r in map(self._record, messages) if r is not None]
                 if records:
-                    self._view.apply(records, time.time_ns() // 1_000_000)
-                elif not messages:
-                    self.caught_up.set()  # nothing more to read for now
+                    changes = self._view.apply(records, time.time_ns() // 1_000_000)
+                    if self._on_change is not None:
+                        self._on_change(changes)
+                if not self.live.is_set():
+                    self._check_caught_up()
                 if time.monotonic() - self._swept_at >= _SWEEP_EVERY_S:
                     self._swept_at = time.monotonic()
                     self._view.sweep(time.time_ns() // 1_000_000)
             except Exception:  # the thread must outlive any one bad batch
                 log.exception("the job view failed on a batch; continuing")
+
+    def _assign(self) -> bool:
+        """Assign every partition once metadata lists them all; False if stopped first."""
+        partitions = self._await_partitions()
+        if partitions is None:
+            return False
+        stored = self._view.offsets()
+        ends = self._await_ends(partitions)
+        if ends is None:
+            return False
+        self._behind = {p: end for p, end in ends.items() if end > stored.get(p, 0)}
+        self._consumer.assign(
+            [TopicPartition(self._topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
+        )
+        self.reason = (
+            f"the job view is reading {self._topic} up to the end offsets it saw at start "
+            f"({len(self._behind)} of {len(partitions)} partitions to go)"
+        )
+        self._check_caught_up()
+        return True
+
+    def _await_partitions(self) -> list[int] | None:
+        while not self._stopping.is_set():
+            try:
+                metadata = self._consumer.list_topics(self._topic, timeout=_METADATA_TIMEOUT_S)
+                topic = metadata.topics.get(self._topic)
+                listed = [] if topic is None or topic.error is not None else topic.partitions
+                found = sorted(listed)
+                problem = f"its metadata lists {len(found)} of its {self._expected} partitions"
+            except KafkaException as exc:
+                found, problem = [], f"Kafka did not answer: {exc.args[0].str()}"
+            if found and len(found) >= self._expected:
+                return found
+            self.reason = f"the job view waits for topic {self._topic}: {problem}"
+            log.info("the job view waits for %s: %s", self._topic, problem)
+            self._stopping.wait(_METADATA_RETRY_S)
+        return None
+
+    def _await_ends(self, partitions: list[int]) -> dict[int, int] | None:
+        ends: dict[int, int] = {}
+        while not self._stopping.is_set():
+            try:
+                for p in partitions:
+                    if p not in ends:
+                        _, ends[p] = self._consumer.get_watermark_offsets(
+                            TopicPartition(self._topic, p), timeout=_METADATA_TIMEOUT_S,
+                            cached=False,
+                        )  # fmt: skip
+                return ends
+            except KafkaException as exc:
+                self.reason = (
+                    f"the job view could not read the end offsets of {self._topic}: "
+                    f"{exc.args[0].str()}"
+                )
+                self._stopping.wait(_METADATA_RETRY_S)
+        return None
+
+    def _check_caught_up(self) -> None:
+        """Live once every partition has reached the end offset it had at start
+        (a read_committed position moves past transaction markers too)."""
+        if self._behind:
+            asked = [TopicPartition(self._topic, p) for p in self._behind]
+            for tp in self._consumer.position(asked):
+                if tp.offset >= 0 and tp.offset >= self._behind[tp.partition]:
+                    del self._behind[tp.partition]
+        if self._behind:
+            self.reason = (
+                f"the job view is reading {self._topic} up to the end offsets it saw at start "
+                f"({len(self._behind)} partitions to go)"
+            )
+            return
+        self.reason = ""
+        self.live.set()
 
     def _record(self, msg: Message) -> tuple[int, int, bytes, bytes | None] | None:
         if msg.error() is not None:

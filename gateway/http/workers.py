@@ -1,28 +1,42 @@
-"""The worker routes: fetch claims jobs, ack completes one, nack reports a failure.
+"""The worker routes: fetch claims jobs, ack completes one, nack reports a failure,
+heartbeat extends the leases of a worker's active jobs.
 
 Fetch proposes candidates from the view (queues left to right, each in
-priority then ready-time order) and claims each with a job.started event; a
-job is handed out only once the processor has confirmed available → active
-for it, so any number of serve processes never hand out one job twice. Ack
-and nack ask the processor likewise and answer in the OJS shapes.
+priority then ready-time order) and claims each with a job.started event
+(carrying the request's `visibility_timeout_ms`, the lease the processor
+sets); a job is handed out only once the processor has confirmed available →
+active for it, so any number of serve processes never hand out one job twice.
+Fetch never leaves a job active that it did not hand out: it answers with
+every job it claimed, even when another claim failed, and a claim whose answer
+did not come in time is followed, on the same key, by a requeue (job.enqueued,
+active → available), which undoes it if it was applied; the lease is the
+second safety net. Ack, nack and heartbeat ask the processor likewise and
+answer in the OJS shapes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 from starlette.requests import Request
 
-from gateway.core import State, job_effective_state
+from gateway.core import EventOutcome, State, job_effective_state
+from gateway.core.times import format_rfc3339
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
+from gateway.http.jobs import shown
 from gateway.http.plumbing import read_json
+from gateway.sdk import ClientError
+
+log = logging.getLogger("gateway.http.workers")
 
 MAX_FETCH = 1000
+MAX_HEARTBEAT_JOBS = 1000
 # A claim this process has in flight: other local fetches skip it meanwhile (at most this long).
 CLAIM_MEMORY_S = 5.0
 
@@ -41,21 +55,40 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
         return _bad("queues is required: a non-empty list of queue names")
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_FETCH:
         return _bad(f"count must be an integer from 1 to {MAX_FETCH}")
+    lease = _visibility_timeout(body)
+    if isinstance(lease, ApiError):
+        return lease
+    fields = {} if lease is None else {"visibility_timeout_ms": lease}
     claimed: list[dict[str, Any]] = []
+    problems: list[ApiError] = []
     tried: set[str] = set()
-    while len(claimed) < count:
+    while len(claimed) < count and not problems:
         # Never more claims than jobs wanted: a claimed job is active, it must be handed out.
         candidates = _candidates(binding, queues, count - len(claimed), tried)
         if not candidates:
             break
         tried.update(j["id"] for j in candidates)
-        answers = await asyncio.gather(*(_claim(binding, j) for j in candidates))
+        answers = await asyncio.gather(*(_claim(binding, j, fields) for j in candidates))
         for answer in answers:
             if isinstance(answer, ApiError):
-                return answer
-            if answer is not None:
-                claimed.append(answer)
-    return Answer(200, {"jobs": claimed})
+                problems.append(answer)
+            elif answer is not None:
+                claimed.append(shown(answer))
+    if problems and not claimed:
+        return problems[0]
+    out: dict[str, Any] = {"jobs": claimed}
+    if claimed:
+        out["job"] = claimed[0]
+    return Answer(200, out)
+
+
+def _visibility_timeout(body: dict[str, Any]) -> int | None | ApiError:
+    value = body.get("visibility_timeout_ms")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return _bad("visibility_timeout_ms must be a non-negative integer (milliseconds)")
+    return value
 
 
 def _candidates(
@@ -79,11 +112,15 @@ def _candidates(
     return found
 
 
-async def _claim(binding: Binding, job: dict[str, Any]) -> dict[str, Any] | ApiError | None:
+async def _claim(
+    binding: Binding, job: dict[str, Any], fields: dict[str, Any]
+) -> dict[str, Any] | ApiError | None:
     """The job, active, if the processor gave it to us; None if it went elsewhere."""
     binding.claims[job["id"]] = time.monotonic() + CLAIM_MEMORY_S
     try:
-        ack = await transitions.ask(binding, job, "job.started")
+        ack = await transitions.ask(binding, job, "job.started", **fields)
+        if transitions.timed_out(ack):
+            await _requeue(binding, job)
         if isinstance(ack, ApiError):
             return ack
         moved = ack.record.get("job")
@@ -93,6 +130,105 @@ async def _claim(binding: Binding, job: dict[str, Any]) -> dict[str, Any] | ApiE
         return moved
     finally:
         binding.claims.pop(job["id"], None)
+
+
+async def _requeue(binding: Binding, job: dict[str, Any]) -> None:
+    """After a claim with no answer: job.enqueued on the same key, so it comes after the
+    claim in the key's log and undoes it if it was applied (an available job ignores it)."""
+    event = {"job_id": job["id"], "type": "job.enqueued"}
+    if job.get("unique_key"):
+        event["unique_key"] = job["unique_key"]
+    try:
+        await binding.client.publish_event(event, wait=False)
+    except ClientError as exc:  # the lease is the second safety net
+        log.warning(
+            "could not requeue a claim with no answer; its lease will return it",
+            extra={"job_id": job["id"], "error": str(exc)},
+        )
+
+
+async def heartbeat(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """OJS BEAT: extend the lease of each active job named (one job.heartbeat each).
+
+    Answers `state` (always `running`: this gateway sends no directive), `directive`,
+    `jobs_extended` (the jobs whose lease the processor extended), `server_time` and,
+    per job, what the processor said (`jobs`: job_id, extended, state,
+    lease_expires_at, or the error)."""
+    body = await read_json(request, binding.settings.max_body_bytes)
+    if isinstance(body, ApiError):
+        return body
+    if not isinstance(body, dict):
+        return _bad("send a JSON object: {worker_id, active_jobs, visibility_timeout_ms}")
+    worker_id = body.get("worker_id")
+    if not isinstance(worker_id, str) or not worker_id:
+        return _bad("worker_id is required: the worker's identifier")
+    ids = _heartbeat_job_ids(body)
+    if isinstance(ids, ApiError):
+        return ids
+    lease = _visibility_timeout(body)
+    if isinstance(lease, ApiError):
+        return lease
+    fields = {} if lease is None else {"visibility_timeout_ms": lease}
+    results = await asyncio.gather(*(_beat(binding, job_id, fields) for job_id in ids))
+    return Answer(
+        200,
+        {
+            "state": "running", "directive": "",
+            "jobs_extended": [r["job_id"] for r in results if r["extended"]],
+            "server_time": format_rfc3339(now_ms()), "jobs": list(results),
+        },
+    )  # fmt: skip
+
+
+def _heartbeat_job_ids(body: dict[str, Any]) -> list[str] | ApiError:
+    """The jobs named: `active_jobs` (the HTTP binding's list), `active_job_ids` (the worker
+    protocol's; there `active_jobs` is a count) or `job_id`; each once, in order."""
+    named: list[Any] = []
+    for field in ("active_jobs", "active_job_ids"):
+        value = body.get(field)
+        if isinstance(value, list):
+            named.extend(value)
+        elif value is not None and not (field == "active_jobs" and isinstance(value, int)):
+            return _bad(f"{field} must be a list of job ids")
+    if body.get("job_id") is not None:
+        named.append(body["job_id"])
+    if not all(isinstance(j, str) and j for j in named):
+        return _bad("every active job id must be a non-empty string")
+    unique = list(dict.fromkeys(named))
+    if len(unique) > MAX_HEARTBEAT_JOBS:
+        return _bad(f"at most {MAX_HEARTBEAT_JOBS} active jobs per heartbeat")
+    return unique
+
+
+async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    job = binding.view.get(job_id)
+    if job is None:
+        error = transitions.not_found(job_id)
+        return {"job_id": job_id, "extended": False, "error": _error_of(error)}
+    answer = await transitions.ask(binding, job, "job.heartbeat", **fields)
+    if isinstance(answer, ApiError):
+        return {"job_id": job_id, "extended": False, "error": _error_of(answer)}
+    moved = answer.record.get("job")
+    if answer.outcome is EventOutcome.APPLIED and isinstance(moved, dict):
+        await transitions.wait_for_view(binding, moved, ("state", "lease_expires_at"))
+        return {
+            "job_id": job_id, "extended": True, "state": moved.get("state"),
+            "lease_expires_at": moved.get("lease_expires_at"),
+        }  # fmt: skip
+    refused = transitions.refused(answer, job_id, "heartbeat") or ApiError(
+        409, errors.INVALID_REQUEST, f"cannot heartbeat: job {job_id} is {answer.state}"
+    )
+    return {
+        "job_id": job_id, "extended": False, "state": answer.state,
+        "error": _error_of(refused),
+    }  # fmt: skip
+
+
+def _error_of(error: ApiError) -> dict[str, Any]:
+    return {
+        "code": error.code, "message": error.message, "retryable": error.retryable,
+        "details": error.details,
+    }  # fmt: skip
 
 
 async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
@@ -108,7 +244,7 @@ async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
         {
             "acknowledged": True, "job_id": moved["id"], "id": moved["id"],
             "state": moved["state"], "completed_at": moved.get("completed_at"),
-            "attempt": moved.get("attempt"), "job": moved,
+            "attempt": moved.get("attempt"), "job": shown(moved),
         },
     )  # fmt: skip
 
@@ -133,7 +269,7 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     for stamp in ("next_attempt_at", "discarded_at", "completed_at"):
         if moved.get(stamp):
             out[stamp] = moved[stamp]
-    out["job"] = moved
+    out["job"] = shown(moved)
     return Answer(200, out)
 
 

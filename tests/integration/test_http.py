@@ -240,7 +240,8 @@ def test_a_batch_is_validated_whole_then_answers_201_with_jobs_and_count(stack: 
     new, dup, same = body["jobs"]
     assert new["deduplicated"] is False and new["state"] == "available"
     assert dup["deduplicated"] is True and dup["existing_job_id"] == new["id"]
-    assert dup["error"]["code"] == "duplicate"
+    assert dup["error"]["code"] == "duplicate" and dup["status"] == 409
+    assert not {"id", "type", "state"} & set(dup), dup  # a refused item is no job
     assert same["deduplicated"] is True
     assert stack.http.get(f"/ojs/v1/jobs/{new['id']}").status_code == 200
 
@@ -298,6 +299,8 @@ def test_without_a_processor_health_is_503_and_a_post_times_out_with_504(
     apply_topics(kafka_bootstrap, namespace)
     settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=3)
     with Served(settings) as served, httpx.Client(base_url=served.url, timeout=60) as http:
+        # Until its view is live, health names the view; then what it waits for.
+        assert served.app_state().follower.live.wait(60)
         unhealthy = http.get("/ojs/v1/health")
         assert unhealthy.status_code == 503
         assert_ojs_headers(unhealthy)

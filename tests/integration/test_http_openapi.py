@@ -97,10 +97,10 @@ def test_the_document_is_served_and_describes_every_route_the_app_serves(live: L
 
 DOCUMENT = schemathesis.openapi.from_dict(orjson.loads(OPENAPI.read_bytes()))
 OPERATIONS = [result.ok() for result in DOCUMENT.get_all_operations()]
-# Negative cases (what the document forbids) exist where a request has a body or parameters
-# with rules; the rest have nothing to break.
+# Negative cases (what the document forbids) exist where a request has a body or query
+# parameters with rules; the rest have nothing to break.
 CASES = [(op, GenerationMode.POSITIVE) for op in OPERATIONS] + [
-    (op, GenerationMode.NEGATIVE) for op in OPERATIONS if op.body
+    (op, GenerationMode.NEGATIVE) for op in OPERATIONS if op.body or op.query
 ]
 
 

@@ -1,0 +1,185 @@
+"""OJS lifecycle events, derived from the job states the view reads, and served.
+
+The processor decides every transition and writes each job's new state to
+`job_states`; the view reads it with the job's previous version beside it.
+`derive` turns that pair into the OJS events (ojs-events.md, section 3) the
+transition amounts to, in the OJS event envelope:
+
+    to available   job.enqueued         to retryable  job.failed, job.retrying
+    to scheduled   job.scheduled        to discarded  job.failed (from active), job.discarded
+    to active      job.started          to cancelled  job.cancelled
+    to completed   job.completed        still active, new lease_expires_at: job.heartbeat
+
+A tombstone (a job deleted or past its retention) and `pending` emit nothing.
+The event's `time` is the transition's own stamp in the record (started_at,
+completed_at, ...), never this process's clock; its `id` names the job_states
+record it came from, so it is the same on every serve process.
+
+`EventFeed` keeps the last MAX_EVENTS in memory, numbered in the order this
+process read them; GET /ojs/v1/events lists them (JSON) or streams them as
+server-sent events. A restarted process starts an empty feed (its view resumes
+where it stopped, so older transitions are not read again).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.core.times import parse_rfc3339
+from gateway.http.view import Change
+
+MAX_EVENTS = 10_000
+SOURCE = "ojs://gateway/job_states"
+SSE_RETRY_MS = 3000
+# Event type -> the job field holding the transition's time.
+_STAMP = {
+    "job.enqueued": "enqueued_at",
+    "job.scheduled": "created_at",
+    "job.started": "started_at",
+    "job.completed": "completed_at",
+    "job.failed": "error.occurred_at",
+    "job.retrying": "error.occurred_at",
+    "job.discarded": "discarded_at",
+    "job.cancelled": "cancelled_at",
+    "job.heartbeat": "lease_expires_at",
+}
+
+
+def derive(change: Change) -> list[dict[str, Any]]:
+    """The OJS events one job_states record amounts to (none, one or two)."""
+    partition, offset, before, after = change
+    if after is None:
+        return []
+    was = None if before is None else before.get("state")
+    now = after.get("state")
+    types: list[str] = []
+    if was == now:
+        if (
+            now == "active"
+            and before
+            and before.get("lease_expires_at") != after.get("lease_expires_at")
+        ):
+            types = ["job.heartbeat"]
+        elif (
+            now == "scheduled"
+            and before
+            and before.get("scheduled_at") != after.get("scheduled_at")
+        ):
+            types = ["job.scheduled"]
+    elif now == "available":
+        types = ["job.enqueued"]
+    elif now == "scheduled":
+        types = ["job.scheduled"]
+    elif now == "active":
+        types = ["job.started"]
+    elif now == "completed":
+        types = ["job.completed"]
+    elif now == "retryable":
+        types = ["job.failed", "job.retrying"]
+    elif now == "discarded":
+        types = ["job.failed", "job.discarded"] if was == "active" else ["job.discarded"]
+    elif now == "cancelled":
+        types = ["job.cancelled"]
+    return [
+        _envelope(kind, f"evt_{partition}-{offset}-{index}", was, after)
+        for index, kind in enumerate(types)
+    ]
+
+
+def _envelope(kind: str, event_id: str, was: Any, job: Mapping[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "job_id": job.get("id"), "job_type": job.get("type"), "queue": job.get("queue"),
+        "from": was, "to": job.get("state"), "attempt": job.get("attempt"),
+    }  # fmt: skip
+    error = job.get("error")
+    if kind == "job.completed":
+        data["duration_ms"] = _between(job.get("started_at"), job.get("completed_at"))
+        data["result"] = job.get("result")
+    elif kind in ("job.failed", "job.retrying"):
+        data["error"] = error
+        if kind == "job.retrying":
+            data["max_attempts"] = job.get("max_attempts")
+            data["next_retry_at"] = job.get("next_attempt_at")
+    elif kind == "job.discarded":
+        data["total_attempts"] = job.get("attempt")
+        data["last_error"] = error
+    elif kind == "job.scheduled":
+        data["scheduled_at"] = job.get("scheduled_at")
+    elif kind == "job.heartbeat":
+        data["visible_until"] = job.get("lease_expires_at")
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "type": kind,
+        "source": SOURCE,
+        "time": _stamp(kind, job),
+        "subject": job.get("id"),
+        "datacontenttype": "application/json",
+        "data": data,
+    }
+
+
+def _stamp(kind: str, job: Mapping[str, Any]) -> Any:
+    field, _, sub = _STAMP[kind].partition(".")
+    value = job.get(field)
+    if sub:
+        value = value.get(sub) if isinstance(value, Mapping) else None
+    return value or job.get("completed_at") or job.get("enqueued_at") or job.get("created_at")
+
+
+def _between(start: Any, end: Any) -> int | None:
+    a = parse_rfc3339(start) if isinstance(start, str) else None
+    b = parse_rfc3339(end) if isinstance(end, str) else None
+    return None if a is None or b is None else max(b - a, 0)
+
+
+def sse_frame(sequence: int, event: Mapping[str, Any]) -> bytes:
+    """One server-sent event: its number as `id` (for Last-Event-ID), the type, the data."""
+    return (
+        f"id: {sequence}\nevent: {event['type']}\n".encode()
+        + b"data: "
+        + orjson.dumps(event)
+        + b"\n\n"
+    )
+
+
+SSE_PREAMBLE = f"retry: {SSE_RETRY_MS}\n\n".encode()
+SSE_HEARTBEAT = b":heartbeat\n\n"
+
+
+def matches(
+    event: Mapping[str, Any], types: frozenset[str] | None, queues: frozenset[str] | None
+) -> bool:
+    if types is not None and event["type"] not in types:
+        return False
+    return queues is None or event["data"].get("queue") in queues
+
+
+class EventFeed:
+    """The last MAX_EVENTS events, numbered from 1 in the order read; thread-safe."""
+
+    def __init__(self, size: int = MAX_EVENTS) -> None:
+        self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=size)
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def add(self, changes: Iterable[Change]) -> None:
+        derived = [event for change in changes for event in derive(change)]
+        with self._lock:
+            for event in derived:
+                self._last += 1
+                self._events.append((self._last, event))
+
+    @property
+    def last(self) -> int:
+        return self._last
+
+    def after(self, sequence: int) -> list[tuple[int, dict[str, Any]]]:
+        """The events numbered above `sequence` that are still kept, oldest first."""
+        with self._lock:
+            return [(n, e) for n, e in self._events if n > sequence]

@@ -1,0 +1,99 @@
+"""GET /ojs/v1/events: the lifecycle events this process's view has derived (events.py).
+
+With `Accept: text/event-stream`: a stream of server-sent events, each with
+`id` (its number here), `event` (the OJS type) and `data` (the OJS event
+envelope); `retry: 3000` first, a `:heartbeat` comment every 15 s when idle.
+It starts with the events after `Last-Event-ID` (or the `after` query
+parameter) still kept, else with the next event. Otherwise: JSON
+`{"events": [...], "last_id": n}`, the last `limit` (default 100) kept events
+after `after`, oldest first. Both filter by `types` and `queues`
+(comma-separated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway.http import errors
+from gateway.http.answers import Answer
+from gateway.http.binding import Binding
+from gateway.http.errors import ApiError
+from gateway.http.events import SSE_HEARTBEAT, SSE_PREAMBLE, matches, sse_frame
+from gateway.http.responses import OJS_VERSION
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+HEARTBEAT_S = 15.0
+POLL_S = 0.1
+
+
+def _set(raw: str | None) -> frozenset[str] | None:
+    names = frozenset(n.strip() for n in (raw or "").split(",") if n.strip())
+    return names or None
+
+
+def _int(raw: str | None, name: str, default: int, low: int, high: int) -> int | ApiError:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        return ApiError(
+            400, errors.INVALID_REQUEST, f"{name} must be an integer from {low} to {high}"
+        )
+    return value
+
+
+async def events(
+    request: Request, binding: Binding, request_id: str
+) -> Answer | ApiError | Response:
+    query = request.query_params
+    types, queues = _set(query.get("types")), _set(query.get("queues"))
+    limit = _int(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    if isinstance(limit, ApiError):
+        return limit
+    streaming = "text/event-stream" in request.headers.get("accept", "")
+    resume = request.headers.get("last-event-id") if streaming else None
+    after = _int(resume or query.get("after"), "after", -1, 0, 2**62)
+    if isinstance(after, ApiError):
+        return after
+    if not streaming:
+        since = max(after, 0)
+        kept = [e for n, e in binding.feed.after(since) if matches(e, types, queues)]
+        return Answer(200, {"events": kept[-limit:], "last_id": binding.feed.last})
+    start = binding.feed.last if after < 0 else after
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield SSE_PREAMBLE
+        seen, quiet_since = start, time.monotonic()
+        while True:
+            if await request.is_disconnected():
+                return
+            sent = False
+            for number, event in binding.feed.after(seen):
+                seen = number
+                if matches(event, types, queues):
+                    yield sse_frame(number, event)
+                    sent = True
+            if sent:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= HEARTBEAT_S:
+                quiet_since = time.monotonic()
+                yield SSE_HEARTBEAT
+            await asyncio.sleep(POLL_S)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={
+            "OJS-Version": OJS_VERSION, "X-Request-Id": request_id,
+            "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+        },
+    )  # fmt: skip

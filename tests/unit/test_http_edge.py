@@ -1,0 +1,384 @@
+"""The binding's shapes for real clients: content negotiation, the job as sent, batch
+refusals, events and their SSE frames, heartbeat bodies, and the view's readiness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import TopicPartition
+
+from gateway.catalogue import Catalogue, TopicSpec
+from gateway.http.answers import batch_item
+from gateway.http.events import EventFeed, derive, matches, sse_frame
+from gateway.http.jobs import iso_duration, ojs_retry, shown
+from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
+from gateway.http.view import Follower, JobView
+from gateway.http.workers import _heartbeat_job_ids
+from gateway.sdk import EnqueueResult
+
+KEY = "a" * 64
+JOB_ID = "01900000-0000-7000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("accept", "media_type"),
+    [
+        (None, MEDIA_TYPE),
+        ("", MEDIA_TYPE),
+        ("*/*", MEDIA_TYPE),
+        ("application/openjobspec+json", MEDIA_TYPE),
+        ("application/json", JSON_TYPE),
+        ("application/json; charset=utf-8", JSON_TYPE),
+        ("text/html, application/json;q=0.9", JSON_TYPE),
+        ("application/json, application/openjobspec+json", MEDIA_TYPE),
+        ("application/json;q=0", MEDIA_TYPE),
+    ],
+)
+def test_the_answer_is_plain_json_only_for_a_caller_that_asks_for_it(
+    accept: str | None, media_type: str
+):
+    assert negotiate(accept) == media_type
+
+
+STORED_RETRY = {
+    "max_attempts": 5, "initial_interval_ms": 1000, "backoff_coefficient": 2.0,
+    "max_interval_ms": 300_000, "jitter": False, "backoff": "exponential",
+    "non_retryable_errors": ["fatal"],
+}  # fmt: skip
+
+
+def test_get_shows_the_retry_object_as_ojs_defines_it():
+    assert ojs_retry(STORED_RETRY) == {
+        "max_attempts": 5, "initial_interval": "PT1S", "backoff_coefficient": 2.0,
+        "max_interval": "PT5M", "jitter": False, "non_retryable_errors": ["fatal"],
+    }  # fmt: skip
+    sent = {"initial_interval_ms": 1000, "on_exhaustion": "dead_letter"}
+    as_sent = ojs_retry(STORED_RETRY | {"backoff": "linear"}, sent)
+    assert as_sent["initial_interval_ms"] == 1000 and "initial_interval" not in as_sent
+    assert as_sent["max_interval"] == "PT5M"
+    assert as_sent["backoff"] == "linear" and as_sent["on_exhaustion"] == "dead_letter"
+
+
+@pytest.mark.parametrize(
+    ("millis", "iso"),
+    [(0, "PT0S"), (1000, "PT1S"), (1500, "PT1.5S"), (300_000, "PT5M"), (3_600_000, "PT1H"),
+     (90_061_001, "P1DT1H1M1.001S"), (86_400_000, "P1D")],
+)  # fmt: skip
+def test_intervals_are_iso_8601_durations(millis: int, iso: str):
+    assert iso_duration(millis) == iso
+
+
+def a_record(**fields: Any) -> dict[str, Any]:
+    return {
+        "id": JOB_ID, "type": "email.send", "queue": "default", "state": "retryable",
+        "attempt": 1, "max_attempts": 5, "args": [1], "route": KEY, "partition": 3,
+        "unique_key": KEY, "retry": STORED_RETRY, **fields,
+    }  # fmt: skip
+
+
+def test_get_shows_what_was_sent_and_no_internal_fields():
+    policy = {"keys": ["type", "args"], "on_conflict": "reject"}
+    job = shown(a_record(options={"unique": policy}, error={"message": "b"}))
+    assert "route" not in job and "partition" not in job
+    assert job["unique"] == policy
+    assert job["retry"]["initial_interval"] == "PT1S"
+    assert job["errors"] == [{"message": "b"}]
+    kept = [{"message": "a"}, {"message": "b"}]
+    assert shown(a_record(unique=policy, errors=kept, error=kept[-1]))["errors"] == kept
+    assert shown(a_record(state="available"))["errors"] == []
+
+
+def test_a_refused_batch_item_carries_an_error_and_does_not_look_like_a_job():
+    rejected = EnqueueResult.from_record(
+        {
+            "outcome": "rejected", "request_id": "r", "unique_key": KEY, "job_id": JOB_ID,
+            "existing_job_id": JOB_ID, "existing_job_state": "active",
+            "job": {"id": JOB_ID, "type": "t", "state": "active"},
+            "error": {"code": "duplicate", "message": "a live job holds the key"},
+        }
+    )  # fmt: skip
+    item = batch_item(rejected, "r.1")
+    assert item["error"]["code"] == "duplicate" and item["status"] == 409
+    assert item["existing_job_id"] == JOB_ID and item["existing_job_state"] == "active"
+    assert not {"id", "type", "state"} & set(item)
+    invalid = EnqueueResult.from_record(
+        {
+            "outcome": "invalid",
+            "request_id": "r",
+            "error": {"code": "invalid_request", "message": "x"},
+        }
+    )
+    assert batch_item(invalid, "r.2") == {
+        "error": {
+            "code": "invalid_request", "message": "x", "retryable": False, "details": {},
+            "request_id": "r.2",
+        },
+        "status": 400,
+    }  # fmt: skip
+
+
+def job(state: str, **fields: Any) -> dict[str, Any]:
+    return {"id": JOB_ID, "type": "t.x", "queue": "q", "state": state, "attempt": 1, **fields}
+
+
+def test_each_transition_becomes_the_ojs_events_it_amounts_to():
+    def types(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
+        return [e["type"] for e in derive((0, 7, before, after))]
+
+    assert types(None, job("available", enqueued_at="2026-01-01T00:00:00Z")) == ["job.enqueued"]
+    assert types(job("available"), job("active")) == ["job.started"]
+    assert types(job("active"), job("completed")) == ["job.completed"]
+    assert types(job("active"), job("retryable")) == ["job.failed", "job.retrying"]
+    assert types(job("active"), job("discarded")) == ["job.failed", "job.discarded"]
+    assert types(job("retryable"), job("discarded")) == ["job.discarded"]
+    assert types(job("scheduled"), job("cancelled")) == ["job.cancelled"]
+    assert types(job("discarded"), job("available")) == ["job.enqueued"]
+    assert types(job("active", lease_expires_at="a"), job("active", lease_expires_at="b")) == [
+        "job.heartbeat"
+    ]
+    assert types(job("active"), job("active")) == []
+    assert types(job("discarded"), None) == []  # a tombstone: deleted, or past retention
+
+
+def test_an_event_is_the_ojs_envelope_with_the_transitions_own_time():
+    before = job("active", started_at="2026-01-01T00:00:00Z")
+    after = job(
+        "completed", started_at="2026-01-01T00:00:00Z", completed_at="2026-01-01T00:00:01.5Z",
+        result={"ok": True},
+    )  # fmt: skip
+    [event] = derive((2, 41, before, after))
+    assert event["specversion"] == "1.0" and event["id"] == "evt_2-41-0"
+    assert event["type"] == "job.completed" and event["subject"] == JOB_ID
+    assert event["time"] == "2026-01-01T00:00:01.5Z"
+    assert event["data"] == {
+        "job_id": JOB_ID, "job_type": "t.x", "queue": "q", "from": "active", "to": "completed",
+        "attempt": 1, "duration_ms": 1500, "result": {"ok": True},
+    }  # fmt: skip
+
+
+def test_sse_frames_carry_id_event_and_data():
+    [event] = derive((0, 1, None, job("available")))
+    frame = sse_frame(12, event)
+    assert frame.startswith(b"id: 12\nevent: job.enqueued\ndata: {") and frame.endswith(b"}\n\n")
+    data_line = frame.split(b"\n")[2]
+    assert orjson.loads(data_line.removeprefix(b"data: ")) == event
+
+
+def test_the_feed_numbers_events_in_order_and_filters():
+    feed = EventFeed(size=3)
+    feed.add([(0, 1, None, job("available")), (0, 2, job("available"), job("active"))])
+    feed.add([(0, 3, job("active"), job("retryable"))])
+    assert feed.last == 4
+    kept = feed.after(0)
+    assert [n for n, _ in kept] == [2, 3, 4]  # the oldest fell out
+    assert [e["type"] for _, e in kept] == ["job.started", "job.failed", "job.retrying"]
+    assert matches(kept[0][1], frozenset({"job.started"}), frozenset({"q"}))
+    assert not matches(kept[0][1], None, frozenset({"other"}))
+
+
+def test_heartbeat_names_jobs_as_the_binding_or_the_worker_protocol_does():
+    assert _heartbeat_job_ids({"active_jobs": ["a", "b", "a"]}) == ["a", "b"]
+    assert _heartbeat_job_ids({"active_jobs": 2, "active_job_ids": ["a", "b"]}) == ["a", "b"]
+    assert _heartbeat_job_ids({"job_id": "c"}) == ["c"]
+    assert _heartbeat_job_ids({}) == []
+    bad = _heartbeat_job_ids({"active_jobs": [1]})
+    assert not isinstance(bad, list) and bad.status == 400
+
+
+def test_the_view_indexes_states_and_counts_queues(tmp_path: Path):
+    view = JobView(tmp_path)
+    later = "2999-01-01T00:00:00Z"
+
+    def rec(partition: int, offset: int, **fields: Any) -> tuple[int, int, bytes, bytes]:
+        return (partition, offset, fields["id"].encode(), orjson.dumps(fields))
+
+    records = [
+        rec(0, 0, id="a", queue="q", state="available", created_at="T1"),
+        rec(0, 1, id="b", queue="q", state="discarded", completed_at=later),
+        rec(1, 0, id="c", queue="r", state="discarded", completed_at=later),
+    ]
+    changes = view.apply(records, 0)
+    assert [(before, after["state"]) for _, _, before, after in changes if after] == [
+        (None, "available"), (None, "discarded"), (None, "discarded"),
+    ]  # fmt: skip
+    assert list(view.in_state("discarded")) == ["b", "c"]
+    assert list(view.in_state("discarded", "r")) == ["c"]
+    view.apply([(0, 2, b"a", orjson.dumps({"id": "a", "queue": "q", "state": "active"}))], 0)
+    view.apply([(1, 1, b"c", None)], 0)
+    assert list(view.in_state("discarded")) == ["b"]
+    queues = view.queues()
+    assert queues["q"] == {
+        "created_at": "T1",
+        "counts": {"available": 0, "active": 1, "discarded": 1},
+    }
+    assert queues["r"]["counts"] == {"discarded": 0}
+    view.close()
+
+
+class FakeConsumer:
+    """Metadata that lists the topic's partitions only from the third ask on."""
+
+    def __init__(self, topic: str, partitions: int, ends: dict[int, int]) -> None:
+        self.topic, self.partitions, self.ends = topic, partitions, ends
+        self.asked = 0
+        self.assigned: list[TopicPartition] = []
+        self.positions = {p: -1001 for p in range(partitions)}
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        self.asked += 1
+        listed = {} if self.asked < 2 else {0: None}
+        if self.asked >= 3:
+            listed = {p: None for p in range(self.partitions)}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=listed)})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> Any:
+        return 0, self.ends[tp.partition]
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned = partitions
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        return []
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, self.positions[tp.partition])
+            for tp in partitions
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_view_is_live_only_once_metadata_lists_every_partition_and_it_caught_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr("gateway.http.view._METADATA_RETRY_S", 0.01)
+    cat = Catalogue((TopicSpec("job_states", "ns.job_states", 3, 1),))
+    fake = FakeConsumer("ns.job_states", 3, {0: 0, 1: 5, 2: 2})
+    view = JobView(tmp_path)
+    follower = Follower(view, cat, {}, consumer=fake)
+    assert not follower.live.is_set() and follower.reason
+    assert follower._await_partitions() == [0, 1, 2]
+    assert fake.asked == 3  # an empty list, then one partition of three: asked again
+    assert follower._assign()
+    assert [tp.partition for tp in fake.assigned] == [0, 1, 2]
+    assert not follower.live.is_set()
+    assert "2 partitions to go" in follower.reason  # partition 0 is empty: nothing to read
+    fake.positions.update({1: 5, 2: 1})
+    follower._check_caught_up()
+    assert not follower.live.is_set() and "1 partitions to go" in follower.reason
+    fake.positions[2] = 2  # past the last transaction marker
+    follower._check_caught_up()
+    assert follower.live.is_set() and follower.reason == ""
+    view.close()
+
+
+# -- fetch never leaves a job active that it did not hand out --------------------------
+
+
+class FakeView:
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.jobs = {j["id"]: j for j in jobs}
+
+    def waiting(self, queue: str) -> Any:
+        return iter([i for i, j in self.jobs.items() if j["state"] == "available"])
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        found = self.jobs.get(job_id)
+        return None if found is None else dict(found)
+
+
+class FakeClient:
+    """Claims of `a` are applied, of `b` time out (sent, no answer), of `c` are not sent."""
+
+    def __init__(self, view: FakeView) -> None:
+        self.view = view
+        self.sent: list[tuple[dict[str, Any], bool]] = []
+
+    async def publish_event(self, event: dict[str, Any], wait: bool = True, **_: Any) -> Any:
+        from gateway.sdk import ClientError, EnqueueTimeout, EventAck
+
+        self.sent.append((event, wait))
+        if event["type"] != "job.started":
+            return None
+        if event["job_id"] == "b":
+            raise EnqueueTimeout(1, 1, "replies", [None])
+        if event["job_id"] == "c":
+            raise ClientError("kafka", "Kafka is down")
+        moved = {**self.view.jobs["a"], "state": "active", "attempt": 1, "route": "a"}
+        self.view.jobs["a"] = moved
+        return EventAck.from_record(
+            {"outcome": "applied", "job_id": "a", "previous_state": "available",
+             "state": "active", "job": moved}
+        )  # fmt: skip
+
+
+def post_request(body: dict[str, Any]) -> Any:
+    from starlette.requests import Request
+
+    data = orjson.dumps(body)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/", "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }  # fmt: skip
+    return Request(scope, receive)
+
+
+def fake_binding(ids: list[str]) -> Any:
+    from gateway.http.binding import HttpSettings
+
+    view = FakeView(
+        [
+            {
+                "id": i,
+                "type": "t",
+                "queue": "q",
+                "state": "available",
+                "created_at": "2026-01-01T00:00:00Z",
+            }
+            for i in ids
+        ]
+    )
+    return SimpleNamespace(settings=HttpSettings(), view=view, client=FakeClient(view), claims={})
+
+
+def test_fetch_hands_out_what_it_claimed_and_requeues_a_claim_with_no_answer():
+    import asyncio
+
+    from gateway.http.answers import Answer
+    from gateway.http.workers import fetch
+
+    binding = fake_binding(["a", "b", "c"])
+    body = {"queues": ["q"], "count": 3, "visibility_timeout_ms": 777}
+    answer = asyncio.run(fetch(post_request(body), binding, "r"))
+    assert isinstance(answer, Answer) and answer.status == 200
+    assert [j["id"] for j in answer.body["jobs"]] == ["a"]
+    assert answer.body["job"]["state"] == "active" and "route" not in answer.body["job"]
+    claims = [e for e, _ in binding.client.sent if e["type"] == "job.started"]
+    assert sorted(e["job_id"] for e in claims) == ["a", "b", "c"]
+    assert all(e["visibility_timeout_ms"] == 777 for e in claims)
+    events = [(e["job_id"], e["type"], wait) for e, wait in binding.client.sent]
+    # The claim of b had no answer: a requeue follows it on its key, without waiting.
+    assert events.index(("b", "job.enqueued", False)) > events.index(("b", "job.started", True))
+    assert not any(t == "job.enqueued" and j != "b" for j, t, _ in events)
+
+
+def test_fetch_answers_an_error_only_when_it_claimed_nothing():
+    import asyncio
+
+    from gateway.http.errors import ApiError
+    from gateway.http.workers import fetch
+
+    binding = fake_binding(["c"])
+    answer = asyncio.run(fetch(post_request({"queues": ["q"]}), binding, "r"))
+    assert isinstance(answer, ApiError) and answer.status == 503 and answer.retryable
+    assert "visibility_timeout_ms" not in binding.client.sent[0][0]
