@@ -219,17 +219,17 @@ def id_taken(
 ) -> Decision:
     """The request's id is already a job's: never a second job (see the rules above)."""
     policy = request.policy
-    if policy is not None and holds_this_key and resubmits_own_key(request, request.unique_key):
+    if policy is not None and holds_this_key and _resubmits_own_key(request, request.unique_key):
         return _refuse(_resubmitted(policy.on_conflict), request, kept, now_ms, taken)
     refused = _refuse(Outcome.REJECTED, request, kept, now_ms, taken)
     message = f"job id {taken.job_id} is already taken by a {refused.existing_state} job"
     return replace(refused, error=GatewayError(request.duplicate_code, message))
 
 
-def resubmits_own_key(request: Request, holder_key: str | None) -> bool:
+def _resubmits_own_key(request: Request, holder_key: str | None) -> bool:
     """Whether a request carrying the id of the job that holds `holder_key` is answered as
     its dialect answers a conflict (a dialect resubmitting its own key's job) rather than
-    refused as a taken id (always, in OJS). The binding asks this before refusing at once."""
+    refused as a taken id (always, in OJS)."""
     return (
         request.dialect != OJS
         and request.policy is not None

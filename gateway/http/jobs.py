@@ -12,8 +12,7 @@ from typing import Any
 
 from starlette.requests import Request as HttpRequest
 
-from gateway.core import GatewayError, Outcome, Request, job_effective_state, parse_request
-from gateway.core.engine import resubmits_own_key
+from gateway.core import GatewayError, Outcome, job_effective_state, parse_request
 from gateway.http import answers, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -27,9 +26,6 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
     if isinstance(job, ApiError):
         return job
     if isinstance(job, dict):
-        taken = _id_taken(binding, job, None)
-        if taken is not None:
-            return taken
         job = {**job, "request_id": request_id}
     try:
         result = await binding.client.enqueue(
@@ -53,11 +49,8 @@ async def enqueue_batch(
     problems = []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
-        taken = _id_taken(binding, job, parsed) if isinstance(job, dict) else None
         if isinstance(parsed, GatewayError):
             problems.append({"index": index, "code": parsed.code, "message": parsed.message})
-        elif taken is not None:
-            problems.append({"index": index, "code": taken.code, "message": taken.message})
     if problems:
         first = problems[0]
         return ApiError(
@@ -180,28 +173,6 @@ async def _settled(binding: Binding, result: EnqueueResult) -> None:
     elif result.outcome is Outcome.UPDATED:
         changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
         await transitions.wait_for_view(binding, result.job, changed)
-
-
-def _id_taken(
-    binding: Binding, job: dict[str, Any], parsed: Request | GatewayError | None
-) -> ApiError | None:
-    """A client id the view already knows: refused at once (the processor checks too),
-    unless the core answers it as a dialect's resubmission of its own key's job."""
-    job_id = job.get("id")
-    if not isinstance(job_id, str):
-        return None
-    known = binding.view.get(job_id)
-    if known is None:
-        return None
-    if parsed is None:
-        parsed = parse_request(job)
-    if isinstance(parsed, Request) and resubmits_own_key(parsed, known.get("unique_key")):
-        return None
-    code = parsed.duplicate_code if isinstance(parsed, Request) else errors.DUPLICATE
-    return ApiError(
-        409, code, f"job id {job_id} is already taken by a {known['state']} job",
-        details={"existing_job_id": job_id, "existing_job_state": known["state"]},
-    )  # fmt: skip
 
 
 def _item_request_id(job: Any, request_id: str, index: int) -> str:
