@@ -338,3 +338,41 @@ def test_an_event_before_its_job_is_ignored_and_the_job_is_handed_out_once(stack
     assert [j["id"] for j in fetched.json()["jobs"]] == [job_id]
     again = stack.http.post("/ojs/v1/workers/fetch", json={"queues": [queue], "count": 5})
     assert again.json()["jobs"] == []
+
+
+def test_one_client_id_under_two_keys_racing_through_http_and_the_sdk_is_one_job(stack: Stack):
+    """200 times, the same client id under two unique keys, one over HTTP and one through the
+    SDK at the same moment: exactly one becomes a job, the other is a 409 or a rejection."""
+    from gateway import Client
+
+    tag = uuid.uuid4().hex
+    ids = [str(uuid.UUID(int=(0x019C << 112) | (7 << 76) | (2 << 62) | i)) for i in range(200)]
+
+    def job(side: str, i: int) -> dict[str, Any]:
+        return {"type": "race.job", "args": [side, tag, i], "id": ids[i],
+                "unique": {"keys": ["type", "args"]}}  # fmt: skip
+
+    async def over_http() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=90) as http:
+            return list(
+                await asyncio.gather(
+                    *(http.post("/ojs/v1/jobs", json=job("h", i)) for i in range(200))
+                )
+            )
+
+    sdk_results: list[Any] = []
+    with Client(stack.bootstrap, stack.namespace) as client:
+        thread = threading.Thread(
+            target=lambda: sdk_results.extend(
+                client.enqueue_many([job("s", i) for i in range(200)], wait=True, timeout=120)
+            )
+        )
+        thread.start()
+        responses = asyncio.run(over_http())
+        thread.join()
+    for i in range(200):
+        http_won = responses[i].status_code == 201
+        sdk_won = str(sdk_results[i].outcome) == "accepted"
+        assert http_won != sdk_won, (ids[i], responses[i].text, sdk_results[i])
+        if not http_won:
+            assert responses[i].status_code == 409, responses[i].text
