@@ -33,6 +33,10 @@ Headers = list[tuple[str, bytes]]
 # partition's requests and events form one log in the order they are handled.
 KIND_HEADER = "kind"
 JOB_EVENT = b"job_event"
+# A record that only carries time: the processor writes one to each partition of
+# `requests` it owns about every second, so that leases and tombstones fall due
+# on a partition without traffic (see ticks.py). It is decided on nothing.
+TICK = b"tick"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,10 @@ class Source:
     @property
     def is_job_event(self) -> bool:
         return self.headers.get(KIND_HEADER) == JOB_EVENT
+
+    @property
+    def is_tick(self) -> bool:
+        return self.headers.get(KIND_HEADER) == TICK
 
     def header(self, name: str) -> str | None:
         value = self.headers.get(name)
@@ -130,7 +138,7 @@ def refused_request(
 
 def refused_event(source: Source, error: GatewayError) -> list[Output]:
     """What an event refused before it could be applied writes: its reply, if it asked."""
-    reply = event_reply(EventResult(EventOutcome.INVALID, (), error=error), None, source)
+    reply = event_reply(EventResult(EventOutcome.INVALID, error=error), None, source)
     return [] if reply is None else [reply]
 
 
@@ -177,6 +185,7 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
         "state": None if result.state is None else str(result.state),
         "error": None if result.error is None else result.error.to_dict(),
         "job": result.job,
+        "deleted": result.deleted,
         "source": source.as_dict(),
     }
     correlation = source.headers.get("correlation_id", b"")
