@@ -3,8 +3,9 @@
 Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
 retry, scheduled_at (`options.delay_until` is its HTTP name), timeout_ms (how
-long one attempt may run) and tags; a field given in both places must agree. Every other field, known or not, is
-kept in `raw` and carried into the accepted job unchanged.
+long one attempt may run) and tags; a field given in both places must agree.
+Every other field, known or not, is kept in `raw` and carried into the accepted
+job unchanged.
 
 Validation follows OJS core: a type is dot-separated `[a-z][a-z0-9_]*`
 segments; a client-supplied id is a lowercase UUIDv7 (refused, never

@@ -490,11 +490,11 @@ def _applied(
     job: Mapping[str, Any], stored: State, target: State, event: JobEvent, now_ms: int, attempt: int
 ) -> EventResult:
     moved = _moved(dict(job), stored, target, event, now_ms, attempt)
-    if event.result is not None or event.failure is not None:  # the only fields that grow it
-        if not _fit(moved):
-            size = len(orjson.dumps(moved))
-            error = too_large("the job record", size, MAX_JOB_RECORD_BYTES)
-            return _refused(event.job_id, stored, error, dict(job))
+    # Only a result or an error grows a record.
+    if (event.result is not None or event.failure is not None) and not _fit(moved):
+        size = len(orjson.dumps(moved))
+        error = too_large("the job record", size, MAX_JOB_RECORD_BYTES)
+        return _refused(event.job_id, stored, error, dict(job))
     return EventResult(EventOutcome.APPLIED, event.job_id, stored, target, job=moved)
 
 
