@@ -24,7 +24,6 @@ from gateway.core import (
     PeriodFrom,
     Request,
     State,
-    apply_event,
     audit_fields,
     decide,
     fingerprint,
@@ -34,6 +33,7 @@ from gateway.core import (
 )
 from gateway.core.dialects import oban
 from gateway.core.times import format_rfc3339
+from tests.support import apply_event
 
 T0 = 1_770_000_000_000
 S = 1000

@@ -14,7 +14,6 @@ from gateway.core import (
     GatewayError,
     Outcome,
     State,
-    apply_event,
     audit_fields,
     decide,
     parse_event,
@@ -22,6 +21,7 @@ from gateway.core import (
 )
 from gateway.core.events import EVENT_TYPES
 from gateway.core.times import format_rfc3339
+from tests.support import apply_event
 
 T0 = 1_770_000_000_000
 HOUR = 3_600_000
