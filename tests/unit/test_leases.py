@@ -99,7 +99,8 @@ def test_a_heartbeat_for_a_job_not_active_is_refused(state: str) -> None:
 
 def test_visibility_timeout_must_be_a_positive_integer() -> None:
     for bad in (0, -1, "5", 1.5, True):
-        refused = parse_event({"job_id": JOB_ID, "type": "job.started", "visibility_timeout_ms": bad})
+        raw = {"job_id": JOB_ID, "type": "job.started", "visibility_timeout_ms": bad}
+        refused = parse_event(raw)
         assert getattr(refused, "code", None) == "invalid_event"
 
 
