@@ -10,15 +10,13 @@ from gateway.broker.ports import free_port_block as _block
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     Entry,
-    EventOutcome,
     EventResult,
     GatewayError,
     JobEvent,
     State,
-    apply_job_event,
     prune,
 )
-from gateway.core.events import follow
+from gateway.core.events import on_key
 from gateway.core.times import format_rfc3339
 
 
@@ -45,14 +43,13 @@ def apply_event(
     retention_ms: int = DEFAULT_RETENTION_MS,
 ) -> KeyEvent:
     """An event on a key known by its entries alone, as the processor applies it: the job's
-    record (built from its entry) moves by `apply_job_event`, the entries `follow` it."""
+    record (built from its entry) moves by `core.on_key`, the entries with it."""
     kept = prune(entries, now_ms, retention_ms)
     job_id = None if isinstance(event, GatewayError) else event.job_id
     entry = next((e for e in kept if e.job_id == job_id), None)
-    result = apply_job_event(None if entry is None else record_of(entry), event, now_ms)
-    if result.outcome is EventOutcome.APPLIED and result.job is not None:
-        return KeyEvent(result, follow(kept, result.job, result, now_ms, retention_ms))
-    return KeyEvent(result, kept)
+    job = None if entry is None else record_of(entry)
+    result, after = on_key(job, kept, event, now_ms, retention_ms)
+    return KeyEvent(result, after)
 
 
 def record_of(entry: Entry) -> dict[str, Any]:

@@ -94,11 +94,9 @@ def explain_history(
             _record_jobs(book, rec)
         elif item.kind == "event":
             event = parse_event(item.record)
-            result = book.apply(event, item.timestamp_ms)
+            result, entries = book.apply(event, entries, item.timestamp_ms, retention_ms)
             yield f"{stamp}  event {_event_name(item.record)}  ({where})"
             yield f"    {explain_event(event, result)}"
-            if result.outcome is EventOutcome.APPLIED and result.job is not None:
-                entries = follow(entries, result.job, result, item.timestamp_ms, retention_ms)
 
 
 def _record_jobs(book: JobBook, record: Mapping[str, Any]) -> None:

@@ -2,10 +2,11 @@
 
 Explain and what-if read decisions and job events, not the processor's state;
 they keep each job's record as its accepted decision published it and move it
-with `core.apply_job_event` and `core.expire_job`, the calls the processor
-makes, so a job's story is the one the processor wrote. An active job expires
-at the first record of the log at or after the end of its deadline's schedule
-bucket (`LEASES.seen_at`), as the processor's sweep does.
+with `core.on_key` (`apply_job_event` and the key's entries after it) and
+`core.expire_job`, the calls the processor makes, so a job's story is the one
+the processor wrote. An active job expires at the first record of the log at
+or after the end of its deadline's schedule bucket (`LEASES.seen_at`), as the
+processor's sweep does.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.core import (
+    Entry,
     EventOutcome,
     EventResult,
     GatewayError,
     JobEvent,
-    apply_job_event,
     attempt_deadline,
     expire_job,
 )
+from gateway.core.events import on_key
 from gateway.processor.schedule import LEASES
 
 
@@ -33,11 +35,18 @@ class JobBook:
         """A job as a decision published it (new, updated, or cancelled by a replace)."""
         self.jobs[str(job["id"])] = dict(job)
 
-    def apply(self, event: JobEvent | GatewayError, now_ms: int) -> EventResult:
+    def apply(
+        self,
+        event: JobEvent | GatewayError,
+        entries: tuple[Entry, ...],
+        now_ms: int,
+        retention_ms: int,
+    ) -> tuple[EventResult, tuple[Entry, ...]]:
+        """An event on its job, and the job's key's `entries` after it."""
         job = None if isinstance(event, GatewayError) else self.jobs.get(event.job_id)
-        result = apply_job_event(job, event, now_ms)
+        result, after = on_key(job, entries, event, now_ms, retention_ms)
         self._keep(result)
-        return result
+        return result, after
 
     def expire(self, now_ms: int) -> list[EventResult]:
         """The attempts a record at `now_ms` ends, failed as the processor fails them."""

@@ -37,6 +37,7 @@ from gateway.core import (
 )
 from gateway.core.events import follow
 from gateway.processor.dedup import Limits, parse_event_record, parse_limited
+from gateway.processor.records import is_tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,7 @@ def replay_under_policy(
     for record in heapq.merge(*by_partition.values(), key=lambda r: r.timestamp_ms):
         for expired in book.expire(record.timestamp_ms):
             _follow(state, expired, record.timestamp_ms, limits)
-        if record.source.is_tick:
+        if is_tick(record.source, record.value):
             continue
         if record.source.is_job_event:
             _apply(record, state, jobs, book, limits)
@@ -137,7 +138,10 @@ def _apply(
         event = replace(event, job_id=job_id, unique_key=key)
     if event.unique_key is None:
         return None  # a job without a key holds none: nothing here to replay
-    _follow(state, book.apply(event, record.timestamp_ms), record.timestamp_ms, limits)
+    entries = state.get(event.unique_key, ())
+    result, after = book.apply(event, entries, record.timestamp_ms, limits.retention_ms)
+    if result.outcome is EventOutcome.APPLIED and result.job is not None:
+        state[event.unique_key] = after
 
 
 def _follow(

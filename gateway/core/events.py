@@ -306,6 +306,31 @@ def _unchanged(stored: State, target: State, scheduled_now: int | None, asked: i
     return target is stored and asked in (None, scheduled_now)
 
 
+def on_key(
+    job: Mapping[str, Any] | None,
+    entries: Iterable[Entry],
+    event: JobEvent | GatewayError,
+    now_ms: int,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+) -> tuple[EventResult, tuple[Entry, ...]]:
+    """`apply_job_event` for a job under a key, and the key's entries after it. A job back
+    from the dead letters may not join a key another live job holds: two would hold it."""
+    result = apply_job_event(job, event, now_ms)
+    if result.outcome is not EventOutcome.APPLIED or result.job is None:
+        return result, tuple(entries)
+    kept = prune(entries, now_ms, retention_ms)
+    if result.previous_state in TERMINAL_STATES and result.state not in TERMINAL_STATES:
+        holder = next((e for e in kept if e.job_id != result.job_id and not e.terminal), None)
+        if holder is not None and job is not None:
+            why = GatewayError(
+                INVALID_REQUEST,
+                f"job {result.job_id} cannot be retried: job {holder.job_id} ({holder.state}) "
+                "holds its unique key now",
+            )
+            return _refused(str(result.job_id), State(job["state"]), why, dict(job)), kept
+    return result, follow(kept, result.job, result, now_ms, retention_ms)
+
+
 def follow(
     entries: Iterable[Entry],
     job: Mapping[str, Any],

@@ -46,7 +46,6 @@ from gateway.core import (
     Outcome,
     Request,
     State,
-    apply_job_event,
     attempt_deadline,
     decide,
     dump_entries,
@@ -59,7 +58,7 @@ from gateway.core import (
     route_key,
 )
 from gateway.core.engine import updated_record
-from gateway.core.events import cancelled_by_replace, follow
+from gateway.core.events import cancelled_by_replace, follow, on_key
 from gateway.core.jobs import job_expires_at
 from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
 from gateway.partitioner import partition_for
@@ -70,6 +69,7 @@ from gateway.processor.records import (
     cancellation,
     decision_outputs,
     event_reply,
+    is_tick,
     job_state,
     job_state_tombstone,
     refused_event,
@@ -175,7 +175,7 @@ class Dedup:
         """First, what the record's time made due; a tick carries nothing else."""
         self._expire_attempts(source)
         self._tombstone_expired(source)
-        if source.is_tick:
+        if is_tick(source, value):
             return
         refusal = headers_refusal(source.headers)
         if refusal is not None:
@@ -342,9 +342,13 @@ class Dedup:
         event = parse_event_record(value, key)
         job_id = None if isinstance(event, GatewayError) else event.job_id
         job = self._load_job(state, job_id) if job_id else None
-        result = apply_job_event(job, event, source.timestamp_ms)
+        keyed = job is not None and isinstance(job.get("unique_key"), str)
+        entries = self._load(state) if keyed else ()
+        result, after = on_key(
+            job, entries, event, source.timestamp_ms, self.limits.retention_ms
+        )  # fmt: skip
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
-            self._follow(result.job, result, state, source)
+            self._follow(result.job, result, state, source, (entries, after) if keyed else None)
         reply = event_reply(result, route_of(job, event), source)
         if reply is not None:
             self.emit(reply, source)
@@ -362,7 +366,12 @@ class Dedup:
             )
 
     def _follow(
-        self, job: dict[str, Any], result: EventResult, state: KeyState, source: Source
+        self,
+        job: dict[str, Any],
+        result: EventResult,
+        state: KeyState,
+        source: Source,
+        entries: tuple[tuple[Entry, ...], tuple[Entry, ...]] | None = None,
     ) -> None:
         """Store the moved job (a deleted one goes, with its tombstone at once); its key's
         entries follow; a cancel tells the worker."""
@@ -373,9 +382,12 @@ class Dedup:
             self._put_job(state, job, source)
         unique_key = job.get("unique_key")
         if isinstance(unique_key, str):
-            entries = self._load(state)
-            after = follow(entries, job, result, source.timestamp_ms, self.limits.retention_ms)
-            self._store(state, entries, after, source.timestamp_ms)
+            if entries is None:  # an expiry: the core moved the job alone
+                before = self._load(state)
+                entries = before, follow(
+                    before, job, result, source.timestamp_ms, self.limits.retention_ms
+                )  # fmt: skip
+            self._store(state, *entries, source.timestamp_ms)
         if result.state is State.CANCELLED:
             self.emit(cancellation(job, str(result.previous_state), unique_key), source)
 

@@ -61,10 +61,6 @@ class Source:
     def is_job_event(self) -> bool:
         return self.headers.get(KIND_HEADER) == JOB_EVENT
 
-    @property
-    def is_tick(self) -> bool:
-        return self.headers.get(KIND_HEADER) == TICK
-
     def header(self, name: str) -> str | None:
         value = self.headers.get(name)
         return None if value is None else value.decode("utf-8", "replace")
@@ -79,6 +75,12 @@ class Output:
     role: str | None = None
     topic: str | None = None
     headers: Headers | None = None
+
+
+def is_tick(source: Source, value: bytes | None) -> bool:
+    """A tick: marked so, and empty. A marked record with a value is read as a request
+    (and answered), so that no record with something in it goes unanswered."""
+    return source.headers.get(KIND_HEADER) == TICK and not value
 
 
 def headers_of(raw: Any) -> dict[str, bytes]:
