@@ -1,7 +1,7 @@
 """Dialects: every example of the Oban, Zizq and Faktory pages as a table or a story.
 
-Lifecycle steps are job-state events applied by the core (`apply_event`), as the
-processor applies them.
+Lifecycle steps are job-state events applied by the core (`core.on_key`, through
+tests/support.apply_event), as the processor applies them.
 """
 
 from __future__ import annotations
