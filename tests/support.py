@@ -2,9 +2,69 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
 from gateway.broker.ports import free_port_block as _block
+from gateway.core import (
+    DEFAULT_RETENTION_MS,
+    Entry,
+    EventResult,
+    GatewayError,
+    JobEvent,
+    State,
+    prune,
+)
+from gateway.core.events import on_key
+from gateway.core.times import format_rfc3339
 
 
 def free_port_block() -> int:
     """A base port free for a three-node test cluster (base+0..2, base+100..102)."""
     return _block(brokers=3)
+
+
+@dataclass(frozen=True)
+class KeyEvent:
+    """A job event applied to a key: the core's result, and the key's entries after it."""
+
+    result: EventResult
+    entries: tuple[Entry, ...]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+
+def apply_event(
+    entries: Iterable[Entry],
+    event: JobEvent | GatewayError,
+    now_ms: int,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+) -> KeyEvent:
+    """An event on a key known by its entries alone, as the processor applies it: the job's
+    record (built from its entry) moves by `core.on_key`, the entries with it."""
+    kept = prune(entries, now_ms, retention_ms)
+    job_id = None if isinstance(event, GatewayError) else event.job_id
+    entry = next((e for e in kept if e.job_id == job_id), None)
+    job = None if entry is None else record_of(entry)
+    result, after = on_key(job, kept, event, now_ms, retention_ms)
+    return KeyEvent(result, after)
+
+
+def record_of(entry: Entry) -> dict[str, Any]:
+    """A job record for an entry: its state, times and attempts (an active job is on its
+    first attempt)."""
+    job: dict[str, Any] = {
+        **(entry.job or {}),
+        "id": entry.job_id,
+        "type": entry.type,
+        "queue": entry.queue,
+        "state": str(entry.state),
+        "attempt": 0 if entry.state in (State.AVAILABLE, State.SCHEDULED) else 1,
+        "max_attempts": entry.max_attempts,
+        "created_at": format_rfc3339(entry.created_at),
+    }
+    if entry.scheduled_at is not None:
+        job["scheduled_at"] = format_rfc3339(entry.scheduled_at)
+    return job

@@ -2,7 +2,7 @@
 
 The modules here are pure except `kafka.py`, the thin edge that reads topics.
 Nothing here decides an outcome itself: replays call the processor's own
-per-record code (which calls `core.decide` / `core.apply_event`), and
+per-record code (which calls `core.decide` / `core.on_key`), and
 explanations read decision records and the policies they carry.
 """
 

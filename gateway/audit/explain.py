@@ -2,10 +2,11 @@
 
 Pure: the text for a decision is a function of its audit record (outcome,
 policy as applied, existing and cancelled jobs) and of the history before it
-on the same key. The history is kept as the core's entries: a decision
-record adds the job it accepted (and marks what a replace cancelled), and
-job events go through `core.apply_event`, so an event's effect is the one the
-processor gave it. Nothing is decided again here.
+on the same key. The history is kept as the core's entries and the jobs'
+records: a decision record adds the job it accepted (and marks what a replace
+cancelled), and job events and expired attempts move the records by the
+processor's own rules (see jobs.py), the key's entries following as the
+processor's do. Nothing is decided again here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from gateway.audit.jobs import JobBook
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     Entry,
@@ -27,12 +29,12 @@ from gateway.core import (
     JobEvent,
     State,
     UniquePolicy,
-    apply_event,
     effective_state,
     holds,
     parse_event,
     prune,
 )
+from gateway.core.events import cancelled_by_replace, follow
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 Entries = tuple[Entry, ...]
@@ -42,7 +44,9 @@ Entries = tuple[Entry, ...]
 class HistoryItem:
     """A decision record or a job event (its JSON), where it sits in the log and when."""
 
-    kind: str  # "decision" or "event"
+    # "decision", "event", or "time": another record of the key's partition, which
+    # moves its time on (a tick, or a record about another key).
+    kind: str
     timestamp_ms: int
     position: tuple[str, int, int]
     record: Any
@@ -67,11 +71,18 @@ def find_key(items: Iterable[HistoryItem], job_id: str) -> str | None:
 def explain_history(
     items: Sequence[HistoryItem], retention_ms: int = DEFAULT_RETENTION_MS
 ) -> Iterator[str]:
-    """One block of lines per item, in the given (log) order."""
+    """One block of lines per item, and per attempt an item's time ended, in log order."""
     entries: Entries = ()
+    book = JobBook()
     for item in items:
         stamp = format_rfc3339(item.timestamp_ms)
         where = "{}[{}]@{}".format(*item.position)
+        for expired in book.expire(item.timestamp_ms):
+            assert expired.job is not None
+            error = expired.job.get("error") or {}
+            yield f"{stamp}  {error.get('type')} job {expired.job_id}  ({where})"
+            yield f"    {_moved(expired)}: {error.get('message')}"
+            entries = follow(entries, expired.job, expired, item.timestamp_ms, retention_ms)
         if item.kind == "decision":
             rec = item.record
             head = f"decision {rec.get('outcome')}  request {rec.get('request_id')}"
@@ -80,13 +91,25 @@ def explain_history(
             if isinstance(rec.get("policy"), Mapping):
                 yield f"    policy: {describe_policy(rec['policy'])}"
             entries = after_decision(entries, rec)
-        else:
+            _record_jobs(book, rec)
+        elif item.kind == "event":
             event = parse_event(item.record)
-            result = apply_event(entries, event, item.timestamp_ms, retention_ms)
+            result, entries = book.apply(event, entries, item.timestamp_ms, retention_ms)
             yield f"{stamp}  event {_event_name(item.record)}  ({where})"
             yield f"    {explain_event(event, result)}"
-            if result.outcome is EventOutcome.APPLIED:
-                entries = result.entries
+
+
+def _record_jobs(book: JobBook, record: Mapping[str, Any]) -> None:
+    """The job records a decision made or moved, as the processor stores them."""
+    now = _time(record.get("decided_at")) or 0
+    for job_id in record.get("cancelled_job_ids") or []:
+        old = book.jobs.get(str(job_id))
+        cancelled = None if old is None else cancelled_by_replace(old, now)
+        if cancelled is not None:
+            book.accepted(cancelled)
+    job = record.get("job")
+    if record.get("outcome") in ("accepted", "replaced", "updated") and isinstance(job, Mapping):
+        book.accepted({**book.jobs.get(str(job.get("id")), {}), **job})
 
 
 def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
@@ -156,21 +179,41 @@ def _show(value: Any) -> str:
 
 
 def explain_event(event: JobEvent | GatewayError, result: EventResult) -> str:
-    """What a job event did to the key's entries, as the processor applied it."""
+    """What a job event did to the job, as the processor applied it."""
     if isinstance(event, GatewayError):
         return f"invalid: {event.message}"
     if result.outcome is EventOutcome.APPLIED:
-        exhausted = (
-            " (attempts exhausted: the job is discarded and releases the key)"
-            if event.state is None and result.state is State.DISCARDED
-            else ""
-        )
-        return f"job {event.job_id}: {result.previous_state} → {result.state}{exhausted}"
+        return _moved(result)
     if result.reason is IgnoredReason.UNKNOWN_JOB:
         return f"ignored: no job {event.job_id} is held under this key"
     if result.outcome is EventOutcome.REFUSED and result.error is not None:
         return f"refused: {result.error.message}"
     return f"ignored: job {event.job_id} is already {result.state}"
+
+
+def _moved(result: EventResult) -> str:
+    """An applied transition, with what it means for the job's next attempt and its key."""
+    job = result.job or {}
+    head = f"job {result.job_id}: {result.previous_state} → {result.state}"
+    if result.deleted:
+        return f"job {result.job_id}: {result.previous_state}, deleted: its key is released"
+    if result.state is State.ACTIVE and result.previous_state is State.ACTIVE:
+        return f"job {result.job_id}: heartbeat, lease until {job.get('lease_expires_at')}"
+    if result.state is State.ACTIVE:
+        return f"{head} (attempt {job.get('attempt')}, lease until {job.get('lease_expires_at')})"
+    if result.state is State.RETRYABLE:
+        return f"{head} (attempt {job.get('attempt')} failed; next attempt at " + (
+            f"{job.get('next_attempt_at')})"
+        )
+    if result.state is State.DISCARDED and result.previous_state is State.ACTIVE:
+        error = job.get("error") or {}
+        why = "attempts exhausted"
+        if error.get("retryable") is False:
+            why = "the error is not retryable"
+        elif int(job.get("attempt") or 0) < int(job.get("max_attempts") or 1):
+            why = f"the error type {error.get('type')} is not retried"
+        return f"{head} ({why}: the job is discarded and releases the key)"
+    return head
 
 
 def after_decision(prior: Entries, record: Mapping[str, Any]) -> Entries:

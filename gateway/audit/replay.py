@@ -2,8 +2,9 @@
 
 Each partition's `requests` records (requests, and the job events the router
 forwarded there) run in offset order, the order the live processor handles
-them, through `Dedup` (which calls `core.decide` / `core.apply_event`) over a
-fresh in-memory state; `intake` records run through `Router`. Every decision record so produced is
+them, through `Dedup` (which calls `core.decide` / `core.on_key`, and
+`core.expire_job` as ticks and other records move time on) over a fresh
+in-memory state; `intake` records run through `Router`. Every decision record so produced is
 compared, field by field, with the one recorded on `decisions` for the same
 source topic/partition/offset. Same seed, same record timestamps, same limits:
 a faithful log replays to identical records.

@@ -4,7 +4,9 @@ Each request of the log is decided again by `core.decide`, with its policy
 replaced by the given one (its key recomputed by `core.fingerprint`), over a
 fresh in-memory state, at its record timestamp and with its seed. Job events
 follow the jobs they were about: an event for a job the log accepted is
-applied to the job that the same request produced in this replay.
+applied to the job that the same request produced in this replay, by the
+processor's own rules (see jobs.py), and every record (ticks too) ends the
+attempts whose lease or timeout its time passed.
 
 A new policy can give two requests that lived on different partitions the
 same key, so partitions (each in log order) are merged by record timestamp.
@@ -20,19 +22,22 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gateway.audit.jobs import JobBook
 from gateway.audit.log import LogRecord, in_log_order
 from gateway.audit.replay import Position, Recorded
 from gateway.core import (
     Entry,
     EventOutcome,
+    EventResult,
     GatewayError,
     Request,
     UniquePolicy,
-    apply_event,
     decide,
     fingerprint,
 )
+from gateway.core.events import follow
 from gateway.processor.dedup import Limits, parse_event_record, parse_limited
+from gateway.processor.records import is_tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +82,15 @@ def replay_under_policy(
     state: dict[str, tuple[Entry, ...]] = {}
     # The log's job id -> (this replay's job id, its key), for events to follow.
     jobs: dict[str, tuple[str, str]] = {}
+    book = JobBook()
     report = FlipReport()
     for record in heapq.merge(*by_partition.values(), key=lambda r: r.timestamp_ms):
+        for expired in book.expire(record.timestamp_ms):
+            _follow(state, expired, record.timestamp_ms, limits)
+        if is_tick(record.source, record.value):
+            continue
         if record.source.is_job_event:
-            _apply(record, state, jobs, limits)
+            _apply(record, state, jobs, book, limits)
             continue
         was = recorded.get(record.position)
         if was is None:
@@ -96,6 +106,8 @@ def replay_under_policy(
         )  # fmt: skip
         if key:
             state[key] = decision.entries
+        if decision.job is not None:
+            book.accepted(decision.job)
         new_job = None if decision.job is None else str(decision.job["id"])
         if key and new_job and isinstance(was.get("job_id"), str):
             jobs[was["job_id"]] = (new_job, key)
@@ -115,6 +127,7 @@ def _apply(
     record: LogRecord,
     state: dict[str, tuple[Entry, ...]],
     jobs: Mapping[str, tuple[str, str]],
+    book: JobBook,
     limits: Limits,
 ) -> None:
     event = parse_event_record(record.value, record.key)
@@ -126,6 +139,18 @@ def _apply(
     if event.unique_key is None:
         return None  # a job without a key holds none: nothing here to replay
     entries = state.get(event.unique_key, ())
-    result = apply_event(entries, event, record.timestamp_ms, limits.retention_ms)
-    if result.outcome is EventOutcome.APPLIED:
-        state[event.unique_key] = result.entries
+    result, after = book.apply(event, entries, record.timestamp_ms, limits.retention_ms)
+    if result.outcome is EventOutcome.APPLIED and result.job is not None:
+        state[event.unique_key] = after
+
+
+def _follow(
+    state: dict[str, tuple[Entry, ...]], result: EventResult, now_ms: int, limits: Limits
+) -> None:
+    """The moved job's key's entries follow it, as the processor's do."""
+    job = result.job
+    if result.outcome is not EventOutcome.APPLIED or job is None:
+        return
+    key = job.get("unique_key")
+    if isinstance(key, str):
+        state[key] = follow(state.get(key, ()), job, result, now_ms, limits.retention_ms)

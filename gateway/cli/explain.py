@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"no decision or job event mentions {args.target}", EXIT_NOT_FOUND)
     decisions = sum(i.kind == "decision" for i in mine)
     print(f"unique_key {key}: {decisions} decisions, {len(mine) - decisions} job events")
-    for line in explain_history(mine, args.retention_seconds * 1000):
+    timeline = with_clock(mine, logs[requests_topic])
+    for line in explain_history(timeline, args.retention_seconds * 1000):
         print(line)
     return 0
 
@@ -78,6 +79,19 @@ def history_items(
                 HistoryItem("event", record.timestamp_ms, record.position, _json(record.value))
             )
     return sorted(items, key=lambda i: (i.position[1], i.position[2]))
+
+
+def with_clock(mine: Sequence[HistoryItem], requests: Sequence[LogRecord]) -> list[HistoryItem]:
+    """The key's items among every other record of its partitions (ticks, other keys):
+    each moves the partition's time on, and with it the leases of the key's jobs."""
+    taken = {i.position for i in mine}
+    partitions = {i.position[1] for i in mine}
+    clock = [
+        HistoryItem("time", r.timestamp_ms, r.position, {})
+        for r in requests
+        if r.partition in partitions and r.position not in taken
+    ]
+    return sorted([*mine, *clock], key=lambda i: (i.position[1], i.position[2]))
 
 
 def _json(value: bytes | None) -> dict:

@@ -2,7 +2,8 @@
 
 No I/O, no clock, no Kafka. The processor calls, per request record,
 `parse_request_json` (any dialect) then `decide`, and per job-state event
-`parse_event_json` then `apply_event`, storing the returned entries.
+`parse_event_json` then `apply_job_event` (the key's entries `follow` the job),
+and `expire_job` when event time passes an active job's `attempt_deadline`.
 """
 
 from gateway.core.dialects import (
@@ -45,8 +46,9 @@ from gateway.core.events import (
     EventResult,
     IgnoredReason,
     JobEvent,
-    apply_event,
     apply_job_event,
+    attempt_deadline,
+    expire_job,
     job_effective_state,
     parse_event,
     parse_event_json,
@@ -101,8 +103,9 @@ __all__ = [
     "RetryPolicy",
     "State",
     "UniquePolicy",
-    "apply_event",
     "apply_job_event",
+    "attempt_deadline",
+    "expire_job",
     "job_effective_state",
     "ready_at",
     "route_key",

@@ -2,9 +2,10 @@
 
 Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
-retry, scheduled_at (`options.delay_until` is its HTTP name) and tags; a
-field given in both places must agree. Every other field, known or not, is
-kept in `raw` and carried into the accepted job unchanged.
+retry, scheduled_at (`options.delay_until` is its HTTP name), timeout_ms (how
+long one attempt may run) and tags; a field given in both places must agree.
+Every other field, known or not, is kept in `raw` and carried into the accepted
+job unchanged.
 
 Validation follows OJS core: a type is dot-separated `[a-z][a-z0-9_]*`
 segments; a client-supplied id is a lowercase UUIDv7 (refused, never
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import invalid_request
-from gateway.core.limits import instant_problem
+from gateway.core.limits import duration_problem, instant_problem
 from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import parse_rfc3339
 
@@ -48,6 +49,7 @@ class Envelope:
     priority: int | None = None
     retry: RetryPolicy = RetryPolicy()
     tags: list[str] | None = None
+    timeout_ms: int | None = None
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None
     unique_field: str | None = None
@@ -111,6 +113,7 @@ def envelope_or_raise(raw: object) -> Envelope:
         priority=_priority(_option(raw, options, "priority")),
         retry=retry,
         tags=tags,
+        timeout_ms=_timeout_ms(_option(raw, options, "timeout_ms")),
         unique=top_unique if top_unique is not None else nested_unique,
         unique_field=unique_field,
     )
@@ -176,6 +179,17 @@ def _max_attempts(value: object) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise invalid_request("max_attempts must be an integer of at least 1")
+    return value
+
+
+def _timeout_ms(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid_request("timeout_ms must be an integer of at least 1 (milliseconds)")
+    problem = duration_problem(value, "timeout_ms")
+    if problem is not None:
+        raise invalid_request(problem)
     return value
 
 

@@ -7,12 +7,29 @@ state) or `type` (an OJS lifecycle event type):
     job.scheduled -> scheduled    job.retrying  -> retryable
     job.started  -> active        job.discarded -> discarded
     job.cancelled -> cancelled    job.failed    -> retryable, or discarded
+    job.heartbeat: an active job's lease is extended, its state unchanged
+    job.deleted: a terminal job is removed for good (its key is released)
 
 `unique_key` (the job's key) is optional; the event's record key is the
 job's route: its unique_key, else its id (see `route_key`). Optional fields:
 `attempt`, `max_attempts`, `scheduled_at` (RFC 3339), `result` (any JSON, kept
-by job.completed) and `error` (an object with a `message`, kept by job.failed;
-`retryable: false` discards at once). Other fields are allowed and ignored.
+by job.completed), `error` (an object with a `message`, kept by job.failed;
+`retryable: false` discards at once) and `visibility_timeout_ms` (job.started,
+job.heartbeat: the lease). Other fields are allowed and ignored.
+
+Leases. A start (job.started) hands the job to a worker for a lease:
+`lease_expires_at` = event time + `visibility_timeout_ms` (default
+DEFAULT_VISIBILITY_TIMEOUT_MS), kept with the job as its lease duration. A
+heartbeat moves `lease_expires_at` to event time + the given or kept duration.
+A job's own `timeout_ms` bounds each attempt: started_at + timeout_ms. Past
+either (`attempt_deadline`), `expire_job` fails the attempt as a nack would:
+retryable by the job's retry policy, or discarded at max attempts, with an
+error of type `lease_expired` or `timeout`. The processor applies it when
+event time passes the deadline.
+
+Errors. Each failure's error record is `error` (the last) and the last
+MAX_ERRORS of them, oldest first, are `errors`; older ones are dropped first
+when the record would exceed MAX_JOB_RECORD_BYTES.
 
 Transitions (OJS core, section 6). The state an event starts from is the
 job's effective state: a scheduled job whose time has come, or a retryable
@@ -22,7 +39,8 @@ job whose backoff has elapsed, counts as available.
     to completed  (ack)     from active
     to retryable / discarded (fail) from active; job.discarded also from retryable
     to cancelled            from any non-terminal state
-    to available            from scheduled, retryable, pending, active (requeue)
+    to available            from scheduled, retryable, pending, active (requeue),
+                            discarded (dead-letter retry: attempt back to 0)
     to scheduled            from scheduled (a new time), available, retryable, pending
     to pending              from scheduled, available
 
@@ -31,26 +49,27 @@ is ignored (`unchanged`): a repeated event is harmless, and a second claim of
 an active job is not a claim. An unknown job is ignored (`unknown_job`).
 Anything else is refused with `invalid_request` (the code the OJS HTTP
 binding gives an invalid transition), naming the state and what was needed;
-a terminal job refuses every other state.
+a terminal job refuses every other state (but for the dead-letter retry),
+and only a terminal job may be deleted.
 
-Two appliers share these rules. `apply_job_event` moves a whole job record:
-attempt counting (a start is the next attempt), the timestamps
-(started_at, completed_at for completed and discarded, cancelled_at,
-discarded_at, enqueued_at), the result, the error and the next retry time
-(see retry.py). `apply_event` moves the dedup entries of a key, which know
-only states; the processor mirrors each applied job transition onto them.
+`apply_job_event` is the one applier: it moves a whole job record with its
+attempt counting (a start is the next attempt), the timestamps (started_at,
+completed_at for completed and discarded, cancelled_at, discarded_at,
+enqueued_at), the lease, the result, the errors and the next retry time (see
+retry.py). A key's entries only follow the job's new state (`follow`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import orjson
 
+from gateway.core.engine import entry_of
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, prune
 from gateway.core.errors import INVALID_EVENT, INVALID_REQUEST, GatewayError
 from gateway.core.limits import (
@@ -58,6 +77,7 @@ from gateway.core.limits import (
     MAX_EVENT_BYTES,
     MAX_JOB_RECORD_BYTES,
     MAX_RESULT_BYTES,
+    duration_problem,
     instant_problem,
     json_problem,
     too_large,
@@ -75,7 +95,14 @@ EVENT_TYPES: dict[str, State | None] = {
     "job.failed": None,  # retryable or discarded, see the fail rule
     "job.discarded": State.DISCARDED,
     "job.cancelled": State.CANCELLED,
+    "job.heartbeat": State.ACTIVE,  # keeps the job active: no transition
+    "job.deleted": None,  # no state: the job is gone
 }
+HEARTBEAT, DELETED, FAILED = "job.heartbeat", "job.deleted", "job.failed"
+# A worker that claims a job without saying for how long holds it this long
+# unless it heartbeats: the visibility timeout of SQS and OJS workers.
+DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+MAX_ERRORS = 10
 _NON_TERMINAL = frozenset(State) - TERMINAL_STATES
 # Target state -> the (effective) states it may be reached from.
 ALLOWED_FROM: dict[State, frozenset[State]] = {
@@ -84,11 +111,15 @@ ALLOWED_FROM: dict[State, frozenset[State]] = {
     State.RETRYABLE: frozenset({State.ACTIVE}),
     State.DISCARDED: frozenset({State.ACTIVE, State.RETRYABLE}),
     State.CANCELLED: _NON_TERMINAL,
-    State.AVAILABLE: frozenset({State.SCHEDULED, State.RETRYABLE, State.PENDING, State.ACTIVE}),
+    State.AVAILABLE: frozenset(
+        {State.SCHEDULED, State.RETRYABLE, State.PENDING, State.ACTIVE, State.DISCARDED}
+    ),
     State.SCHEDULED: frozenset({State.SCHEDULED, State.AVAILABLE, State.RETRYABLE, State.PENDING}),
     State.PENDING: frozenset({State.SCHEDULED, State.AVAILABLE}),
 }
 FAIL_FROM = frozenset({State.ACTIVE})
+# The one way out of a terminal state: OJS's dead-letter retry.
+_REVIVES = frozenset({(State.DISCARDED, State.AVAILABLE)})
 _OPERATION = {
     State.ACTIVE: "fetch (job.started)",
     State.COMPLETED: "ack (job.completed)",
@@ -108,7 +139,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 class JobEvent:
     job_id: str
     unique_key: str | None
-    state: State | None  # None only for job.failed
+    state: State | None  # None for job.failed and job.deleted
     event_type: str | None = None
     attempt: int | None = None
     max_attempts: int | None = None
@@ -116,20 +147,12 @@ class JobEvent:
     result: Any = None
     # The worker's error object of a failure (job.failed, job.retrying, job.discarded).
     failure: Mapping[str, Any] | None = None
+    visibility_timeout_ms: int | None = None
 
     @property
     def route(self) -> str:
         """The record key the event travels under: the job's key, else its id."""
         return self.unique_key or self.job_id
-
-    def target_state(self, entry: Entry) -> State:
-        """The state an entry moves to; job.failed judges attempts from the event."""
-        if self.state is not None:
-            return self.state
-        limit = self.max_attempts if self.max_attempts is not None else entry.max_attempts
-        if self.attempt is not None and self.attempt >= limit:
-            return State.DISCARDED
-        return State.RETRYABLE
 
 
 class EventOutcome(StrEnum):
@@ -149,15 +172,15 @@ class IgnoredReason(StrEnum):
 @dataclass(frozen=True, slots=True)
 class EventResult:
     outcome: EventOutcome
-    # The entries to store under the key afterwards, pruned (apply_event only).
-    entries: tuple[Entry, ...]
     job_id: str | None = None
     previous_state: State | None = None
     state: State | None = None
     reason: IgnoredReason | None = None
     error: GatewayError | None = None
-    # The job record afterwards (apply_job_event only; the record as it is when not applied).
+    # The job record afterwards (the record as it is when not applied).
     job: dict[str, Any] | None = None
+    # Applied job.deleted: the record and the job's entry are to go, its key released.
+    deleted: bool = False
 
 
 def route_key(unique_key: str | None, job_id: str) -> str:
@@ -228,8 +251,14 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
         isinstance(failure, Mapping) and isinstance(failure.get("message", ""), str)
     ):
         return _bad("error must be an object with a message, e.g. {code, message, retryable}")
+    lease = raw.get("visibility_timeout_ms")
+    if lease is not None and not _is_int(lease, minimum=1):
+        return _bad("visibility_timeout_ms must be an integer of at least 1 (milliseconds)")
+    if lease is not None and (problem := duration_problem(lease, "visibility_timeout_ms")):
+        return _bad(problem)
     return JobEvent(
         job_id, key, state, event_type, attempt, max_attempts, scheduled_ms, result, failure,
+        lease,
     )  # fmt: skip
 
 
@@ -255,11 +284,17 @@ def refusal(
     `failed`: the event is a failure report (job.failed), allowed from active only.
     """
     allowed = FAIL_FROM if failed else ALLOWED_FROM[target]
-    if stored not in TERMINAL_STATES and (effective in allowed or stored in allowed):
+    leaves = stored not in TERMINAL_STATES or (not failed and (stored, target) in _REVIVES)
+    if leaves and (effective in allowed or stored in allowed):
         return None
     needs = ", ".join(sorted(allowed))
     shown = stored if stored is effective else f"{stored} (due, so {effective})"
-    if stored in TERMINAL_STATES:
+    if stored is State.DISCARDED:
+        why = (
+            f"job {job_id} is discarded, a terminal state: only a dead-letter retry "
+            "(job.enqueued) or job.deleted leaves it"
+        )
+    elif stored in TERMINAL_STATES:
         why = f"job {job_id} is {stored}, a terminal state: no transition leaves it"
     else:
         operation = "nack (job.failed)" if failed else _OPERATION[target]
@@ -271,56 +306,57 @@ def _unchanged(stored: State, target: State, scheduled_now: int | None, asked: i
     return target is stored and asked in (None, scheduled_now)
 
 
-# -- applied to the dedup entries of a key ---------------------------------------
-
-
-def apply_event(
+def on_key(
+    job: Mapping[str, Any] | None,
     entries: Iterable[Entry],
     event: JobEvent | GatewayError,
     now_ms: int,
     retention_ms: int = DEFAULT_RETENTION_MS,
-) -> EventResult:
-    """Move the event's job among a key's entries; `now_ms` is the event record's timestamp."""
+) -> tuple[EventResult, tuple[Entry, ...]]:
+    """`apply_job_event` for a job under a key, and the key's entries after it. A job back
+    from the dead letters may not join a key another live job holds: two would hold it."""
+    result = apply_job_event(job, event, now_ms)
+    if result.outcome is not EventOutcome.APPLIED or result.job is None:
+        return result, tuple(entries)
     kept = prune(entries, now_ms, retention_ms)
-    if isinstance(event, GatewayError):
-        return EventResult(EventOutcome.INVALID, kept, error=event)
-    entry = next((e for e in kept if e.job_id == event.job_id), None)
-    if entry is None:
-        return EventResult(
-            EventOutcome.IGNORED, kept, event.job_id, reason=IgnoredReason.UNKNOWN_JOB
-        )
-    target = event.target_state(entry)
-    if _unchanged(entry.state, target, entry.scheduled_at, event.scheduled_at):
-        return EventResult(
-            EventOutcome.IGNORED, kept, entry.job_id, entry.state, entry.state,
-            IgnoredReason.UNCHANGED,
-        )  # fmt: skip
-    effective = entry_effective_state(entry, now_ms)
-    refused = refusal(entry.job_id, entry.state, effective, target, event.state is None)
-    if refused is not None:
-        return _refused(kept, entry.job_id, entry.state, refused)
-    after = follow(kept, entry.job_id, target, now_ms, event.scheduled_at, retention_ms)
-    return EventResult(EventOutcome.APPLIED, after, entry.job_id, entry.state, target)
+    if result.previous_state in TERMINAL_STATES and result.state not in TERMINAL_STATES:
+        holder = next((e for e in kept if e.job_id != result.job_id and not e.terminal), None)
+        if holder is not None and job is not None:
+            why = GatewayError(
+                INVALID_REQUEST,
+                f"job {result.job_id} cannot be retried: job {holder.job_id} ({holder.state}) "
+                "holds its unique key now",
+            )
+            return _refused(str(result.job_id), State(job["state"]), why, dict(job)), kept
+    return result, follow(kept, result.job, result, now_ms, retention_ms)
 
 
 def follow(
     entries: Iterable[Entry],
-    job_id: str,
-    state: State,
+    job: Mapping[str, Any],
+    result: EventResult,
     now_ms: int,
-    scheduled_at: int | None = None,
     retention_ms: int = DEFAULT_RETENTION_MS,
 ) -> tuple[Entry, ...]:
-    """The entries with one job moved to `state` (a transition already decided), pruned."""
-    moved = (e.moved_to(state, now_ms, scheduled_at) if e.job_id == job_id else e for e in entries)
+    """A key's entries after an applied transition of one of its jobs, pruned: the job's
+    entry takes its new state (a no-op move leaves it as it was), a deleted job's entry
+    goes, and a job back from the dead letters holds its key again if its entry was gone."""
+    job_id, state = str(job["id"]), result.state
+    scheduled = job.get("scheduled_at")
+    scheduled_at = parse_rfc3339(scheduled) if isinstance(scheduled, str) else None
+    kept = [e for e in entries if not (result.deleted and e.job_id == job_id)]
+    if state is None or result.deleted:
+        return prune(kept, now_ms, retention_ms)
+    moved = [
+        e.moved_to(state, now_ms, scheduled_at)
+        if e.job_id == job_id and (e.state is not state or e.scheduled_at != scheduled_at)
+        else e
+        for e in kept
+    ]
+    revived = result.previous_state in TERMINAL_STATES and state not in TERMINAL_STATES
+    if revived and all(e.job_id != job_id for e in moved):
+        moved.append(replace(entry_of(job), state_changed_at=now_ms))
     return prune(moved, now_ms, retention_ms)
-
-
-def entry_effective_state(entry: Entry, now_ms: int) -> State:
-    scheduled = entry.state is State.SCHEDULED
-    if scheduled and entry.scheduled_at is not None and entry.scheduled_at <= now_ms:
-        return State.AVAILABLE
-    return entry.state
 
 
 # -- applied to a whole job record ----------------------------------------------
@@ -373,10 +409,14 @@ def apply_job_event(
 ) -> EventResult:
     """Move a job record by one event at `now_ms` (the event record's timestamp)."""
     if isinstance(event, GatewayError):
-        return EventResult(EventOutcome.INVALID, (), error=event)
+        return EventResult(EventOutcome.INVALID, error=event)
     if job is None:
-        return EventResult(EventOutcome.IGNORED, (), event.job_id, reason=IgnoredReason.UNKNOWN_JOB)
+        return EventResult(EventOutcome.IGNORED, event.job_id, reason=IgnoredReason.UNKNOWN_JOB)
     stored = State(job["state"])
+    if event.event_type == HEARTBEAT:
+        return _heartbeat(job, event, stored, now_ms)
+    if event.event_type == DELETED:
+        return _deleted(job, stored)
     effective = job_effective_state(job, now_ms)
     attempt = int(job.get("attempt") or 0)
     target = event.state
@@ -385,19 +425,111 @@ def apply_job_event(
     current_time = parse_rfc3339(job["scheduled_at"]) if job.get("scheduled_at") else None
     if _unchanged(stored, target, current_time, event.scheduled_at):
         return EventResult(
-            EventOutcome.IGNORED, (), event.job_id, stored, stored, IgnoredReason.UNCHANGED,
+            EventOutcome.IGNORED, event.job_id, stored, stored, IgnoredReason.UNCHANGED,
             job=dict(job),
         )  # fmt: skip
-    refused = refusal(event.job_id, stored, effective, target, event.state is None)
+    refused = refusal(event.job_id, stored, effective, target, event.event_type == FAILED)
     if refused is not None:
-        return _refused((), event.job_id, stored, refused, dict(job))
+        return _refused(event.job_id, stored, refused, dict(job))
+    return _applied(job, stored, target, event, now_ms, attempt)
+
+
+def expire_job(job: Mapping[str, Any], now_ms: int) -> EventResult | None:
+    """An active job past its lease or its attempt's timeout at `now_ms`, failed as a nack
+    would fail it (retryable, or discarded at max attempts); None if it is not due."""
+    if job.get("state") != State.ACTIVE:
+        return None
+    deadline = attempt_deadline(job)
+    if deadline is None or deadline > now_ms:
+        return None
+    lease, timeout = _lease_ms(job), _timeout_at(job)
+    if timeout is not None and timeout <= now_ms and (lease is None or timeout <= lease):
+        kind = "timeout"
+        message = f"the attempt ran past the job's timeout_ms ({job['timeout_ms']} ms)"
+    else:
+        kind = "lease_expired"
+        message = "the worker neither finished nor heartbeat the job before its lease expired"
+    failure = {"type": kind, "message": message}
+    event = JobEvent(str(job["id"]), job.get("unique_key"), None, FAILED, failure=failure)
+    attempt = int(job.get("attempt") or 0)
+    target = _after_failure(job, event, attempt)
+    return _applied(job, State.ACTIVE, target, event, now_ms, attempt)
+
+
+def attempt_deadline(job: Mapping[str, Any]) -> int | None:
+    """When an active job's attempt ends unless the worker finishes or heartbeats: the
+    earlier of its lease and its timeout; None for a job not active (or with neither)."""
+    if job.get("state") != State.ACTIVE:
+        return None
+    times = [t for t in (_lease_ms(job), _timeout_at(job)) if t is not None]
+    return min(times) if times else None
+
+
+def _lease_ms(job: Mapping[str, Any]) -> int | None:
+    at = job.get("lease_expires_at")
+    return parse_rfc3339(at) if isinstance(at, str) else None
+
+
+def _timeout_at(job: Mapping[str, Any]) -> int | None:
+    started, timeout = job.get("started_at"), job.get("timeout_ms")
+    start_ms = parse_rfc3339(started) if isinstance(started, str) else None
+    if start_ms is None or not isinstance(timeout, int) or not _is_int(timeout, minimum=1):
+        return None
+    return start_ms + timeout
+
+
+def _heartbeat(
+    job: Mapping[str, Any], event: JobEvent, stored: State, now_ms: int
+) -> EventResult:
+    """An active job's lease runs from now for the given, else its current, duration."""
+    if stored is not State.ACTIVE:
+        error = GatewayError(
+            INVALID_REQUEST,
+            f"job {event.job_id} is {stored}; heartbeat (job.heartbeat) needs an active job",
+        )
+        return _refused(event.job_id, stored, error, dict(job))
+    moved = dict(job)
+    _lease(moved, event.visibility_timeout_ms or job.get("visibility_timeout_ms"), now_ms)
+    return EventResult(EventOutcome.APPLIED, event.job_id, stored, stored, job=moved)
+
+
+def _lease(job: dict[str, Any], duration_ms: Any, now_ms: int) -> None:
+    lease = duration_ms if _is_int(duration_ms, 1) else DEFAULT_VISIBILITY_TIMEOUT_MS
+    job["visibility_timeout_ms"] = lease
+    job["lease_expires_at"] = format_rfc3339(now_ms + lease)
+
+
+def _deleted(job: Mapping[str, Any], stored: State) -> EventResult:
+    """A finished job removed for good; a live one must be finished (or cancelled) first."""
+    job_id = str(job["id"])
+    if stored not in TERMINAL_STATES:
+        needs = ", ".join(sorted(TERMINAL_STATES))
+        error = GatewayError(
+            INVALID_REQUEST, f"job {job_id} is {stored}; delete (job.deleted) needs one of: {needs}"
+        )
+        return _refused(job_id, stored, error, dict(job))
+    return EventResult(EventOutcome.APPLIED, job_id, stored, stored, job=dict(job), deleted=True)
+
+
+def _applied(
+    job: Mapping[str, Any], stored: State, target: State, event: JobEvent, now_ms: int, attempt: int
+) -> EventResult:
     moved = _moved(dict(job), stored, target, event, now_ms, attempt)
-    if event.result is not None or event.failure is not None:  # the only fields that grow it
+    # Only a result or an error grows a record.
+    if (event.result is not None or event.failure is not None) and not _fit(moved):
         size = len(orjson.dumps(moved))
-        if size > MAX_JOB_RECORD_BYTES:
-            error = too_large("the job record", size, MAX_JOB_RECORD_BYTES)
-            return _refused((), event.job_id, stored, error, dict(job))
-    return EventResult(EventOutcome.APPLIED, (), event.job_id, stored, target, job=moved)
+        error = too_large("the job record", size, MAX_JOB_RECORD_BYTES)
+        return _refused(event.job_id, stored, error, dict(job))
+    return EventResult(EventOutcome.APPLIED, event.job_id, stored, target, job=moved)
+
+
+def _fit(job: dict[str, Any]) -> bool:
+    """Whether the record fits MAX_JOB_RECORD_BYTES, once the oldest errors make room."""
+    while len(orjson.dumps(job)) > MAX_JOB_RECORD_BYTES:
+        if not job.get("errors"):
+            return False
+        job["errors"] = job["errors"][1:]
+    return True
 
 
 def _after_failure(job: Mapping[str, Any], event: JobEvent, attempt: int) -> State:
@@ -421,6 +553,8 @@ def _moved(
 ) -> dict[str, Any]:
     now = format_rfc3339(now_ms)
     job["state"] = str(target)
+    if target is not State.ACTIVE:
+        job.pop("lease_expires_at", None)
     if event.attempt is not None:
         job["attempt"] = event.attempt
     if event.max_attempts is not None:
@@ -429,6 +563,7 @@ def _moved(
         if event.attempt is None:
             job["attempt"] = attempt + 1  # OJS counts attempts as they start
         job["started_at"] = now
+        _lease(job, event.visibility_timeout_ms, now_ms)
         job.setdefault("enqueued_at", ready_at({**job, "state": str(stored)}) or now)
         job.pop("next_attempt_at", None)
     elif target is State.COMPLETED:
@@ -438,7 +573,9 @@ def _moved(
             job["result"] = event.result
     elif target in (State.RETRYABLE, State.DISCARDED):
         if event.failure is not None:
-            job["error"] = _error_record(event.failure, int(job.get("attempt") or 0), now)
+            error = _error_record(event.failure, int(job.get("attempt") or 0), now)
+            job["error"] = error
+            job["errors"] = [*job.get("errors", ()), error][-MAX_ERRORS:]
         if target is State.RETRYABLE:
             policy = RetryPolicy.from_dict(job.get("retry"))
             delay = policy.delay_ms(int(job.get("attempt") or 1), str(job["id"]))
@@ -454,6 +591,10 @@ def _moved(
         job.pop("next_attempt_at", None)
         if stored is State.ACTIVE:
             job.pop("started_at", None)  # a requeued attempt never ran to an end
+        elif stored is State.DISCARDED:  # a dead-letter retry: a fresh start, errors kept
+            job["attempt"] = 0
+            for name in ("started_at", "completed_at", "discarded_at"):
+                job.pop(name, None)
     elif target is State.SCHEDULED and event.scheduled_at is not None:
         job["scheduled_at"] = format_rfc3339(event.scheduled_at)
     return job
@@ -469,16 +610,12 @@ def _error_record(failure: Mapping[str, Any], attempt: int, now: str) -> dict[st
 
 
 def _refused(
-    kept: tuple[Entry, ...],
-    job_id: str,
-    stored: State,
-    error: GatewayError,
-    job: dict[str, Any] | None = None,
+    job_id: str, stored: State, error: GatewayError, job: dict[str, Any] | None = None
 ) -> EventResult:
     reason = IgnoredReason.ALREADY_TERMINAL if stored in TERMINAL_STATES else (
         IgnoredReason.NOT_ALLOWED
     )  # fmt: skip
-    return EventResult(EventOutcome.REFUSED, kept, job_id, stored, stored, reason, error, job)
+    return EventResult(EventOutcome.REFUSED, job_id, stored, stored, reason, error, job)
 
 
 def _is_int(value: object, minimum: int) -> bool:

@@ -22,7 +22,8 @@ _UUID7_DOMAIN = b"gateway.uuid7\x00"
 LIFECYCLE_FIELDS = frozenset(
     {
         "enqueued_at", "started_at", "completed_at", "cancelled_at", "discarded_at",
-        "next_attempt_at", "result", "error", "previous_state",
+        "next_attempt_at", "result", "error", "errors", "previous_state",
+        "lease_expires_at", "visibility_timeout_ms",
     }
 )  # fmt: skip
 
@@ -60,8 +61,8 @@ def job_record(
     """The accepted job: the request's fields, unknown ones included, plus the gateway's.
 
     The gateway sets id, queue, state, priority, attempt, max_attempts, retry,
-    created_at, enqueued_at (once the job is available), scheduled_at and
-    unique_key; values for these in the request are replaced, and the
+    timeout_ms, created_at, enqueued_at (once the job is available), scheduled_at
+    and unique_key; values for these in the request are replaced, and the
     lifecycle fields a job gains later (started_at, completed_at, result, ...)
     are dropped from it.
     """
@@ -80,6 +81,8 @@ def job_record(
     )
     if envelope.tags is not None:
         job["tags"] = envelope.tags
+    if envelope.timeout_ms is not None:
+        job["timeout_ms"] = envelope.timeout_ms  # bounds each attempt (see events.py)
     if state is State.AVAILABLE:
         job["enqueued_at"] = job["created_at"]
     if scheduled_at is None:

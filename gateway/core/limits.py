@@ -7,13 +7,16 @@ partition for good. Every topic allows 1 MiB per record (`max.message.bytes`
 job event is parsed, and they add up under that ceiling:
 
 - a job record is the request's fields (<= MAX_REQUEST_BYTES, 256 KiB, as
-  serialised) plus the gateway's fields (a few hundred bytes) plus either its
-  `result` (<= MAX_RESULT_BYTES, 64 KiB) or its last error (<= MAX_ERROR_BYTES,
-  16 KiB, kept with its type and message: at most about three times that).
-  Oban's `replace` may give a job the fields of two requests: 512 KiB. So
-  MAX_JOB_RECORD_BYTES, 640 KiB, holds every case, and the core refuses an
-  event that would push a record past it; a job keeps only its last error,
-  so failures never accumulate.
+  serialised) plus the gateway's fields (a few hundred bytes) plus its
+  `result` (<= MAX_RESULT_BYTES, 64 KiB) and its errors: the last one as
+  `error` and again at the end of `errors` (each <= MAX_ERROR_BYTES, 16 KiB,
+  kept with its type and message: at most about three times that, so 96 KiB
+  for the two copies). Oban's `replace` may give a job the fields of two
+  requests: 512 KiB; 512 + 96 = 608 KiB, or 512 + 64 after an ack (which drops
+  `error`). So MAX_JOB_RECORD_BYTES, 640 KiB, holds every case with the last
+  error; the older entries of `errors` (at most ten) are dropped, oldest first,
+  while a record would exceed it, so failures never accumulate past it, and
+  the core refuses an event that would still push a record past it.
 - a decision record carries ids, the policy (<= one request) and, for an
   update, each changed field before and after (<= two requests): under 800 KiB.
 - a job event is at most MAX_EVENT_BYTES, enough for a maximal result.

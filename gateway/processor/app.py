@@ -38,6 +38,7 @@ from gateway.processor.replies import ReplyTopics
 from gateway.processor.router import Router
 from gateway.processor.shutdown import Shutdown
 from gateway.processor.state_identity import current, reconcile, state_root
+from gateway.processor.ticks import Ticker
 
 log = logging.getLogger("gateway.processor")
 
@@ -203,7 +204,13 @@ def run(settings: ProcessorSettings) -> None:
         "processor starting",
         extra={"instance_id": settings.instance_id, "group": settings.group},
     )
-    app.run()
+    requests = settings.catalogue.name("requests")
+    ticker = Ticker(settings.client_config, requests, lambda: readiness.owned(requests))
+    ticker.start()
+    try:
+        app.run()
+    finally:
+        ticker.stop()
 
 
 def _log_failure(stage: str) -> Any:

@@ -2,7 +2,10 @@
 
 No rule of uniqueness or of the job lifecycle lives here: requests go to
 `core.decide`, job events to `core.apply_job_event` (the key's entries follow
-the job's new state), and the results become records (see records.py). This
+the job's new state), and the results become records (see records.py). Before
+any record is handled, what its time made due is done (see schedule.py): active
+jobs past their lease or timeout go through `core.expire_job`, finished jobs
+past their retention get their tombstones. A tick record does only that. This
 module loads and stores a key's entries and job records, checks that a record
 sits on the partition its route belongs to, and hands records to `emit`.
 
@@ -16,7 +19,7 @@ Job records. Every accepted job is stored in its route's state (`job/<id>`)
 and written to `job_states` with each change, in the same transaction as the
 decision or event that changed it. A terminal job's record expires from the
 store by the state's event-time TTL, `retention_ms` after it finished, and
-leaves `job_states` with a tombstone then (see expiry.py).
+leaves `job_states` with a tombstone then; a deleted one (job.deleted) at once.
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ from gateway.core import (
     Outcome,
     Request,
     State,
-    apply_event,
-    apply_job_event,
+    attempt_deadline,
     decide,
     dump_entries,
+    expire_job,
     expires_at,
     load_entries,
     parse_event_json,
@@ -55,13 +58,11 @@ from gateway.core import (
     route_key,
 )
 from gateway.core.engine import updated_record
-from gateway.core.events import cancelled_by_replace, follow
+from gateway.core.events import cancelled_by_replace, follow, on_key
 from gateway.core.ids import summary
 from gateway.core.jobs import job_expires_at
 from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
-from gateway.core.times import parse_rfc3339
 from gateway.partitioner import partition_for
-from gateway.processor import expiry
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
     CLAIMED_ID_HEADER,
@@ -74,12 +75,14 @@ from gateway.processor.records import (
     decision_outputs,
     event_reply,
     id_report,
+    is_tick,
     job_state,
     job_state_tombstone,
     refused_event,
     refused_request,
     request_id,
 )
+from gateway.processor.schedule import LEASES, TOMBSTONES
 from gateway.processor.total import Guard
 
 log = logging.getLogger("gateway.processor")
@@ -186,9 +189,12 @@ class Dedup:
     def _on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> bool:
-        """First, the finished jobs that time has carried out of the store get tombstones.
+        """First, what the record's time made due; a tick carries nothing else.
         False when the record was sent on to be decided elsewhere."""
+        self._expire_attempts(source)
         self._tombstone_expired(source)
+        if is_tick(source, value):
+            return True
         refusal = headers_refusal(source.headers)
         if refusal is not None:
             self._refuse(source, refusal)
@@ -332,22 +338,53 @@ class Dedup:
 
     def _put_job(self, state: KeyState, job: dict[str, Any], source: Source) -> None:
         """Store and publish a job; a terminal one expires the retention after it ended,
-        and its tombstone is scheduled for then."""
+        and its tombstone is scheduled for then; an active one's attempt is looked at
+        again when its lease or timeout ends."""
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         state.set_bytes(JOB + str(job["id"]), orjson.dumps(job), ttl=ttl)
         self.emit(job_state(job), source)
         if due is not None:
-            schedule = self.state_of(source, expiry.SCHEDULE_KEY)
-            expiry.schedule(schedule, job_route(job), str(job["id"]), due)
+            TOMBSTONES.add(self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due)
+        deadline = attempt_deadline(job)
+        if deadline is not None:
+            LEASES.add(self.state_of(source, LEASES.key), job_route(job), job["id"], deadline)
 
     def _tombstone_expired(self, source: Source) -> None:
-        schedule = self.state_of(source, expiry.SCHEDULE_KEY)
-        for route, job_id in expiry.take_due(schedule, source.timestamp_ms):
-            # Unless a new job took the freed id since: its record is there, live.
-            if self.state_of(source, route.encode()).get_bytes(JOB + job_id) is None:
-                self.emit(job_state_tombstone(job_id), source)
-                self.emit(id_report(job_id, route, None, decided=False), source)
+        schedule = self.state_of(source, TOMBSTONES.key)
+        for route, job_id in TOMBSTONES.take_due(schedule, source.timestamp_ms):
+            state = self.state_of(source, route.encode())
+            job = self._load_job(state, job_id)
+            if job is not None:
+                due = job_expires_at(job, self.limits.retention_ms)
+                if due is None or due > source.timestamp_ms:
+                    continue  # taken again by a new job, or revived: a later entry has it
+                # Expired, though the store's TTL has not hidden it yet: it goes now,
+                # so the record and its tombstone never disagree.
+                state.delete(JOB + job_id)
+            self.emit(job_state_tombstone(job_id), source)
+            self.emit(id_report(job_id, route, None, decided=False), source)
+
+    def _expire_attempts(self, source: Source) -> None:
+        """Active jobs whose lease or timeout has passed are failed, as a nack would be."""
+        schedule = self.state_of(source, LEASES.key)
+        for route, job_id in LEASES.take_due(schedule, source.timestamp_ms):
+            state = self.state_of(source, route.encode())
+            job = self._load_job(state, job_id)
+            # A heartbeat, an ack or a new attempt since made the entry stale: the job
+            # is judged as it is now, and only once its own deadline's bucket has ended
+            # (so its expiry time is a function of the job alone: see audit/jobs.py).
+            deadline = None if job is None else attempt_deadline(job)
+            if job is None or deadline is None or LEASES.seen_at(deadline) > source.timestamp_ms:
+                continue
+            result = expire_job(job, source.timestamp_ms)
+            if result is not None and result.job is not None:
+                self._follow(result.job, result, state, source)
+                log.info(
+                    "job attempt expired",
+                    extra={"job_id": job_id, "state": str(result.state),
+                           "error": result.job.get("error"), "source": source.as_dict()},
+                )  # fmt: skip
 
     # -- job events ---------------------------------------------------------
 
@@ -357,12 +394,13 @@ class Dedup:
         event = parse_event_record(value, key)
         job_id = None if isinstance(event, GatewayError) else event.job_id
         job = self._load_job(state, job_id) if job_id else None
-        if job is None:
-            result = self._apply_to_entries(event, state, source)
-        else:
-            result = apply_job_event(job, event, source.timestamp_ms)
-            if result.outcome is EventOutcome.APPLIED and result.job is not None:
-                self._follow(result.job, result, state, source)
+        keyed = job is not None and isinstance(job.get("unique_key"), str)
+        entries = self._load(state) if keyed else ()
+        result, after = on_key(
+            job, entries, event, source.timestamp_ms, self.limits.retention_ms
+        )  # fmt: skip
+        if result.outcome is EventOutcome.APPLIED and result.job is not None:
+            self._follow(result.job, result, state, source, (entries, after) if keyed else None)
         reply = event_reply(result, route_of(job, event), source)
         if reply is not None:
             self.emit(reply, source)
@@ -380,33 +418,31 @@ class Dedup:
             )
 
     def _follow(
-        self, job: dict[str, Any], result: EventResult, state: KeyState, source: Source
+        self,
+        job: dict[str, Any],
+        result: EventResult,
+        state: KeyState,
+        source: Source,
+        entries: tuple[tuple[Entry, ...], tuple[Entry, ...]] | None = None,
     ) -> None:
-        """Store the moved job; its key's entries follow; a cancel tells the worker."""
-        self._put_job(state, job, source)
+        """Store the moved job (a deleted one goes, with its tombstone at once); its key's
+        entries follow; a cancel tells the worker."""
+        if result.deleted:
+            state.delete(JOB + str(job["id"]))
+            self.emit(job_state_tombstone(str(job["id"])), source)
+            self.emit(id_report(str(job["id"]), job_route(job), None, decided=False), source)
+        else:
+            self._put_job(state, job, source)
         unique_key = job.get("unique_key")
-        if isinstance(unique_key, str) and result.state is not None:
-            entries = self._load(state)
-            scheduled = job.get("scheduled_at")
-            after = follow(
-                entries, str(job["id"]), result.state, source.timestamp_ms,
-                parse_rfc3339(scheduled) if isinstance(scheduled, str) else None,
-                self.limits.retention_ms,
-            )  # fmt: skip
-            self._store(state, entries, after, source.timestamp_ms)
+        if isinstance(unique_key, str):
+            if entries is None:  # an expiry: the core moved the job alone
+                before = self._load(state)
+                entries = before, follow(
+                    before, job, result, source.timestamp_ms, self.limits.retention_ms
+                )  # fmt: skip
+            self._store(state, *entries, source.timestamp_ms)
         if result.state is State.CANCELLED:
             self.emit(cancellation(job, str(result.previous_state), unique_key), source)
-
-    def _apply_to_entries(
-        self, event: JobEvent | GatewayError, state: KeyState, source: Source
-    ) -> EventResult:
-        """An event for a job with no record (accepted before records were kept): entries only."""
-        unique_key = None if isinstance(event, GatewayError) else event.unique_key
-        entries = self._load(state) if unique_key else ()
-        result = apply_event(entries, event, source.timestamp_ms, self.limits.retention_ms)
-        if unique_key and result.outcome is EventOutcome.APPLIED:
-            self._store(state, entries, result.entries, source.timestamp_ms)
-        return result
 
 
 def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str | None:

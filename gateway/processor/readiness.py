@@ -53,6 +53,10 @@ class Readiness:
 
         quix.set_rebalance_hooks(app, assigned, revoked, lost)
 
+    def owned(self, topic: str) -> list[int]:
+        """The partitions of `topic` this run owns now (the ticks go to them)."""
+        return [p for t, p in list(self._owned) if t == topic]
+
     def state(self) -> tuple[bool, dict[str, Any]]:
         inputs = {tp for tp in self._owned if not tp[0].startswith("changelog__")}
         if self._shutdown.requested:

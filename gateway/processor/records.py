@@ -42,6 +42,10 @@ ID_CLAIMED = b"claimed"
 ID_MINTED = b"minted"
 # Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
 CLAIMED_ID_HEADER = "claimed_id"
+# A record that only carries time: the processor writes one to each partition of
+# `requests` it owns about every second, so that leases and tombstones fall due
+# on a partition without traffic (see ticks.py). It is decided on nothing.
+TICK = b"tick"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,12 @@ class Output:
     role: str | None = None
     topic: str | None = None
     headers: Headers | None = None
+
+
+def is_tick(source: Source, value: bytes | None) -> bool:
+    """A tick: marked so, and empty. A marked record with a value is read as a request
+    (and answered), so that no record with something in it goes unanswered."""
+    return source.headers.get(KIND_HEADER) == TICK and not value
 
 
 def headers_of(raw: Any) -> dict[str, bytes]:
@@ -139,7 +149,7 @@ def refused_request(
 
 def refused_event(source: Source, error: GatewayError) -> list[Output]:
     """What an event refused before it could be applied writes: its reply, if it asked."""
-    reply = event_reply(EventResult(EventOutcome.INVALID, (), error=error), None, source)
+    reply = event_reply(EventResult(EventOutcome.INVALID, error=error), None, source)
     return [] if reply is None else [reply]
 
 
@@ -194,6 +204,7 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
         "state": None if result.state is None else str(result.state),
         "error": None if result.error is None else result.error.to_dict(),
         "job": result.job,
+        "deleted": result.deleted,
         "source": source.as_dict(),
     }
     correlation = source.headers.get("correlation_id", b"")

@@ -1,7 +1,7 @@
 """Dialects: every example of the Oban, Zizq and Faktory pages as a table or a story.
 
-Lifecycle steps are job-state events applied by the core (`apply_event`), as the
-processor applies them.
+Lifecycle steps are job-state events applied by the core (`core.on_key`, through
+tests/support.apply_event), as the processor applies them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from gateway.core import (
     PeriodFrom,
     Request,
     State,
-    apply_event,
     audit_fields,
     decide,
     fingerprint,
@@ -34,6 +33,7 @@ from gateway.core import (
 )
 from gateway.core.dialects import oban
 from gateway.core.times import format_rfc3339
+from tests.support import apply_event
 
 T0 = 1_770_000_000_000
 S = 1000

@@ -17,7 +17,6 @@ from gateway.core import (
     Outcome,
     Request,
     State,
-    apply_event,
     audit_fields,
     cancellations,
     decide,
@@ -26,6 +25,7 @@ from gateway.core import (
 )
 from gateway.core.retry import RetryPolicy
 from gateway.core.times import format_rfc3339
+from tests.support import apply_event
 
 T0 = 1_770_000_000_000
 MINUTE = 60_000
@@ -114,7 +114,8 @@ def test_a_first_request_is_accepted_and_recorded() -> None:
         "args": {"user_id": 42},
         "unique": {"keys": ["type", "args"]},
         "tags": ["x"],
-        "options": {"timeout_ms": 5},  # unknown options are preserved
+        "options": {"timeout_ms": 5},  # options are preserved
+        "timeout_ms": 5,  # and the job keeps the ones its lifecycle reads
         "state": "available",
         "priority": 0,
         "attempt": 0,

@@ -14,7 +14,6 @@ from gateway.core import (
     GatewayError,
     Outcome,
     State,
-    apply_event,
     audit_fields,
     decide,
     parse_event,
@@ -22,6 +21,7 @@ from gateway.core import (
 )
 from gateway.core.events import EVENT_TYPES
 from gateway.core.times import format_rfc3339
+from tests.support import apply_event
 
 T0 = 1_770_000_000_000
 HOUR = 3_600_000
@@ -99,9 +99,14 @@ def run(sequence: list[Submit | Event], policy: dict[str, Any]) -> list[Any]:
             assert not isinstance(event, GatewayError)
             result = apply_event(entries, event, now, RETENTION)
             entries = result.entries
-            if result.outcome is EventOutcome.APPLIED:
+            if result.outcome is EventOutcome.APPLIED and result.deleted:
+                del reported[job_id]  # a finished job removed for good
+            elif result.outcome is EventOutcome.APPLIED:
                 assert result.state is not None
-                assert reported[job_id] not in {State.COMPLETED, State.CANCELLED, State.DISCARDED}
+                revived = (reported[job_id], result.state) == (State.DISCARDED, State.AVAILABLE)
+                assert revived or reported[job_id] not in {
+                    State.COMPLETED, State.CANCELLED, State.DISCARDED,
+                }  # fmt: skip
                 reported[job_id] = result.state
             elif not known:
                 assert result.reason == "unknown_job"

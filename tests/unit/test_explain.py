@@ -12,12 +12,14 @@ from gateway.core import (
     Entry,
     GatewayError,
     State,
-    apply_event,
     decide,
     parse_event,
     parse_request,
 )
+from gateway.core.events import DEFAULT_VISIBILITY_TIMEOUT_MS
+from gateway.core.times import format_rfc3339
 from gateway.processor.records import Source, decision_record
+from tests.support import apply_event
 
 T0 = 1_760_000_000_000
 REQ = "ns.gateway.requests"
@@ -143,7 +145,10 @@ def test_events_say_what_they_did_to_the_job():
     key, jid = first["unique_key"], first["job_id"]
     started = parse_event({"job_id": jid, "unique_key": key, "type": "job.started"})
     result = apply_event(entries, started, T0 + 1)
-    assert explain_event(started, result) == f"job {jid}: available → active"
+    lease = format_rfc3339(T0 + 1 + DEFAULT_VISIBILITY_TIMEOUT_MS)
+    assert explain_event(started, result) == (
+        f"job {jid}: available → active (attempt 1, lease until {lease})"
+    )
     failed = parse_event(
         {"job_id": jid, "unique_key": key, "type": "job.failed", "attempt": 3, "max_attempts": 3}
     )
@@ -153,7 +158,7 @@ def test_events_say_what_they_did_to_the_job():
         "releases the key)"
     )
     again = apply_event(done.entries, started, T0 + 3)
-    assert explain_event(started, again).endswith("a terminal state: no transition leaves it")
+    assert explain_event(started, again).endswith("or job.deleted leaves it")
     unknown = parse_event({"job_id": "other", "unique_key": key, "state": "active"})
     assert "no job other is held" in explain_event(unknown, apply_event((), unknown, T0))
 
@@ -175,7 +180,7 @@ def test_history_is_explained_in_order_with_the_state_each_item_left():
     assert lines[0].endswith(f"decision accepted  request r0  ({REQ}[0]@0)")
     assert lines[2].strip().startswith("policy: keys [type, args], states [")
     assert lines[4].strip().startswith(f"refused: job {jid} is available; ack")
-    assert lines[6].strip() == f"job {jid}: available → active"
+    assert lines[6].strip().startswith(f"job {jid}: available → active (attempt 1, lease until")
     assert "event job.completed job" in lines[7]
     assert lines[8].strip() == f"job {jid}: active → completed"
     assert f"job {jid} is `completed`, not one of the states" in lines[10]

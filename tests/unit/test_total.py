@@ -27,7 +27,7 @@ from gateway.partitioner import partition_for
 from gateway.processor import dedup as dedup_module
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import JOB_EVENT, KIND_HEADER, Output, Source, record_size
+from gateway.processor.records import JOB_EVENT, KIND_HEADER, TICK, Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
 from gateway.processor.router import Router
 
@@ -137,7 +137,9 @@ values = st.one_of(
 header_names = st.sampled_from(["reply_to", "correlation_id", "request_id", "kind", "x"])
 headers = st.dictionaries(
     header_names,
-    st.one_of(st.binary(max_size=40), st.just(b"gateway.replies"), st.just(b"job_event")),
+    st.one_of(
+        st.binary(max_size=40), st.just(b"gateway.replies"), st.just(b"job_event"), st.just(TICK)
+    ),
     max_size=4,
 )
 keys = st.one_of(st.none(), st.binary(max_size=64))
@@ -153,6 +155,8 @@ def test_any_record_on_requests_is_answered_within_limits(value, key, headers, p
     if headers.get(KIND_HEADER) == JOB_EVENT:
         # An event is answered by its reply when it asked for one; it makes no decision.
         assert "decisions" not in kinds
+    elif headers.get(KIND_HEADER) == TICK and not value:
+        assert kinds == []  # a tick only moves time: nothing is due on a fresh partition
     else:
         # Decided here, or sent back through the router to be decided on its own partition.
         assert kinds.count("decisions") + kinds.count("intake") == 1

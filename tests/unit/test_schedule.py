@@ -8,7 +8,6 @@ import orjson
 
 from gateway.audit.replay import Store
 from gateway.core import DEFAULT_RETENTION_MS
-from gateway.processor import expiry
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
@@ -20,6 +19,7 @@ from gateway.processor.records import (
     Output,
     Source,
 )
+from gateway.processor.schedule import TOMBSTONES
 
 T0 = 1_770_000_000_000
 RETENTION = DEFAULT_RETENTION_MS
@@ -74,11 +74,11 @@ def test_a_finished_job_gets_its_tombstone_once_time_passes_its_expiry() -> None
     other = "019b0a4c-1f00-7000-8000-0000000000ff"
     # Until the expiry's bucket has ended, nothing; then exactly one tombstone.
     assert tombstones(log.record({"type": "t", "args": [], "id": other}, gone - 1)) == []
-    next_bucket = (gone // expiry.BUCKET_MS + 1) * expiry.BUCKET_MS
+    next_bucket = (gone // TOMBSTONES.bucket_ms + 1) * TOMBSTONES.bucket_ms
     assert tombstones(log.record({"job_id": other, "type": "job.started"}, next_bucket, True)) == [
         JOB_ID.encode()
     ]
-    later = next_bucket + 10 * expiry.BUCKET_MS
+    later = next_bucket + 10 * TOMBSTONES.bucket_ms
     assert tombstones(log.record({"job_id": other, "type": "job.completed"}, later, True)) == []
 
 
@@ -104,7 +104,9 @@ def test_an_id_taken_again_after_its_expiry_keeps_the_new_job() -> None:
     ]
     assert (
         tombstones(
-            log.record({"job_id": "x", "type": "job.started"}, freed + 2 * expiry.BUCKET_MS, True)
+            log.record(
+                {"job_id": "x", "type": "job.started"}, freed + 2 * TOMBSTONES.bucket_ms, True
+            )
         )
         == []
     )

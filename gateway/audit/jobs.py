@@ -1,0 +1,70 @@
+"""Job records rebuilt from the log and moved by the processor's own rules.
+
+Explain and what-if read decisions and job events, not the processor's state;
+they keep each job's record as its accepted decision published it and move it
+with `core.on_key` (`apply_job_event` and the key's entries after it) and
+`core.expire_job`, the calls the processor makes, so a job's story is the one
+the processor wrote. An active job expires at the first record of the log at
+or after the end of its deadline's schedule bucket (`LEASES.seen_at`), as the
+processor's sweep does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.core import (
+    Entry,
+    EventOutcome,
+    EventResult,
+    GatewayError,
+    JobEvent,
+    attempt_deadline,
+    expire_job,
+)
+from gateway.core.events import on_key
+from gateway.processor.schedule import LEASES
+
+
+class JobBook:
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    def accepted(self, job: Mapping[str, Any]) -> None:
+        """A job as a decision published it (new, updated, or cancelled by a replace)."""
+        self.jobs[str(job["id"])] = dict(job)
+
+    def apply(
+        self,
+        event: JobEvent | GatewayError,
+        entries: tuple[Entry, ...],
+        now_ms: int,
+        retention_ms: int,
+    ) -> tuple[EventResult, tuple[Entry, ...]]:
+        """An event on its job, and the job's key's `entries` after it."""
+        job = None if isinstance(event, GatewayError) else self.jobs.get(event.job_id)
+        result, after = on_key(job, entries, event, now_ms, retention_ms)
+        self._keep(result)
+        return result, after
+
+    def expire(self, now_ms: int) -> list[EventResult]:
+        """The attempts a record at `now_ms` ends, failed as the processor fails them."""
+        expired = []
+        for job in list(self.jobs.values()):
+            deadline = attempt_deadline(job)
+            if deadline is None or LEASES.seen_at(deadline) > now_ms:
+                continue
+            result = expire_job(job, now_ms)
+            if result is not None:
+                self._keep(result)
+                expired.append(result)
+        return expired
+
+    def _keep(self, result: EventResult) -> None:
+        if result.outcome is not EventOutcome.APPLIED or result.job is None:
+            return
+        if result.deleted:
+            self.jobs.pop(str(result.job["id"]), None)
+        else:
+            self.jobs[str(result.job["id"])] = result.job

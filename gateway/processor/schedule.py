@@ -1,0 +1,103 @@
+"""Per-partition schedules of what falls due as event time passes, without traffic.
+
+Two things must happen when a partition's event time passes an instant rather
+than when a record about them arrives:
+
+- TOMBSTONES: a finished job's record leaves its route's state by the store's
+  event-time TTL, `retention_ms` after the job ended (`core.job_expires_at`).
+  The store deletes it without a word, so the processor writes the job's
+  tombstone to `job_states` once time has passed it: compaction then drops the
+  job from the topic, and every view reading it drops the job too.
+- LEASES: an active job's attempt ends at its lease or its timeout
+  (`core.attempt_deadline`); then the core's `expire_job` fails it.
+
+Each is a schedule of (route, job id) by due time, swept on every record of
+the partition (a tick carries time when no other record does). An entry only
+says "look at this job then": the sweep reads the job's record and asks the
+core again, so an entry a later change made stale is skipped, never obeyed.
+
+A schedule lives in the partition's state under a key of its own, in buckets of
+`bucket_ms` by due time, with point reads only (the store offers no ordered
+scan inside a transaction):
+    next         -> the first bucket not yet swept (absent: nothing scheduled yet)
+    <bucket>     -> how many entries the bucket holds
+    <bucket>/<i> -> [route, job id] of its i-th entry
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+KeyState = Any  # get_bytes, set_bytes, delete, as in dedup.py
+_NEXT = "next"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    # The key whose state holds the schedule. No route starts with NUL (routes
+    # are fingerprints and job ids), so it never meets a job's key.
+    key: bytes
+    bucket_ms: int
+    # A partition idle for long (a processor that was down) sweeps its backlog
+    # over several records, so that no one record reads without end.
+    max_buckets_per_record: int = 8_640
+
+    def add(self, state: KeyState, route: str, job_id: str, due_ms: int) -> None:
+        """Look at `job_id` (stored under `route`) once time has passed `due_ms`."""
+        next_bucket = _int(state.get_bytes(_NEXT))
+        bucket = due_ms // self.bucket_ms
+        if next_bucket is None:
+            state.set_bytes(_NEXT, _bytes(bucket))
+        elif bucket < next_bucket:
+            bucket = next_bucket  # already due (or a clock that stepped back): the next sweep
+        count = _int(state.get_bytes(str(bucket))) or 0
+        state.set_bytes(f"{bucket}/{count}", orjson.dumps([route, job_id]))
+        state.set_bytes(str(bucket), _bytes(count + 1))
+
+    def seen_at(self, due_ms: int) -> int:
+        """When an entry due at `due_ms` is swept: the end of its bucket. A record at or
+        after this time, and only such a record, acts on it (replay and explain too)."""
+        return (due_ms // self.bucket_ms + 1) * self.bucket_ms
+
+    def take_due(self, state: KeyState, now_ms: int) -> list[tuple[str, str]]:
+        """(route, job id) of every entry whose bucket ended by `now_ms`, taken off the
+        schedule. A bucket is swept only once it has ended, so an entry is seen up to
+        `bucket_ms` after its time, and never before it."""
+        next_bucket = _int(state.get_bytes(_NEXT))
+        if next_bucket is None:
+            return []
+        stop = min(now_ms // self.bucket_ms, next_bucket + self.max_buckets_per_record)
+        if stop <= next_bucket:
+            return []
+        taken = []
+        for bucket in range(next_bucket, stop):
+            count = _int(state.get_bytes(str(bucket)))
+            if count is None:
+                continue  # an empty bucket: nothing to read, nothing to delete
+            for i in range(count):
+                item = state.get_bytes(f"{bucket}/{i}")
+                state.delete(f"{bucket}/{i}")
+                if item is not None:
+                    route, job_id = orjson.loads(item)
+                    taken.append((str(route), str(job_id)))
+            state.delete(str(bucket))
+        state.set_bytes(_NEXT, _bytes(stop))
+        return taken
+
+
+# Tombstones may wait ten seconds; an idle partition catches up a day per record.
+TOMBSTONES = Schedule(b"\x00job-expiry", 10_000)
+# A lease is a few seconds: it falls due at the first tick (one a second) past its
+# bucket's end; an idle partition catches up 2.4 hours per record.
+LEASES = Schedule(b"\x00job-lease", 1_000)
+
+
+def _int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)
+
+
+def _bytes(value: int) -> bytes:
+    return str(value).encode()

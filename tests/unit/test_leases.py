@@ -1,0 +1,404 @@
+"""Leases, heartbeats, timeouts and the dead letters: the core's rules, and the processor
+applying them as event time (ticks included) passes, over an in-memory store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.audit import HistoryItem, explain_history
+from gateway.audit.replay import Store
+from gateway.core import (
+    EventOutcome,
+    IgnoredReason,
+    State,
+    apply_job_event,
+    attempt_deadline,
+    expire_job,
+    load_entries,
+    parse_event,
+    parse_request,
+)
+from gateway.core.events import DEFAULT_VISIBILITY_TIMEOUT_MS, MAX_ERRORS
+from gateway.core.limits import MAX_ERROR_BYTES, MAX_JOB_RECORD_BYTES
+from gateway.core.times import format_rfc3339, parse_rfc3339
+from gateway.processor.dedup import ENTRIES, Dedup, Limits
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import (
+    CLAIMED_ID_HEADER,
+    ID_CLAIMED,
+    ID_HEADER,
+    JOB_EVENT,
+    KIND_HEADER,
+    TICK,
+    Output,
+    Source,
+)
+from gateway.processor.schedule import LEASES
+from gateway.processor.ticks import TICK_KEY
+
+T0 = 1_770_000_000_000
+JOB_ID = "019b0a4c-1f00-7000-8000-000000000001"
+
+
+def job(**fields: Any) -> dict[str, Any]:
+    return {
+        "id": JOB_ID, "type": "report.build", "state": "available", "attempt": 0,
+        "max_attempts": 3, "created_at": format_rfc3339(T0), **fields,
+    }  # fmt: skip
+
+
+def event(**fields: Any) -> Any:
+    parsed = parse_event({"job_id": JOB_ID, **fields})
+    assert not hasattr(parsed, "code"), parsed
+    return parsed
+
+
+def moved(record: dict[str, Any], at: int, **fields: Any) -> dict[str, Any]:
+    result = apply_job_event(record, event(**fields), at)
+    assert result.outcome is EventOutcome.APPLIED, result.error
+    assert result.job is not None
+    return result.job
+
+
+def ms(stamp: Any) -> int:
+    value = parse_rfc3339(stamp)
+    assert value is not None
+    return value
+
+
+# -- the core rules -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "lease"),
+    [({}, DEFAULT_VISIBILITY_TIMEOUT_MS), ({"visibility_timeout_ms": 2_000}, 2_000)],
+)
+def test_a_claim_holds_the_job_for_its_lease(fields: dict[str, Any], lease: int) -> None:
+    started = moved(job(), T0 + 10, type="job.started", **fields)
+    assert ms(started["lease_expires_at"]) == T0 + 10 + lease
+    assert started["visibility_timeout_ms"] == lease
+    assert attempt_deadline(started) == T0 + 10 + lease
+
+
+def test_a_heartbeat_extends_the_lease_and_changes_nothing_else() -> None:
+    started = moved(job(), T0, type="job.started", visibility_timeout_ms=2_000)
+    kept = moved(started, T0 + 1_500, type="job.heartbeat")
+    assert ms(kept["lease_expires_at"]) == T0 + 3_500  # the job's own duration again
+    longer = moved(kept, T0 + 3_000, type="job.heartbeat", visibility_timeout_ms=60_000)
+    assert ms(longer["lease_expires_at"]) == T0 + 63_000
+    assert {k: v for k, v in longer.items() if "lease" not in k and "visibility" not in k} == {
+        k: v for k, v in started.items() if "lease" not in k and "visibility" not in k
+    }
+
+
+@pytest.mark.parametrize("state", ["available", "scheduled", "retryable", "completed"])
+def test_a_heartbeat_for_a_job_not_active_is_refused(state: str) -> None:
+    result = apply_job_event(job(state=state), event(type="job.heartbeat"), T0)
+    assert result.outcome is EventOutcome.REFUSED and result.error is not None
+    assert "heartbeat (job.heartbeat) needs an active job" in result.error.message
+    assert result.reason is (
+        IgnoredReason.ALREADY_TERMINAL if state == "completed" else IgnoredReason.NOT_ALLOWED
+    )
+
+
+def test_visibility_timeout_must_be_a_positive_integer() -> None:
+    for bad in (0, -1, "5", 1.5, True):
+        raw = {"job_id": JOB_ID, "type": "job.started", "visibility_timeout_ms": bad}
+        refused = parse_event(raw)
+        assert getattr(refused, "code", None) == "invalid_event"
+
+
+def test_an_expired_lease_is_a_failed_attempt() -> None:
+    started = moved(job(), T0, type="job.started", visibility_timeout_ms=2_000)
+    assert expire_job(started, T0 + 1_999) is None
+    result = expire_job(started, T0 + 2_000)
+    assert result is not None and result.state is State.RETRYABLE
+    assert result.job is not None
+    assert result.job["error"]["type"] == "lease_expired"
+    assert result.job["errors"] == [result.job["error"]]
+    assert "lease_expires_at" not in result.job and ms(result.job["next_attempt_at"]) > T0 + 2_000
+    # The same transition as a nack at that time.
+    nack = apply_job_event(started, event(type="job.failed", error=result.job["error"]), T0 + 2_000)
+    assert nack.job is not None and nack.job["next_attempt_at"] == result.job["next_attempt_at"]
+
+
+def test_timeout_ms_bounds_an_attempt_whatever_the_heartbeats() -> None:
+    started = moved(job(timeout_ms=5_000), T0, type="job.started", visibility_timeout_ms=2_000)
+    beating = moved(started, T0 + 1_900, type="job.heartbeat", visibility_timeout_ms=10_000)
+    assert attempt_deadline(beating) == T0 + 5_000
+    result = expire_job(beating, T0 + 5_000)
+    assert result is not None and result.job is not None
+    assert result.job["error"]["type"] == "timeout"
+
+
+def test_an_expiry_at_max_attempts_discards() -> None:
+    started = moved(job(attempt=2), T0, type="job.started", visibility_timeout_ms=1_000)
+    result = expire_job(started, T0 + 1_000)
+    assert result is not None and result.state is State.DISCARDED
+    assert result.job is not None and result.job["discarded_at"] == format_rfc3339(T0 + 1_000)
+
+
+@pytest.mark.parametrize("state", ["available", "retryable", "completed", "cancelled"])
+def test_only_active_jobs_expire(state: str) -> None:
+    stale = job(state=state, lease_expires_at=format_rfc3339(T0))
+    assert expire_job(stale, T0 + 10**9) is None and attempt_deadline(stale) is None
+
+
+@given(
+    lease=st.integers(1, 100_000),
+    timeout=st.one_of(st.none(), st.integers(1, 100_000)),
+    beats=st.lists(st.tuples(st.integers(0, 50_000), st.integers(1, 100_000)), max_size=5),
+    probe=st.integers(0, 400_000),
+)
+def test_an_attempt_ends_exactly_at_the_earlier_of_lease_and_timeout(
+    lease: int, timeout: int | None, beats: list[tuple[int, int]], probe: int
+) -> None:
+    fields = {} if timeout is None else {"timeout_ms": timeout}
+    record = moved(job(**fields), T0, type="job.started", visibility_timeout_ms=lease)
+    now, expires = T0, T0 + lease
+    for gap, duration in beats:
+        if now + gap >= min(expires, T0 + (timeout or 10**12)):
+            break  # the attempt has ended: a heartbeat would come too late
+        now += gap
+        record = moved(record, now, type="job.heartbeat", visibility_timeout_ms=duration)
+        expires = now + duration
+    deadline = min(expires, T0 + timeout) if timeout is not None else expires
+    assert attempt_deadline(record) == deadline
+    assert (expire_job(record, T0 + probe) is None) is (T0 + probe < deadline)
+
+
+def test_a_discarded_job_may_be_retried_from_the_dead_letters() -> None:
+    started = moved(job(max_attempts=1), T0, type="job.started")
+    dead = moved(started, T0 + 1, type="job.failed", error={"message": "boom"})
+    assert dead["state"] == "discarded"
+    again = moved(dead, T0 + 2, type="job.enqueued")
+    assert again["state"] == "available" and again["attempt"] == 0
+    assert "discarded_at" not in again and "completed_at" not in again
+    assert again["errors"] == [dead["error"]] and again["error"] == dead["error"]
+    assert moved(again, T0 + 3, type="job.started")["attempt"] == 1
+
+
+@pytest.mark.parametrize("state", ["completed", "cancelled", "discarded"])
+def test_a_terminal_job_may_be_deleted_and_a_live_one_may_not(state: str) -> None:
+    done = apply_job_event(job(state=state), event(type="job.deleted"), T0)
+    assert done.outcome is EventOutcome.APPLIED and done.deleted
+    live = apply_job_event(job(state="active"), event(type="job.deleted"), T0)
+    assert live.outcome is EventOutcome.REFUSED and not live.deleted
+    assert live.error is not None and "delete (job.deleted) needs one of" in live.error.message
+
+
+def test_errors_keep_the_last_ten_attempts_oldest_first() -> None:
+    record = job(max_attempts=50)
+    for n in range(12):
+        record = moved(record, T0 + 3 * n, type="job.enqueued" if n else "job.started")
+        if n:
+            record = moved(record, T0 + 3 * n + 1, type="job.started")
+        record = moved(record, T0 + 3 * n + 2, type="job.failed", error={"message": f"e{n}"})
+    assert [e["message"] for e in record["errors"]] == [f"e{n}" for n in range(2, 12)]
+    assert len(record["errors"]) == MAX_ERRORS and record["error"] == record["errors"][-1]
+
+
+def test_errors_make_room_in_a_record_near_its_limit() -> None:
+    big = "x" * (MAX_ERROR_BYTES - 100)
+    record = job(max_attempts=50, args=["y" * (MAX_JOB_RECORD_BYTES - 4 * MAX_ERROR_BYTES)])
+    for n in range(6):
+        if n:
+            record = moved(record, T0 + 3 * n, type="job.enqueued")
+        record = moved(record, T0 + 3 * n + 1, type="job.started")
+        record = moved(record, T0 + 3 * n + 2, type="job.failed", error={"message": big})
+        assert len(orjson.dumps(record)) <= MAX_JOB_RECORD_BYTES
+    assert 1 <= len(record["errors"]) < 6 and record["errors"][-1] == record["error"]
+
+
+# -- the processor, over an in-memory store ------------------------------------------
+
+
+class Partition:
+    """One partition's log through the processor's own code; records at chosen times."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[Output, Source]] = []
+        self.store = Store()
+        self.offset = 0
+        self.records: list[tuple[Source, bytes | None, bytes | None]] = []
+        self.dedup = Dedup(
+            1, lambda o, s: self.out.append((o, s)), Metrics(), Limits(),
+            lambda _, key: self.store.state(key),
+        )  # fmt: skip
+
+    def send(
+        self, value: bytes | None, key: bytes, at: int, kind: bytes | None,
+        headers: dict[str, bytes] | None = None,
+    ) -> list[Output]:  # fmt: skip
+        headers = dict(headers or {}) if kind is None else {KIND_HEADER: kind}
+        source = Source("requests", 0, self.offset, at, headers)
+        self.offset += 1
+        self.records.append((source, key, value))
+        self.store.at(at)
+        before = len(self.out)
+        self.dedup.on_record(value, key, source, self.store.state(key))
+        return [o for o, _ in self.out[before:]]
+
+    def request(self, body: dict[str, Any], at: int) -> list[Output]:
+        request = parse_request(body)
+        route = getattr(request, "unique_key", None) or body["id"]
+        # Its client id as the id stage sends it on: claimed for this route.
+        claimed = (
+            {ID_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(body["id"]).encode()}
+            if "id" in body
+            else {}
+        )
+        return self.send(orjson.dumps(body), route.encode(), at, None, claimed)
+
+    def event(self, key: str, at: int, **fields: Any) -> list[Output]:
+        body = {"job_id": JOB_ID, **fields}
+        return self.send(orjson.dumps(body), key.encode(), at, JOB_EVENT)
+
+    def tick(self, at: int) -> list[Output]:
+        return self.send(b"", TICK_KEY, at, TICK)
+
+
+UNIQUE = {"type": "report.build", "args": [1], "unique": {"keys": ["type", "args"]}}
+
+
+def states(outputs: list[Output]) -> list[str]:
+    return [orjson.loads(o.value)["state"] for o in outputs if o.role == "job_states" and o.value]
+
+
+def claimed(max_attempts: int = 3, lease: int = 2_000) -> tuple[Partition, str]:
+    log = Partition()
+    decided = log.request({**UNIQUE, "id": JOB_ID, "max_attempts": max_attempts}, T0)
+    key = next(orjson.loads(o.value)["unique_key"] for o in decided if o.role == "decisions")
+    log.event(key, T0 + 10, unique_key=key, type="job.started", visibility_timeout_ms=lease)
+    return log, key
+
+
+def test_ticks_end_a_lease_on_an_idle_partition_and_decide_nothing() -> None:
+    log, key = claimed(max_attempts=1)
+    due = LEASES.seen_at(T0 + 10 + 2_000)
+    for at in range(T0 + 1_000, due, 1_000):
+        assert log.tick(at) == []  # nothing due yet: a tick writes nothing
+    expired = log.tick(due)
+    assert states(expired) == ["discarded"]
+    assert [o.role for o in expired] == ["job_states"]  # no decision, no reply
+    entries = load_entries(log.store.state(key.encode()).get_bytes(ENTRIES))
+    assert [e.state for e in entries if e.job_id == JOB_ID] == [State.DISCARDED]
+    # The key is free again: the same job is a new one now.
+    again = log.request({**UNIQUE}, due + 1)
+    decision = next(orjson.loads(o.value) for o in again if o.role == "decisions")
+    assert decision["outcome"] == "accepted"
+
+
+def test_a_heartbeat_makes_the_scheduled_expiry_stale() -> None:
+    log, key = claimed()
+    log.event(key, T0 + 1_500, unique_key=key, type="job.heartbeat", visibility_timeout_ms=5_000)
+    assert log.tick(LEASES.seen_at(T0 + 2_010)) == []  # the first lease's entry: stale
+    assert log.tick(LEASES.seen_at(T0 + 6_500) - 1) == []
+    assert states(log.tick(LEASES.seen_at(T0 + 6_500))) == ["retryable"]
+
+
+def test_a_finished_job_never_expires() -> None:
+    log, key = claimed()
+    log.event(key, T0 + 100, unique_key=key, type="job.completed")
+    assert log.tick(T0 + 60_000) == []
+
+
+def test_a_late_ack_after_the_lease_is_refused() -> None:
+    log, key = claimed()
+    out = log.event(key, T0 + 5_000, unique_key=key, type="job.completed")
+    assert states(out) == ["retryable"]  # the record's time ended the attempt first
+
+
+def test_a_deleted_job_is_tombstoned_at_once_and_frees_its_key() -> None:
+    log, key = claimed(max_attempts=1)
+    log.event(key, T0 + 20, unique_key=key, type="job.failed", error={"message": "x"})
+    out = log.event(key, T0 + 30, unique_key=key, type="job.deleted")
+    # The tombstone, and the id stage learns the id is free.
+    assert [(o.role, o.key, o.value) for o in out if o.role != "job_ids"] == [
+        ("job_states", JOB_ID.encode(), None)
+    ]
+    [report] = [orjson.loads(o.value or b"") for o in out if o.role == "job_ids"]
+    assert report["job_id"] == JOB_ID and report["job"] is None
+    assert log.store.state(key.encode()).get_bytes(ENTRIES) is None
+    again = log.request({**UNIQUE, "id": JOB_ID}, T0 + 40)
+    decision = next(orjson.loads(o.value) for o in again if o.role == "decisions")
+    assert decision["outcome"] == "accepted"
+
+
+def test_a_revived_job_holds_its_key_again() -> None:
+    log, key = claimed(max_attempts=1)
+    log.event(key, T0 + 20, unique_key=key, type="job.failed", error={"message": "x"})
+    assert states(log.event(key, T0 + 30, unique_key=key, type="job.enqueued")) == ["available"]
+    dup = log.request({**UNIQUE}, T0 + 40)
+    decision = next(orjson.loads(o.value) for o in dup if o.role == "decisions")
+    assert decision["outcome"] == "rejected" and decision["existing_job_id"] == JOB_ID
+
+
+def test_a_tombstone_is_written_even_if_the_store_still_shows_the_record() -> None:
+    log, key = claimed()
+    log.event(key, T0 + 20, unique_key=key, type="job.completed")
+    retention = Limits().retention_ms
+    # A store whose clock lags (its TTL not yet applied) still returns the record.
+    state = log.store.state(key.encode())
+    raw = state.get_bytes("job/" + JOB_ID)
+    assert raw is not None
+    state.set_bytes("job/" + JOB_ID, raw)  # no ttl: as if the store had not evicted it
+    out = log.tick(T0 + 20 + retention + 10_000)
+    assert [
+        (o.role, o.value) for o in out if o.key == JOB_ID.encode() and o.role != "job_ids"
+    ] == [("job_states", None)]
+    assert state.get_bytes("job/" + JOB_ID) is None
+
+
+# -- explain says what the processor did ------------------------------------------
+
+
+def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
+    log, key = claimed(max_attempts=3)
+    steps = [
+        (T0 + 100, {"type": "job.failed", "error": {"message": "no attempt given"}}),
+        (T0 + 200, {"type": "job.started"}),  # retryable but not yet due: refused
+        (T0 + 60_000, {"type": "job.started"}),  # due by now: a fetch
+        (T0 + 60_100, {"type": "job.failed", "error": {"message": "x", "retryable": False}}),
+        (T0 + 60_200, {"type": "job.enqueued"}),  # from the dead letters
+        (T0 + 60_300, {"type": "job.started", "visibility_timeout_ms": 1_000}),
+    ]
+    seen: list[str | None] = []
+    for at, fields in steps:
+        out = log.event(key, at, unique_key=key, **fields)
+        seen.append((states(out) or [None])[-1])
+    expiry = LEASES.seen_at(T0 + 61_300)
+    seen.append(states(log.tick(expiry))[-1])
+    assert seen == ["retryable", None, "active", "discarded", "available", "active", "retryable"]
+
+    items = []
+    for source, _, value in log.records:
+        position = (source.topic, source.partition, source.offset)
+        decision = next(
+            (orjson.loads(o.value) for o, s in log.out if o.role == "decisions" and s == source),
+            None,
+        )
+        if decision is not None:
+            items.append(HistoryItem("decision", source.timestamp_ms, position, decision))
+        elif source.is_job_event:
+            items.append(HistoryItem("event", source.timestamp_ms, position, orjson.loads(value)))
+        else:
+            items.append(HistoryItem("time", source.timestamp_ms, position, {}))
+    lines = [line.strip() for line in explain_history(items)]
+    said = [line for line in lines if line.startswith(("job ", "refused", "ignored"))]
+    assert [_state_of(line) for line in said] == [
+        "active", "retryable", None, "active", "discarded", "available", "active", "retryable",
+    ]  # fmt: skip
+    assert "the error is not retryable" in said[4]
+    assert any(f"lease_expired job {JOB_ID}" in line for line in lines)
+
+
+def _state_of(line: str) -> str | None:
+    if not line.startswith("job ") or "→" not in line:
+        return None
+    return line.split("→ ")[1].split(" ")[0].rstrip(":")
