@@ -14,8 +14,13 @@ state) or `type` (an OJS lifecycle event type):
 job's route: its unique_key, else its id (see `route_key`). Optional fields:
 `attempt`, `max_attempts`, `scheduled_at` (RFC 3339), `result` (any JSON, kept
 by job.completed), `error` (an object with a `message`, kept by job.failed;
-`retryable: false` discards at once) and `visibility_timeout_ms` (job.started,
-job.heartbeat: the lease). Other fields are allowed and ignored.
+`retryable: false` discards at once), `visibility_timeout_ms` (job.started,
+job.heartbeat: the lease) and `claim_id` (below). Other fields are allowed and
+ignored.
+
+Claims. A start may carry a `claim_id`, kept with the active job. A requeue
+(job.enqueued) of an active job that carries a `claim_id` applies only to that
+claim: a fetch that gave up waiting can undo its own claim, never another's.
 
 Leases. A start (job.started) hands the job to a worker for a lease:
 `lease_expires_at` = event time + `visibility_timeout_ms` (default
@@ -75,6 +80,7 @@ from gateway.core.errors import INVALID_EVENT, INVALID_REQUEST, GatewayError
 from gateway.core.limits import (
     MAX_ERROR_BYTES,
     MAX_EVENT_BYTES,
+    MAX_ID_BYTES,
     MAX_JOB_RECORD_BYTES,
     MAX_RESULT_BYTES,
     duration_problem,
@@ -148,6 +154,7 @@ class JobEvent:
     # The worker's error object of a failure (job.failed, job.retrying, job.discarded).
     failure: Mapping[str, Any] | None = None
     visibility_timeout_ms: int | None = None
+    claim_id: str | None = None
 
     @property
     def route(self) -> str:
@@ -256,9 +263,14 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
         return _bad("visibility_timeout_ms must be an integer of at least 1 (milliseconds)")
     if lease is not None and (problem := duration_problem(lease, "visibility_timeout_ms")):
         return _bad(problem)
+    claim_id = raw.get("claim_id")
+    if claim_id is not None and not (
+        isinstance(claim_id, str) and 0 < len(claim_id) <= MAX_ID_BYTES
+    ):
+        return _bad(f"claim_id must be a non-empty string of at most {MAX_ID_BYTES} characters")
     return JobEvent(
         job_id, key, state, event_type, attempt, max_attempts, scheduled_ms, result, failure,
-        lease,
+        lease, claim_id,
     )  # fmt: skip
 
 
@@ -429,9 +441,24 @@ def apply_job_event(
             job=dict(job),
         )  # fmt: skip
     refused = refusal(event.job_id, stored, effective, target, event.event_type == FAILED)
+    if refused is None and _anothers_claim(job, stored, target, event):
+        refused = GatewayError(
+            INVALID_REQUEST,
+            f"job {event.job_id} is active under another claim than {event.claim_id}; "
+            "a requeue with a claim_id undoes that claim only",
+        )
     if refused is not None:
         return _refused(event.job_id, stored, refused, dict(job))
     return _applied(job, stored, target, event, now_ms, attempt)
+
+
+def _anothers_claim(job: Mapping[str, Any], stored: State, target: State, event: JobEvent) -> bool:
+    return (
+        event.claim_id is not None
+        and stored is State.ACTIVE
+        and target is State.AVAILABLE
+        and job.get("claim_id") != event.claim_id
+    )
 
 
 def expire_job(job: Mapping[str, Any], now_ms: int) -> EventResult | None:
@@ -555,6 +582,7 @@ def _moved(
     job["state"] = str(target)
     if target is not State.ACTIVE:
         job.pop("lease_expires_at", None)
+        job.pop("claim_id", None)
     if event.attempt is not None:
         job["attempt"] = event.attempt
     if event.max_attempts is not None:
@@ -564,6 +592,10 @@ def _moved(
             job["attempt"] = attempt + 1  # OJS counts attempts as they start
         job["started_at"] = now
         _lease(job, event.visibility_timeout_ms, now_ms)
+        if event.claim_id is None:
+            job.pop("claim_id", None)
+        else:
+            job["claim_id"] = event.claim_id
         job.setdefault("enqueued_at", ready_at({**job, "state": str(stored)}) or now)
         job.pop("next_attempt_at", None)
     elif target is State.COMPLETED:

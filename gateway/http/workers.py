@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -117,10 +118,12 @@ async def _claim(
 ) -> dict[str, Any] | ApiError | None:
     """The job, active, if the processor gave it to us; None if it went elsewhere."""
     binding.claims[job["id"]] = time.monotonic() + CLAIM_MEMORY_S
+    # The claim's own name: a requeue undoes this claim, never another fetch's.
+    claim_id = uuid.uuid4().hex
     try:
-        ack = await transitions.ask(binding, job, "job.started", **fields)
+        ack = await transitions.ask(binding, job, "job.started", claim_id=claim_id, **fields)
         if transitions.timed_out(ack):
-            await _requeue(binding, job)
+            await _requeue(binding, job, claim_id)
         if isinstance(ack, ApiError):
             return ack
         moved = ack.record.get("job")
@@ -132,10 +135,11 @@ async def _claim(
         binding.claims.pop(job["id"], None)
 
 
-async def _requeue(binding: Binding, job: dict[str, Any]) -> None:
+async def _requeue(binding: Binding, job: dict[str, Any], claim_id: str) -> None:
     """After a claim with no answer: job.enqueued on the same key, so it comes after the
-    claim in the key's log and undoes it if it was applied (an available job ignores it)."""
-    event = {"job_id": job["id"], "type": "job.enqueued"}
+    claim in the key's log and undoes it if it was applied (an available job ignores it,
+    and the core refuses it for a job another fetch claimed)."""
+    event = {"job_id": job["id"], "type": "job.enqueued", "claim_id": claim_id}
     if job.get("unique_key"):
         event["unique_key"] = job["unique_key"]
     try:

@@ -74,6 +74,28 @@ def ms(stamp: Any) -> int:
 # -- the core rules -------------------------------------------------------------
 
 
+def test_a_requeue_with_a_claim_id_undoes_that_claim_only():
+    ours = moved(job(), T0, type="job.started", claim_id="c1")
+    assert ours["claim_id"] == "c1"
+    back = moved(ours, T0 + 1, type="job.enqueued", claim_id="c1")
+    assert back["state"] == "available" and "claim_id" not in back
+    theirs = moved(job(), T0, type="job.started", claim_id="c2")
+    refused = apply_job_event(theirs, event(type="job.enqueued", claim_id="c1"), T0 + 1)
+    assert refused.outcome is EventOutcome.REFUSED and refused.error is not None
+    assert "another claim" in refused.error.message
+
+
+def test_a_requeue_of_a_job_never_claimed_changes_nothing():
+    result = apply_job_event(job(), event(type="job.enqueued", claim_id="c1"), T0)
+    assert result.outcome is EventOutcome.IGNORED
+
+
+@pytest.mark.parametrize("claim_id", ["", 5, "x" * 256])
+def test_a_claim_id_is_a_short_string(claim_id: Any):
+    parsed = parse_event({"job_id": JOB_ID, "type": "job.started", "claim_id": claim_id})
+    assert getattr(parsed, "code", None) == "invalid_event"
+
+
 @pytest.mark.parametrize(
     ("fields", "lease"),
     [({}, DEFAULT_VISIBILITY_TIMEOUT_MS), ({"visibility_timeout_ms": 2_000}, 2_000)],
