@@ -5,8 +5,9 @@ system in a subprocess, warms it up with one new job per partition, then:
 
 - throughput: produces every request of the workload to `requests` as fast as
   the producer goes and waits until a read_committed consumer of `decisions`
-  has seen one decision per request; CPU of the system's process tree and of
-  the broker JVM over that window, from /proc;
+  has seen one decision per request; CPU of the system's process tree (for
+  the gateway: the supervisor and all its runtimes) and of the broker JVM
+  over that window, from /proc;
 - records: counts the committed records the system wrote during the round on
   every topic of its namespace but the inputs (outputs and state changelog);
 - latency: new jobs paced at half the measured rate; each decision's latency
@@ -104,9 +105,14 @@ class StreamSystem:
 
 
 class Gateway(StreamSystem):
-    """`gateway process`, exactly as a user runs it."""
+    """`gateway process --processes N`, exactly as a user runs it; "gateway" is one process.
 
-    name = "gateway"
+    The CPU measured is its whole process tree: the supervisor and every runtime.
+    """
+
+    def __init__(self, count: int = 1) -> None:
+        self.count = count
+        self.name = "gateway" if count == 1 else f"gateway×{count}"
 
     def start(
         self, processes: Processes, broker: Broker, cat: Catalogue, workdir: Path, opts: Options
@@ -115,6 +121,7 @@ class Gateway(StreamSystem):
         return processes.start(
             [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
              "--namespace", namespace, "--state-dir", str(workdir / "state"),
+             "--processes", str(self.count),
              "--commit-interval", str(opts.commit_interval), "--log-level", "WARNING"],
             workdir / "gateway.log",
         )  # fmt: skip
