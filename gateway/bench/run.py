@@ -193,7 +193,7 @@ def _other_figures(
         rss = report.spread(r["peak_rss_bytes"] / 2**20 for r in gateway_rounds)
         figures["processor peak RSS (MiB)"] = {"value": rss, "text": report._fmt(rss)}
         startup = report.spread(r["startup_s"] for r in gateway_rounds)
-        figures["processor start to first decisions, empty state (s)"] = {
+        figures["processor start to ready, empty state (s)"] = {
             "value": startup, "text": report._fmt(startup, 1),
         }  # fmt: skip
         per = report.spread(r["records_per_request"] for r in gateway_rounds)
