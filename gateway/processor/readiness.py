@@ -10,7 +10,6 @@ answers on its status port (with --metrics-port), and `gateway serve
 
 GET /metrics    Prometheus metrics
 GET /ready      200 {"status": "ready", "partitions": n}, else 503 {"status": "starting", "reason"}
-                (with "partitions": 0 when it owns none, which status.py tells apart)
 GET /live       200 while the process runs
 """
 
@@ -62,7 +61,6 @@ class Readiness:
             return False, {
                 "status": "starting",
                 "reason": "the processor owns no partitions yet (joining the consumer group)",
-                "partitions": 0,
             }
         if self._app._state_manager.recovery_required:
             return False, {

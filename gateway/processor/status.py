@@ -6,10 +6,9 @@ on P what a caller asks of the deployment as a whole, so `gateway serve
 --processor-url` and a Prometheus scrape keep one address:
 
 GET /ready    200 {"status": "ready", "partitions": n, "processes": N} when every
-              runtime answers, none is restoring or stopping, and together they own
-              input partitions (a runtime owning none is idle, as happens when the
-              group has more members than partitions); else 503 {"status": "starting",
-              "reason"} naming the runtime
+              runtime is ready: owns partitions, restores none, is not stopping (one
+              still joining would soon take partitions from the others, pausing them
+              for a rebalance); else 503 {"status": "starting", "reason"} naming it
 GET /live     200 while the supervisor runs
 GET /metrics  the runtimes' metrics added up: a series with the same name and labels
               in several runtimes is their sum (counters, histograms, keys held, lag
@@ -57,17 +56,12 @@ def readiness(answers: Sequence[tuple[str, int | None, bytes]]) -> tuple[bool, d
                 "after a failure)",
             }
         state = _json(body)
-        owned += int(state.get("partitions", 0))
-        if status != 200 and state.get("partitions") != 0:
+        if status != 200:
             return False, {
                 "status": "starting",
                 "reason": f"processor {instance}: {state.get('reason', f'answered {status}')}",
             }
-    if not owned:
-        return False, {
-            "status": "starting",
-            "reason": "the processors own no partitions yet (joining the consumer group)",
-        }
+        owned += int(state.get("partitions", 0))
     return True, {"status": "ready", "partitions": owned, "processes": len(answers)}
 
 

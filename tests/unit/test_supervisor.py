@@ -74,12 +74,11 @@ def test_ready_when_every_process_is_and_together_they_own_partitions():
     assert ok and body == {"status": "ready", "partitions": 8, "processes": 2}
 
 
-def test_an_idle_process_does_not_hold_the_others_back():
-    idle = (503, orjson.dumps({"status": "starting", "reason": "no partitions", "partitions": 0}))
-    ok, body = status.readiness([("1-1", *ready(8)), ("1-2", *idle)])
-    assert ok and body["partitions"] == 8
-    ok, body = status.readiness([("1-1", *idle), ("1-2", *idle)])
-    assert not ok and "own no partitions" in body["reason"]
+def test_a_process_still_joining_holds_the_others_back():
+    # It would take partitions from them at its join: a rebalance still to come.
+    joining = (503, orjson.dumps({"status": "starting", "reason": "owns no partitions yet"}))
+    ok, body = status.readiness([("1-1", *ready(8)), ("1-2", *joining)])
+    assert not ok and body["reason"] == "processor 1-2: owns no partitions yet"
 
 
 def test_a_process_gone_or_restoring_is_named():
