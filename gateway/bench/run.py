@@ -32,6 +32,7 @@ EXTRA_MODULES = {"redis": ["redis"], "postgres": ["psycopg"]}
 class Plan:
     systems: tuple[str, ...]
     figures: tuple[str, ...]
+    processes: tuple[int, ...]  # the gateway's processor processes, one row each
     requests: int
     rounds: int
     duplicates: float
@@ -72,14 +73,11 @@ def run(plan: Plan, console: Console) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-", dir=_scratch()))
     with _stopping_on_signals(), _progress(console) as progress:
         try:
-            per_round = (
-                len(plan.systems)
-                - 1
-                + len(plan.http_concurrency)
-                + len(plan.http_batch_concurrency)
-                if "http" in plan.systems
-                else len(plan.systems)
-            )
+            per_round = len(plan.systems)
+            if "gateway" in plan.systems:
+                per_round += len(plan.processes) - 1
+            if "http" in plan.systems:
+                per_round += len(plan.http_concurrency) + len(plan.http_batch_concurrency) - 1
             steps = per_round * plan.rounds + len(plan.figures)
             task = progress.add_task("starting", total=steps)
 
@@ -132,27 +130,28 @@ def _measure(
     if "postgres" in plan.systems:
         services["postgres"] = start_postgres(processes, workdir)
     versions.update({name: service.version for name, service in services.items()})
+    kinds: dict[str, list[streams.StreamSystem]] = {
+        "gateway": [streams.Gateway(n) for n in plan.processes],
+        "passthrough": [streams.Passthrough(records_per_input)],
+    }
     for number in range(1, plan.rounds + 1):
         for system in plan.systems:
-            step(f"round {number}/{plan.rounds}: {system}")
-            if system in ("gateway", "passthrough"):
-                kind = (
-                    streams.Gateway() if system == "gateway"
-                    else streams.Passthrough(records_per_input)
-                )  # fmt: skip
-                r = streams.run_round(kind, number, workload, broker, processes, opts)
-                row = {**dataclasses.asdict(r), "rate": r.rate,
-                       "records_per_request": r.records_per_request}  # fmt: skip
-                if system == "gateway":
-                    _check_gateway(r.outcomes, workload)
-                    measured_records.append(r.records_per_request)
-                    gateway_duplicates.append(
-                        r.outcomes.get("rejected", 0) + r.outcomes.get("ignored", 0)
-                    )
-                else:
-                    _check_passthrough(r, row, records_per_input())
-                rounds.append(row)
-                done(_line(row))
+            if system in kinds:
+                for kind in kinds[system]:
+                    step(f"round {number}/{plan.rounds}: {kind.name}")
+                    r = streams.run_round(kind, number, workload, broker, processes, opts)
+                    row = {**dataclasses.asdict(r), "rate": r.rate,
+                           "records_per_request": r.records_per_request}  # fmt: skip
+                    if system == "gateway":
+                        _check_gateway(r.outcomes, workload)
+                        measured_records.append(r.records_per_request)
+                        gateway_duplicates.append(
+                            r.outcomes.get("rejected", 0) + r.outcomes.get("ignored", 0)
+                        )
+                    else:
+                        _check_passthrough(r, row, records_per_input())
+                    rounds.append(row)
+                    done(_line(row))
             elif system in ("redis", "postgres"):
                 service = services[system]
                 measure = stores.redis_round if system == "redis" else stores.postgres_round
@@ -194,13 +193,15 @@ def _other_figures(
         rss = report.spread(r["peak_rss_bytes"] / 2**20 for r in gateway_rounds)
         figures["processor peak RSS (MiB)"] = {"value": rss, "text": report._fmt(rss)}
         startup = report.spread(r["startup_s"] for r in gateway_rounds)
-        figures["processor start to first decisions, empty state (s)"] = {
+        figures["processor start to ready, empty state (s)"] = {
             "value": startup, "text": report._fmt(startup, 1),
         }  # fmt: skip
         per = report.spread(r["records_per_request"] for r in gateway_rounds)
         figures["records written per decision (outputs + changelog)"] = {
             "value": per, "text": report._fmt(per, 2),
         }  # fmt: skip
+    for name, ratio in process_ratios(rounds).items():
+        figures[name] = {"value": ratio, "text": report._fmt(ratio, 2)}
     if "fingerprint" in plan.figures:
         step("fingerprints per second on one core")
         rates = fingerprint_rates(seconds=1.0 if plan.quick else 3.0)
@@ -238,6 +239,22 @@ def _other_figures(
             "value": health, "text": report._fmt(health, 1),
         }  # fmt: skip
         done(f"cold start: first answer {report._fmt(first, 2)} s after health OK")
+
+
+def process_ratios(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """Decisions/s with N processes over those with one, round by round (they alternate)."""
+    rates: dict[str, dict[int, float]] = {}
+    for r in rounds:
+        if r["system"].startswith("gateway"):
+            rates.setdefault(r["system"], {})[r["round"]] = r["rate"]
+    one = rates.pop("gateway", {})
+    return {
+        f"decisions/s, {name.removeprefix('gateway×')} processes ÷ 1": report.spread(
+            rate / one[number] for number, rate in by_round.items() if number in one
+        )
+        for name, by_round in rates.items()
+        if one
+    }
 
 
 def _check_gateway(outcomes: dict[str, int], workload: Workload) -> None:

@@ -1,12 +1,15 @@
 """The two Kafka systems, driven alike from outside: the gateway and the passthrough.
 
 Each round gets a fresh namespace (topics, consumer group, state), starts the
-system in a subprocess, warms it up with one new job per partition, then:
+system in a subprocess and waits until it is ready (the gateway: until every
+processor process owns partitions, so a rebalance among several does not
+fall into the window), then:
 
 - throughput: produces every request of the workload to `requests` as fast as
-  the producer goes and waits until a read_committed consumer of `decisions`
-  has seen one decision per request; CPU of the system's process tree and of
-  the broker JVM over that window, from /proc;
+  the producer goes, then waits until a read_committed consumer of `decisions`
+  has seen one decision per request; CPU of the system's process tree (for
+  the gateway: the supervisor and all its runtimes) and of the broker JVM
+  over that window, from /proc;
 - records: counts the committed records the system wrote during the round on
   every topic of its namespace but the inputs (outputs and state changelog);
 - latency: new jobs paced at half the measured rate; each decision's latency
@@ -19,6 +22,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -34,6 +39,7 @@ from gateway import admin, catalogue
 from gateway.bench import procfs
 from gateway.bench.services import Processes
 from gateway.bench.workload import Item, Workload, generate
+from gateway.broker.ports import free_port_block
 from gateway.catalogue import Catalogue
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import PRODUCER_SETTING
@@ -65,7 +71,7 @@ class StreamRound:
     records_written: int
     outcomes: dict[str, int]
     peak_rss_bytes: int
-    startup_s: float  # from starting the process to its first decisions (empty state)
+    startup_s: float  # from starting the process to ready (empty state)
     latency_rate: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
 
@@ -96,6 +102,9 @@ class StreamSystem:
     ) -> Any:
         raise NotImplementedError
 
+    def wait_ready(self, proc: Any, workdir: Path) -> None:
+        """Return once the system has joined its group and decides at once."""
+
     def request_timestamp_ms(self, msg: Message) -> int:
         raise NotImplementedError
 
@@ -104,20 +113,41 @@ class StreamSystem:
 
 
 class Gateway(StreamSystem):
-    """`gateway process`, exactly as a user runs it."""
+    """`gateway process --processes N`, exactly as a user runs it; "gateway" is one process.
 
-    name = "gateway"
+    The CPU measured is its whole process tree: the supervisor and every runtime.
+    """
+
+    def __init__(self, count: int = 1) -> None:
+        self.count = count
+        self.name = "gateway" if count == 1 else f"gateway×{count}"
+        self.port = 0
 
     def start(
         self, processes: Processes, broker: Broker, cat: Catalogue, workdir: Path, opts: Options
     ) -> Any:
         namespace = cat.name("requests").split(".", 1)[0]
+        self.port = free_port_block(self.count + 1)
         return processes.start(
             [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
              "--namespace", namespace, "--state-dir", str(workdir / "state"),
+             "--processes", str(self.count), "--metrics-port", str(self.port),
              "--commit-interval", str(opts.commit_interval), "--log-level", "WARNING"],
             workdir / "gateway.log",
         )  # fmt: skip
+
+    def wait_ready(self, proc: Any, workdir: Path) -> None:
+        # The supervisor's /ready: every process owns partitions, none restores.
+        deadline = time.monotonic() + DECIDE_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ready", timeout=5):
+                    return
+            except (urllib.error.URLError, OSError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _fail("the processor never became ready", proc, workdir)
+            time.sleep(0.1)
 
     def request_timestamp_ms(self, msg: Message) -> int:
         # Decision time is the request record's broker timestamp.
@@ -180,25 +210,25 @@ def run_round(
     cat = catalogue.load(namespace=namespace)
     admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
     io = _Io(broker.bootstrap, cat)
-    # The whole backlog is in place before the system starts: the producer is
-    # out of the measured window, which runs from the first percent of the
-    # decisions to the last, past start-up.
+    # The backlog is produced once the system is ready, and the window starts
+    # once it is in place, at the first percent of the decisions at the
+    # earliest: start-up and the producer are outside it.
     inputs = list(workload.items) * system.repeat
-    io.send(inputs)
     launched = time.monotonic()
     proc = system.start(processes, broker, cat, workdir, opts)
     try:
+        system.wait_ready(proc, workdir)
+        startup = time.monotonic() - launched
+        io.send(inputs)
         values: list[bytes] = []
         mark = max(1, len(inputs) // 100)
-        startup = started = 0.0
+        started = 0.0
         cpu_process = cpu_broker = None
         deadline = launched + DECIDE_TIMEOUT_S
         while len(values) < len(inputs):
             for msg in io.consumer.consume(1000, 0.05):
                 if msg.error() is None:
                     values.append(msg.value())
-            if values and not startup:
-                startup = time.monotonic() - launched
             if not started and len(values) >= mark:
                 started, at_mark = time.monotonic(), len(values)
                 cpu_process = procfs.cpu_seconds(proc.pid)

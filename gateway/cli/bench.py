@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--figures", default=",".join(FIGURES),
                    help="other figures to take, comma-separated subset of %(default)s "
                    "('' for none)")  # fmt: skip
+    p.add_argument("--processes", default="1,2,N",
+                   help="the gateway's processor processes, one row each, comma-separated; "
+                   "N: `gateway process`'s default, one per core, at most the partitions "
+                   "(default %(default)s)")  # fmt: skip
     p.add_argument("--requests", type=int, help="requests per round (default 20000; quick 2000)")
     p.add_argument("--rounds", type=int, help="rounds per system (default 3; quick 1)")
     p.add_argument("--duplicates", type=float, default=0.3,
@@ -83,6 +87,7 @@ def _bench(args: argparse.Namespace) -> int:
     plan = Plan(
         systems=_subset(args.systems, SYSTEMS, "--systems"),
         figures=_subset(args.figures, FIGURES, "--figures"),
+        processes=_processes(args.processes),
         requests=int(setting("requests")),  # type: ignore[call-overload]
         rounds=int(setting("rounds")),  # type: ignore[call-overload]
         duplicates=args.duplicates,
@@ -123,6 +128,21 @@ def _subset(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
     if unknown:
         raise CommandError(f"{flag}: unknown {unknown}; choose from {','.join(allowed)}")
     return tuple(x for x in allowed if x in chosen)
+
+
+def _processes(text: str) -> tuple[int, ...]:
+    """The counts in --processes, N resolved, each once, in order."""
+    import os
+
+    from gateway import catalogue
+    from gateway.processor.supervisor import default_processes
+
+    partitions = catalogue.load().by_role("requests").partitions
+    default = str(default_processes(partitions, os.cpu_count()))
+    counts = _ints(",".join(default if x.strip() == "N" else x for x in text.split(",")))
+    if not counts or max(counts) > partitions:
+        raise CommandError(f"--processes: counts from 1 to {partitions}, the partitions")
+    return tuple(dict.fromkeys(counts))
 
 
 def _ints(text: str) -> tuple[int, ...]:

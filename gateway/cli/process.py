@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from gateway import catalogue, logs
 from gateway.catalogue import CatalogueError
@@ -24,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the dedup processor (exactly-once) until Ctrl-C or SIGTERM",
         description="Run the dedup processor: read intake, requests and job_events, decide "
         "each request with the core, and write jobs, cancellations, rejections and decisions "
-        "in one Kafka transaction per checkpoint. Restarts its runtime after a failure; "
-        "stops within 10 s of Ctrl-C or SIGTERM.",
+        "in one Kafka transaction per checkpoint. Runs one runtime per core (at most one per "
+        "partition) in one consumer group, restarts each after a failure, and stops them all "
+        "within 10 s of Ctrl-C or SIGTERM.",
     )
     add_arguments(p)
     p.set_defaults(func=_process)
@@ -37,17 +39,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--instance-id",
         default=os.environ.get("GATEWAY_INSTANCE_ID", "1"),
-        help="stable id of this instance: its transactional id and state directory "
-        "(default $GATEWAY_INSTANCE_ID or 1)",
+        help="stable id of this instance: its transactional id and state directory; with "
+        "several processes, process n is ID-n (default $GATEWAY_INSTANCE_ID or 1)",
     )
+    p.add_argument(
+        "--processes", type=int,
+        help="processor runtimes, each a process of its own in the one consumer group "
+        "(default: one per core, at most the partitions of the requests topic)",
+    )  # fmt: skip
     p.add_argument(
         "--state-dir", type=Path,
         help="RocksDB state, a cache of the changelog topic, deleted and rebuilt when it came "
-        "from another cluster or changelog (default $GATEWAY_HOME/state/GROUP/INSTANCE_ID)",
+        "from another cluster or changelog; with several processes, one subdirectory ID-n "
+        "each (default $GATEWAY_HOME/state/GROUP/INSTANCE_ID)",
     )  # fmt: skip
     p.add_argument(
         "--metrics-port", type=int,
-        help="serve /metrics (Prometheus), /ready and /live on 127.0.0.1:PORT (default: none)",
+        help="serve /metrics (Prometheus), /ready and /live on 127.0.0.1:PORT, for all the "
+        "processes together; with several, process n serves its own on PORT+n (default: none)",
     )  # fmt: skip
     p.add_argument(
         "--max-request-bytes", type=int, default=Limits.max_request_bytes,
@@ -97,8 +106,24 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
     )
 
 
+def processes_from(args: argparse.Namespace, settings: Any) -> int:
+    """--processes, checked against the partitions of `requests`, else the default."""
+    from gateway.processor.supervisor import default_processes
+
+    partitions = settings.catalogue.by_role("requests").partitions
+    if args.processes is None:
+        return default_processes(partitions, os.cpu_count())
+    if not 1 <= args.processes <= partitions:
+        raise CommandError(
+            f"--processes must be from 1 to {partitions}, the partitions of "
+            f"{settings.catalogue.name('requests')}: a process beyond that would own none"
+        )
+    return int(args.processes)
+
+
 def _process(args: argparse.Namespace) -> int:
     from gateway.processor.supervisor import supervise
 
     logs.configure(args.log_level)
-    return supervise(settings_from(args), args.log_level)
+    settings = settings_from(args)
+    return supervise(settings, args.log_level, processes=processes_from(args, settings))

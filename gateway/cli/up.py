@@ -10,9 +10,9 @@ naming why: half a product that looks up is worse than none.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException
 from gateway import admin, logs
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError
+from gateway.broker.ports import free_port_block
 from gateway.catalogue import CatalogueError
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
@@ -39,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run everything on this machine: broker, topics, processor, HTTP; Ctrl-C stops it",
         description="Start the local Kafka broker (unless --bootstrap names one), apply the "
         "topic catalogue, and run the dedup processor and the OJS HTTP binding in the "
-        "foreground. Ctrl-C stops everything it started within 10 s.",
+        "foreground (one processor runtime per core, see `gateway process`). Ctrl-C stops "
+        "everything it started within 10 s.",
     )
     p.add_argument(
         "--port", type=int, default=None,
@@ -73,12 +75,6 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _up(args: argparse.Namespace) -> int:
     from gateway.processor.supervisor import supervise
 
@@ -92,9 +88,13 @@ def _up(args: argparse.Namespace) -> int:
                 started = result.cluster
                 print(f"Kafka {started.version} started in {result.seconds:.1f}s")
         print(f"bootstrap: {args.bootstrap}", flush=True)
-        # The HTTP binding asks the processor on this port whether it is ready.
-        args.metrics_port = args.metrics_port or _free_port()
         settings = process.settings_from(args)
+        processes = process.processes_from(args, settings)
+        if args.metrics_port is None:
+            # The HTTP binding asks the processor on this port whether it is
+            # ready; with several processes, process n has the port plus n.
+            args.metrics_port = free_port_block(processes + 1)
+            settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
         report = admin.apply(settings.catalogue, settings.client_config)
         print(f"topics: {len(report.created)} created, {len(report.unchanged)} present")
         http: subprocess.Popen[bytes] | None = None
@@ -118,7 +118,7 @@ def _up(args: argparse.Namespace) -> int:
             print(f"http: http://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
             print("processor: starting; press Ctrl-C to stop", flush=True)
             logs.configure(args.log_level)
-            code = supervise(settings, args.log_level, on_stop)
+            code = supervise(settings, args.log_level, on_stop, processes)
             if died:
                 raise CommandError(died[0])
             return code

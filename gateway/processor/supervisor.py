@@ -1,10 +1,18 @@
-"""Keep one processor runtime alive: restart it after a failure, stop it on request.
+"""Keep the processor runtimes alive: restart each after a failure, stop them on request.
 
 The runtime fails on purpose when Kafka errors leave it unsure of its state (a
 broker restart mid-rebalance, say); exactly-once makes a restart safe, since
 the new runtime fences the old transactional id and resumes from the last
-commit. The runtime runs in a child process so that even a hung shutdown
-cannot take the supervisor with it.
+commit. Each runtime runs in a child process so that even a hung shutdown
+cannot take the supervisor with it, and so that several use several cores:
+the runtime decides in one Python thread.
+
+With N runtimes they join one consumer group as N members, each under an
+instance id of its own derived from the given one (`children`): its
+transactional id, static membership and state directory, the same across
+restarts. Each is restarted on its own, with its own backoff; one that
+refuses the deployment (EXIT_CONFIG) stops them all, since the others share
+its topics and would refuse it too.
 
 Stopping takes one signal, SIGINT or SIGTERM, to the supervisor. The child
 ignores SIGINT from its first instruction on: the terminal's Ctrl-C reaches
@@ -15,6 +23,7 @@ print a KeyboardInterrupt while it is still starting.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import signal
@@ -37,13 +46,51 @@ HEALTHY_AFTER_S = 60.0  # a runtime up this long resets the backoff
 KILL_AFTER_S = GRACE_S + 2.0
 
 
+def default_processes(partitions: int, cores: int | None) -> int:
+    """One runtime per core, but no more than partitions: a runtime beyond that owns none."""
+    return max(1, min(cores or 1, partitions))
+
+
+def children(settings: ProcessorSettings, count: int) -> list[ProcessorSettings]:
+    """The settings of each of `count` runtimes.
+
+    One runtime is the instance itself. Of several, runtime n (1..count) is
+    instance `<id>-<n>`, with state under `<state-dir>/<id>-<n>` (the default
+    state directory follows the instance id by itself) and, with a metrics
+    port P, its status on P+n: P is the supervisor's (status.py).
+    """
+    if count == 1:
+        return [settings]
+    return [
+        dataclasses.replace(
+            settings,
+            instance_id=f"{settings.instance_id}-{n}",
+            state_dir=(
+                settings.state_dir / f"{settings.instance_id}-{n}" if settings.state_dir else None
+            ),
+            metrics_port=settings.metrics_port + n if settings.metrics_port is not None else None,
+        )
+        for n in range(1, count + 1)
+    ]
+
+
+@dataclasses.dataclass
+class _Child:
+    settings: ProcessorSettings
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    resume_at: float = 0.0  # when a runtime waiting out its backoff starts again
+    backoff: float = BACKOFF_START_S
+
+
 def supervise(
     settings: ProcessorSettings,
     log_level: str = "INFO",
     on_stop: Callable[[], None] | None = None,
+    processes: int = 1,
 ) -> int:
-    """Run the runtime until SIGINT or SIGTERM; return within KILL_AFTER_S of the signal.
-    Return 0 then, or EXIT_CONFIG at once when the runtime refuses this deployment.
+    """Run `processes` runtimes until SIGINT or SIGTERM; return within KILL_AFTER_S of the
+    signal. Return 0 then, or EXIT_CONFIG at once when a runtime refuses this deployment.
 
     `on_stop` runs once, as the stop begins (outside the signal handler).
     """
@@ -55,35 +102,54 @@ def supervise(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
 
-    child: subprocess.Popen[bytes] | None = None
+    slots = [_Child(s) for s in children(settings, processes)]
+    server = None
+    if processes > 1 and settings.metrics_port is not None:
+        from gateway.processor import status
+
+        ports = [(c.settings.instance_id, c.settings.metrics_port or 0) for c in slots]
+        server = status.serve(settings.metrics_port, ports)
     code = 0
-    backoff = BACKOFF_START_S
-    while not flags["stop"]:
-        started = time.monotonic()
-        child = _start(settings, log_level)
-        while child.poll() is None and not flags["stop"]:
-            time.sleep(0.1)
-        if flags["stop"]:
-            break
-        if child.returncode == EXIT_CONFIG:
-            log.error("the processor cannot start with this deployment; not restarting it")
-            code = EXIT_CONFIG
-            break
-        if time.monotonic() - started > HEALTHY_AFTER_S:
-            backoff = BACKOFF_START_S
-        log.warning(
-            "processor runtime exited; restarting",
-            extra={"exit_code": child.returncode, "restart_in_s": backoff},
-        )
-        resume = time.monotonic() + backoff
-        while time.monotonic() < resume and not flags["stop"]:
-            time.sleep(0.1)
-        backoff = min(backoff * 2, BACKOFF_MAX_S)
+    while not flags["stop"] and not code:
+        for child in slots:
+            if child.proc is None:
+                if time.monotonic() >= child.resume_at:
+                    child.started = time.monotonic()
+                    child.proc = _start(child.settings, log_level)
+            elif child.proc.poll() is not None:
+                code = _exited(child)
+                if code:
+                    break
+        time.sleep(0.1)
     if on_stop is not None:
         on_stop()
-    if child is not None:
-        _stop(child)
+    _stop([c.proc for c in slots if c.proc is not None])
+    if server is not None:
+        server.shutdown()
     return code
+
+
+def _exited(child: _Child) -> int:
+    """Schedule the restart of a runtime that exited; EXIT_CONFIG if it must not be."""
+    assert child.proc is not None
+    instance = child.settings.instance_id
+    if child.proc.returncode == EXIT_CONFIG:
+        log.error(
+            "the processor cannot start with this deployment; not restarting it",
+            extra={"instance_id": instance},
+        )
+        return EXIT_CONFIG
+    if time.monotonic() - child.started > HEALTHY_AFTER_S:
+        child.backoff = BACKOFF_START_S
+    log.warning(
+        "processor runtime exited; restarting",
+        extra={"instance_id": instance, "exit_code": child.proc.returncode,
+               "restart_in_s": child.backoff},
+    )  # fmt: skip
+    child.proc = None
+    child.resume_at = time.monotonic() + child.backoff
+    child.backoff = min(child.backoff * 2, BACKOFF_MAX_S)
+    return 0
 
 
 def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[bytes]:
@@ -107,16 +173,22 @@ def ignore_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
-def _stop(child: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the runtime (it commits and closes); SIGKILL it if it is still there later."""
-    if child.poll() is None:
-        child.terminate()
-    try:
-        child.wait(KILL_AFTER_S)
-    except subprocess.TimeoutExpired:
-        log.error(f"the processor runtime did not stop within {KILL_AFTER_S:.0f}s; killing it")
-        child.kill()
-        child.wait()
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every runtime (each commits and closes); SIGKILL those still there later.
+
+    They stop side by side, so N of them take no longer than one.
+    """
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + KILL_AFTER_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.error(f"a processor runtime did not stop within {KILL_AFTER_S:.0f}s; killing it")
+            proc.kill()
+            proc.wait()
 
 
 def _child_main() -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from gateway.bench import procfs, report
+from gateway.bench.run import process_ratios
 from gateway.bench.workload import generate
 from gateway.core import Request, parse_request_json
 
@@ -49,3 +52,39 @@ def test_cpu_of_this_process_is_read_from_proc() -> None:
     after = procfs.cpu_seconds(os.getpid())
     assert before is not None and after is not None and after > before
     assert procfs.peak_rss_bytes(os.getpid()) > 0
+
+
+def test_cpu_of_a_process_counts_its_children() -> None:
+    if not os.path.exists("/proc/self/stat"):
+        pytest.skip("no /proc")
+    # The child burns some CPU, says so, then idles: its count stands still while read.
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; sum(i * i for i in range(3_000_000)); print(flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"\n"
+        own = procfs.cpu_seconds(child.pid, children=False)
+        me = procfs.cpu_seconds(os.getpid(), children=False)
+        tree = procfs.cpu_seconds(os.getpid())
+        assert own is not None and me is not None and tree is not None and own > 0
+        assert tree >= me + own
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_processes_are_compared_to_one_round_by_round() -> None:
+    rows = [
+        {"system": "gateway", "round": 1, "rate": 100.0},
+        {"system": "gateway×2", "round": 1, "rate": 180.0},
+        {"system": "passthrough", "round": 1, "rate": 900.0},
+        {"system": "gateway", "round": 2, "rate": 50.0},
+        {"system": "gateway×2", "round": 2, "rate": 100.0},
+    ]
+    assert process_ratios(rows) == {
+        "decisions/s, 2 processes ÷ 1": {"median": 1.9, "min": 1.8, "max": 2.0}
+    }
+    assert process_ratios(rows[2:3]) == {}

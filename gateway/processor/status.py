@@ -1,0 +1,147 @@
+"""One status port for a supervisor's several runtimes.
+
+With `--processes N` (N > 1) and `--metrics-port P`, runtime n serves its own
+/metrics, /ready and /live on P+n (readiness.py), and the supervisor serves
+on P what a caller asks of the deployment as a whole, so `gateway serve
+--processor-url` and a Prometheus scrape keep one address:
+
+GET /ready    200 {"status": "ready", "partitions": n, "processes": N} when every
+              runtime is ready: owns partitions, restores none, is not stopping (one
+              still joining would soon take partitions from the others, pausing them
+              for a rebalance); else 503 {"status": "starting", "reason"} naming it
+GET /live     200 while the supervisor runs
+GET /metrics  the runtimes' metrics added up: a series with the same name and labels
+              in several runtimes is their sum (counters, histograms, keys held, lag
+              per partition all add up this way)
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
+
+# The HTTP binding gives the whole question 2 s (gateway/http/health.py).
+ASK_TIMEOUT_S = 1.0
+
+
+def _ask(url: str) -> tuple[int | None, bytes]:
+    """The status and body a runtime answers, (None, b"") when it does not."""
+    try:
+        with urllib.request.urlopen(url, timeout=ASK_TIMEOUT_S) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError):
+        return None, b""
+
+
+def readiness(answers: Sequence[tuple[str, int | None, bytes]]) -> tuple[bool, dict[str, Any]]:
+    """Whole-deployment readiness from each runtime's (instance id, status, /ready body)."""
+    owned = 0
+    for instance, status, body in answers:
+        if status is None:
+            return False, {
+                "status": "starting",
+                "reason": f"processor {instance} does not answer (starting, or restarting "
+                "after a failure)",
+            }
+        state = _json(body)
+        if status != 200:
+            return False, {
+                "status": "starting",
+                "reason": f"processor {instance}: {state.get('reason', f'answered {status}')}",
+            }
+        owned += int(state.get("partitions", 0))
+    return True, {"status": "ready", "partitions": owned, "processes": len(answers)}
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def merge_metrics(texts: Sequence[str]) -> str:
+    """Prometheus text expositions added up series by series, in the order first seen."""
+    families: dict[str, tuple[str, str]] = {}  # name -> (type, help)
+    series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            families.setdefault(family.name, (family.type, family.documentation))
+            samples = series.setdefault(family.name, {})
+            for s in family.samples:
+                # Creation times are instants, not amounts: no sum means anything.
+                if s.name.endswith("_created"):
+                    continue
+                key = (s.name, tuple(s.labels.items()))
+                samples[key] = samples.get(key, 0.0) + s.value
+    lines = []
+    for name, (kind, doc) in families.items():
+        if not series[name]:
+            continue
+        shown = f"{name}_total" if kind == "counter" else name
+        help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
+        lines += [f"# HELP {shown} {help_text}", f"# TYPE {shown} {kind}"]
+        for (sample, labels), value in series[name].items():
+            lines.append(f"{sample}{_labels(labels)} {floatToGoString(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _labels(labels: tuple[tuple[str, str], ...]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def serve(port: int, children: Sequence[tuple[str, int]]) -> ThreadingHTTPServer:
+    """Serve the runtimes' (instance id, status port) as one on 127.0.0.1:`port`."""
+    pool = ThreadPoolExecutor(max_workers=len(children), thread_name_prefix="status-ask")
+
+    def ask_all(path: str) -> list[tuple[str, int | None, bytes]]:
+        urls = [f"http://127.0.0.1:{p}{path}" for _, p in children]
+        return [(i, *a) for (i, _), a in zip(children, pool.map(_ask, urls), strict=True)]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the handler's API)
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                texts = [body.decode() for _, status, body in ask_all(path) if status == 200]
+                self._send(200, merge_metrics(texts).encode(), CONTENT_TYPE_LATEST)
+            elif path == "/ready":
+                ready, body = readiness(ask_all(path))
+                self._send(200 if ready else 503, orjson.dumps(body), "application/json")
+            elif path == "/live":
+                self._send(200, b'{"status": "ok"}', "application/json")
+            else:
+                self._send(404, b'{"status": "not found"}', "application/json")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass  # probes every few seconds are not news
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="status-http", daemon=True).start()
+    return server
