@@ -27,6 +27,10 @@ class Processor:
     """`gateway process` as a user runs it, in its own process group."""
 
     def __init__(self, bootstrap: str, namespace: str, workdir: Path, instance: str, *extra: str):
+        # One runtime unless the test asks for more: a test's processor starts and is ready
+        # at once, with no second member joining later (test_processes.py runs several).
+        if "--processes" not in extra:
+            extra = ("--processes", "1", *extra)
         self.args = [
             sys.executable, "-m", "gateway", "process", "--bootstrap", bootstrap,
             "--namespace", namespace, "--instance-id", instance,
