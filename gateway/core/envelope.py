@@ -7,8 +7,9 @@ long one attempt may run) and tags; a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
 job unchanged.
 
-Validation follows OJS core: a type is dot-separated `[a-z][a-z0-9_]*`
-segments; a client-supplied id is a lowercase UUIDv7 (refused, never
+Validation follows OJS: a type is dot-separated `[a-z][a-z0-9_-]*` segments of
+at most 255 characters in all, as OJS's OpenAPI document and its conformance
+suite have it (the core text leaves `-` out; see the README); a client-supplied id is a lowercase UUIDv7 (refused, never
 rewritten). `args` may also be an object, as the OJS unique-jobs page shows:
 an extension of this gateway (OJS core wants an array). Priority is any
 integer: OJS sets no range, only that -100..100 be supported.
@@ -32,8 +33,11 @@ QUEUE_NAME_RULE = (
 )
 _QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,254}")
 _UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
-_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
-TYPE_RULE = 'dot-separated segments of a-z, 0-9 and "_", each starting with a letter'
+_TYPE = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*")
+TYPE_RULE = (
+    'dot-separated segments of a-z, 0-9, "_" and "-", each starting with a letter, '
+    "255 characters at most"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,7 @@ def envelope_or_raise(raw: object) -> Envelope:
     job_type = raw.get("type")
     if not isinstance(job_type, str) or not job_type:
         raise invalid_request('type is required: a non-empty string such as "email.send"')
-    if not _TYPE.fullmatch(job_type):
+    if len(job_type) > 255 or not _TYPE.fullmatch(job_type):
         raise invalid_request(f'type "{job_type}" is not a valid job type: use {TYPE_RULE}')
 
     queue = _queue(raw, options)

@@ -92,6 +92,9 @@ def test_fields_are_parsed() -> None:
         ({**BASE, "type": "Email.Send"}, "is not a valid job type"),
         ({**BASE, "type": "1email.send"}, "is not a valid job type"),
         ({**BASE, "type": "email send"}, "is not a valid job type"),
+        ({**BASE, "type": "-email.send"}, "is not a valid job type"),
+        ({**BASE, "type": "email.-send"}, "is not a valid job type"),
+        ({**BASE, "type": "e" * 256}, "is not a valid job type"),
         ({**BASE, "options": {"retry": {"max_attempts": 0}}}, "retry.max_attempts must be"),
         ({**BASE, "options": {"delay_until": "soon"}}, "scheduled_at must be an RFC 3339"),
         ({**BASE, "priority": 1, "options": {"priority": 2}}, "priority and options.priority"),
@@ -173,3 +176,11 @@ def test_the_http_form_options_are_read() -> None:
     assert ok({**BASE, "options": {"max_attempts": 2}}).envelope.max_attempts == 2
     assert ok({**BASE, "options": {"scheduled_at": "2026-02-12T10:00:00Z"}}).envelope.scheduled_at
     assert ok({**BASE, "priority": 101}).envelope.priority == 101  # OJS sets no range
+
+
+@pytest.mark.parametrize(
+    "job_type", ["retry.test.exponential-backoff", "email-send", "a_b.c-d", "e" * 255]
+)
+def test_hyphens_are_allowed_in_type_segments_as_ojs_openapi_has_it(job_type: str) -> None:
+    request = parse_request({**BASE, "type": job_type})
+    assert isinstance(request, Request) and request.envelope.type == job_type
