@@ -3,15 +3,17 @@
 Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
 retry, scheduled_at (`options.delay_until` is its HTTP name), timeout_ms (how
-long one attempt may run) and tags; a field given in both places must agree.
+long one attempt may run), visibility_timeout_ms (its claims' lease) and tags;
+a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
 job unchanged.
 
 Validation follows OJS: a type is dot-separated `[a-z][a-z0-9_-]*` segments of
 at most 255 characters in all, as OJS's OpenAPI document and its conformance
-suite have it (the core text leaves `-` out; see the README); a client-supplied id is a lowercase UUIDv7 (refused, never
-rewritten). `args` may also be an object, as the OJS unique-jobs page shows:
-an extension of this gateway (OJS core wants an array). Priority is any
+suite have it (the core text leaves `-` out; see the README); a client-supplied
+id is a lowercase UUIDv7 (refused, never rewritten). `args` may also be an
+object, as the OJS unique-jobs page shows: an extension of this gateway (OJS
+core wants an array). Priority is any
 integer: OJS sets no range, only that -100..100 be supported.
 """
 
@@ -54,6 +56,8 @@ class Envelope:
     retry: RetryPolicy = RetryPolicy()
     tags: list[str] | None = None
     timeout_ms: int | None = None
+    # The lease a worker's claim gets unless the fetch names one (see events.py).
+    visibility_timeout_ms: int | None = None
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None
     unique_field: str | None = None
@@ -117,7 +121,10 @@ def envelope_or_raise(raw: object) -> Envelope:
         priority=_priority(_option(raw, options, "priority")),
         retry=retry,
         tags=tags,
-        timeout_ms=_timeout_ms(_option(raw, options, "timeout_ms")),
+        timeout_ms=_duration_option(_option(raw, options, "timeout_ms"), "timeout_ms"),
+        visibility_timeout_ms=_duration_option(
+            _option(raw, options, "visibility_timeout_ms"), "visibility_timeout_ms"
+        ),
         unique=top_unique if top_unique is not None else nested_unique,
         unique_field=unique_field,
     )
@@ -186,12 +193,12 @@ def _max_attempts(value: object) -> int | None:
     return value
 
 
-def _timeout_ms(value: object) -> int | None:
+def _duration_option(value: object, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise invalid_request("timeout_ms must be an integer of at least 1 (milliseconds)")
-    problem = duration_problem(value, "timeout_ms")
+        raise invalid_request(f"{name} must be an integer of at least 1 (milliseconds)")
+    problem = duration_problem(value, name)
     if problem is not None:
         raise invalid_request(problem)
     return value

@@ -591,7 +591,8 @@ def _moved(
         if event.attempt is None:
             job["attempt"] = attempt + 1  # OJS counts attempts as they start
         job["started_at"] = now
-        _lease(job, event.visibility_timeout_ms, now_ms)
+        # The fetch's lease, else the job's own (its option, or its last attempt's).
+        _lease(job, event.visibility_timeout_ms or job.get("visibility_timeout_ms"), now_ms)
         if event.claim_id is None:
             job.pop("claim_id", None)
         else:
@@ -612,6 +613,7 @@ def _moved(
             policy = RetryPolicy.from_dict(job.get("retry"))
             delay = policy.delay_ms(int(job.get("attempt") or 1), str(job["id"]))
             job["next_attempt_at"] = format_rfc3339(now_ms + delay)
+            job["retry_delay_ms"] = delay  # what OJS clients read beside next_attempt_at
         else:
             job["discarded_at"] = job["completed_at"] = now
             job.pop("next_attempt_at", None)

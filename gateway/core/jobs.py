@@ -83,6 +83,8 @@ def job_record(
         job["tags"] = envelope.tags
     if envelope.timeout_ms is not None:
         job["timeout_ms"] = envelope.timeout_ms  # bounds each attempt (see events.py)
+    if envelope.visibility_timeout_ms is not None:
+        job["visibility_timeout_ms"] = envelope.visibility_timeout_ms  # its claims' lease
     if state is State.AVAILABLE:
         job["enqueued_at"] = job["created_at"]
     if scheduled_at is None:

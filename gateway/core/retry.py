@@ -29,9 +29,13 @@ DEFAULT_INITIAL_MS = 1_000
 DEFAULT_COEFFICIENT = 2.0
 DEFAULT_MAX_INTERVAL_MS = 300_000
 STRATEGIES = ("exponential", "polynomial", "linear", "none")
+# OJS's OpenAPI document names the strategy `backoff_type` (alias `backoff_strategy`),
+# and a constant delay `constant`: the same policy under its other names.
+_STRATEGY_FIELDS = ("backoff", "backoff_type", "backoff_strategy")
+_STRATEGY_ALIASES = {"constant": "none"}
 _FIELDS = {
     "max_attempts", "initial_interval", "initial_interval_ms", "backoff_coefficient",
-    "max_interval", "max_interval_ms", "jitter", "non_retryable_errors", "backoff",
+    "max_interval", "max_interval_ms", "jitter", "non_retryable_errors", *_STRATEGY_FIELDS,
     "on_exhaustion",
 }  # fmt: skip
 
@@ -130,9 +134,14 @@ def retry_or_raise(raw: object, field: str, max_attempts: int | None) -> RetryPo
     jitter = raw.get("jitter", True)
     if not isinstance(jitter, bool):
         raise invalid_request(f"{field}.jitter must be true or false")
-    strategy = raw.get("backoff", "exponential")
+    given = {name: raw[name] for name in _STRATEGY_FIELDS if name in raw}
+    if len(set(map(str, given.values()))) > 1:
+        raise invalid_request(f"{field}: {' and '.join(given)} differ; give the strategy once")
+    strategy = next(iter(given.values()), "exponential")
+    strategy = _STRATEGY_ALIASES.get(strategy, strategy) if isinstance(strategy, str) else None
     if strategy not in STRATEGIES:
-        raise invalid_request(f"{field}.backoff must be one of {', '.join(STRATEGIES)}")
+        names = ", ".join([*STRATEGIES, *_STRATEGY_ALIASES])
+        raise invalid_request(f"{field}.{next(iter(given), 'backoff')} must be one of {names}")
     errors = raw.get("non_retryable_errors") or []
     if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
         raise invalid_request(f"{field}.non_retryable_errors must be a list of error type strings")

@@ -43,7 +43,7 @@ ID_MINTED = b"minted"
 # Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
 CLAIMED_ID_HEADER = "claimed_id"
 # A record that only carries time: the processor writes one to each partition of
-# `requests` it owns about every second, so that leases and tombstones fall due
+# `requests` it owns twice a second, so that leases and tombstones fall due
 # on a partition without traffic (see ticks.py). It is decided on nothing.
 TICK = b"tick"
 

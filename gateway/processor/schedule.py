@@ -90,9 +90,9 @@ class Schedule:
 
 # Tombstones may wait ten seconds; an idle partition catches up a day per record.
 TOMBSTONES = Schedule(b"\x00job-expiry", 10_000)
-# A lease is a few seconds: it falls due at the first tick (one a second) past its
-# bucket's end; an idle partition catches up 2.4 hours per record.
-LEASES = Schedule(b"\x00job-lease", 1_000)
+# A lease is a few seconds: it falls due at the first tick (two a second) past its
+# bucket's end, so within 0.6 s; an idle partition catches up 14 minutes per record.
+LEASES = Schedule(b"\x00job-lease", 100)
 
 
 def _int(raw: bytes | None) -> int | None:

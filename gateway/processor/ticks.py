@@ -1,4 +1,4 @@
-"""Time as records: a tick to each owned partition of `requests`, about every second.
+"""Time as records: a tick to each owned partition of `requests`, twice a second.
 
 Event time only moves when records arrive, so on a partition without traffic
 leases would never end and tombstones never be written. A tick is a record
@@ -27,7 +27,7 @@ log = logging.getLogger("gateway.processor")
 # Keyed apart from every route (no route starts with NUL); the key's own state
 # is never written.
 TICK_KEY = b"\x00tick"
-INTERVAL_S = 1.0
+INTERVAL_S = 0.5
 
 
 class Ticker:

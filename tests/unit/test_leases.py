@@ -15,6 +15,7 @@ from gateway.audit.replay import Store
 from gateway.core import (
     EventOutcome,
     IgnoredReason,
+    Request,
     State,
     apply_job_event,
     attempt_deadline,
@@ -371,9 +372,9 @@ def test_a_tombstone_is_written_even_if_the_store_still_shows_the_record() -> No
     assert raw is not None
     state.set_bytes("job/" + JOB_ID, raw)  # no ttl: as if the store had not evicted it
     out = log.tick(T0 + 20 + retention + 10_000)
-    assert [
-        (o.role, o.value) for o in out if o.key == JOB_ID.encode() and o.role != "job_ids"
-    ] == [("job_states", None)]
+    assert [(o.role, o.value) for o in out if o.key == JOB_ID.encode() and o.role != "job_ids"] == [
+        ("job_states", None)
+    ]
     assert state.get_bytes("job/" + JOB_ID) is None
 
 
@@ -424,3 +425,45 @@ def _state_of(line: str) -> str | None:
     if not line.startswith("job ") or "→" not in line:
         return None
     return line.split("→ ")[1].split(" ")[0].rstrip(":")
+
+
+def test_a_retryable_job_says_its_retry_delay():
+    failed = moved(moved(job(), T0, type="job.started"), T0 + 10, type="job.failed",
+                   error={"message": "x"})  # fmt: skip
+    assert failed["state"] == "retryable"
+    assert ms(failed["next_attempt_at"]) == T0 + 10 + failed["retry_delay_ms"]
+
+
+def test_a_jobs_own_visibility_timeout_is_its_claims_lease_unless_the_fetch_names_one():
+    request = parse_request(
+        {"type": "report.build", "args": [], "options": {"visibility_timeout_ms": 3_000}}
+    )
+    assert isinstance(request, Request) and request.envelope.visibility_timeout_ms == 3_000
+    own = job(visibility_timeout_ms=3_000)
+    assert ms(moved(own, T0, type="job.started")["lease_expires_at"]) == T0 + 3_000
+    named = moved(own, T0, type="job.started", visibility_timeout_ms=9_000)
+    assert ms(named["lease_expires_at"]) == T0 + 9_000
+
+
+@pytest.mark.parametrize(
+    ("retry", "strategy"),
+    [
+        ({"backoff_strategy": "linear"}, "linear"),
+        ({"backoff_type": "constant"}, "none"),
+        ({"backoff": "exponential", "backoff_type": "exponential"}, "exponential"),
+    ],
+)
+def test_the_backoff_strategy_has_ojs_openapi_names(retry: dict[str, Any], strategy: str):
+    request = parse_request({"type": "report.build", "args": [], "retry": retry})
+    assert isinstance(request, Request) and request.envelope.retry.strategy == strategy
+
+
+def test_two_strategies_that_differ_are_refused():
+    refused = parse_request(
+        {
+            "type": "report.build",
+            "args": [],
+            "retry": {"backoff": "linear", "backoff_type": "constant"},
+        }
+    )
+    assert getattr(refused, "code", None) == "invalid_request"
