@@ -47,29 +47,33 @@ def apply(catalogue: Catalogue, client_config: dict[str, str]) -> ApplyReport:
     return ApplyReport(created, [t.name for t in wanted if t.name not in created], brokers)
 
 
-def check(catalogue: Catalogue, admin: AdminClient) -> None:
+def check(catalogue: Catalogue, admin: AdminClient, wait_s: float = TIMEOUT_S) -> None:
     """Raise CatalogueError unless every topic of the catalogue exists with its partition
     count. The processor routes by partition number: a topic with another count would send
-    records to partitions whose owner re-routes them, for ever."""
-    topics = admin.list_topics(timeout=TIMEOUT_S).topics
-    missing = [t.name for t in catalogue.topics if t.name not in topics]
+    records to partitions whose owner re-routes them, for ever.
+
+    Topics created a moment ago may be missing from a broker's metadata for a while, so a
+    missing topic is waited for (up to `wait_s`) before it counts as missing."""
+    names = [t.name for t in catalogue.topics]
+    counts = _partition_counts(admin, names, wait_s)
+    missing = [n for n in names if n not in counts]
     if missing:
         raise CatalogueError(
             f"topic(s) {', '.join(missing)} do not exist: run `gateway topics apply` first"
         )
-    counts = {t.name: len(topics[t.name].partitions) for t in catalogue.topics}
     problems = _partition_problems(catalogue.topics, counts)
     if problems:
         raise CatalogueError(
-            "the topics differ from the catalogue: "
-            + "; ".join(problems)
+            "the topics differ from the catalogue: " + "; ".join(problems)
             + "; change the topics or the catalogue (topics/topics.toml) so they agree"
         )
 
 
-def _partition_counts(admin: AdminClient, names: list[str]) -> dict[str, int]:
+def _partition_counts(
+    admin: AdminClient, names: list[str], wait_s: float = TIMEOUT_S
+) -> dict[str, int]:
     """Partition counts of topics known to exist, waiting for metadata to catch up."""
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + wait_s
     while True:
         topics = admin.list_topics(timeout=TIMEOUT_S).topics
         if all(n in topics for n in names) or time.monotonic() > deadline:

@@ -47,6 +47,9 @@ log = logging.getLogger("gateway.processor")
 # written without a ttl, meaning "until deleted", and the runtime's own default
 # (the triggering ttl) would make it forget live jobs and keys.
 NEVER = timedelta(days=100 * 365)
+# How long start waits for the catalogue's topics to show in metadata: right after
+# `topics apply` a broker may not list them yet.
+STARTUP_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def run(settings: ProcessorSettings) -> None:
     shutdown.install_handlers()
     admin = AdminClient(settings.client_config)
     try:
-        check_topics(settings.catalogue, admin)
+        check_topics(settings.catalogue, admin, wait_s=STARTUP_WAIT_S)
         app, metrics, replies = build(settings)
     except (CatalogueError, quix.RuntimeMismatch) as exc:
         raise StartupRefused(str(exc)) from exc
