@@ -61,8 +61,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the processor's --retention-seconds: the view drops a finished job that long "
         "after it ended (default %(default)s)",
     )  # fmt: skip
+    add_json_responses_argument(p)
     add_log_level_argument(p)
     p.set_defaults(func=_serve)
+
+
+def add_json_responses_argument(p: argparse.ArgumentParser) -> None:
+    """Shared with `gateway up`, which passes it on to its serve process."""
+    p.add_argument(
+        "--json-responses", action="store_true",
+        help="answer every response as application/json, whatever Accept says, for clients "
+        "that read no other type (the official OJS Python SDK 0.4); OJS's own type, "
+        "application/openjobspec+json, is the default",
+    )  # fmt: skip
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -84,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
         processor_url=args.processor_url,
         view_dir=args.view_dir or default_view_dir(args.namespace, f"port-{args.port}"),
         retention_ms=args.retention_seconds * 1000,
+        json_responses=args.json_responses,
     )
     uvicorn.run(
         create_app(settings), host=args.host, port=args.port,

@@ -27,7 +27,7 @@ from gateway.broker.ports import free_port_block
 from gateway.catalogue import CatalogueError
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
-from gateway.cli.serve import GRACEFUL_SHUTDOWN_S
+from gateway.cli.serve import GRACEFUL_SHUTDOWN_S, add_json_responses_argument
 
 # From Ctrl-C to the last process gone; the processor takes at most
 # supervisor.KILL_AFTER_S of it, the broker gets what is left.
@@ -50,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--http-host", default="127.0.0.1", help="HTTP address (default %(default)s)")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
+    add_json_responses_argument(p)
     process.add_arguments(p)
     p.set_defaults(func=_up)
 
@@ -72,6 +73,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     ]  # fmt: skip
     if args.namespace:
         command += ["--namespace", args.namespace]
+    if args.json_responses:
+        command.append("--json-responses")
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
 
 

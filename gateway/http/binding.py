@@ -44,6 +44,8 @@ class HttpSettings:
     view_dir: Path | None = None
     # The processor's retention: how long the view keeps a finished job.
     retention_ms: int = DEFAULT_RETENTION_MS
+    # Every response as application/json, whatever Accept says (`serve --json-responses`).
+    json_responses: bool = False
 
 
 @dataclass

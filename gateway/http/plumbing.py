@@ -16,7 +16,13 @@ from gateway.core import PAYLOAD_TOO_LARGE
 from gateway.http import errors
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
-from gateway.http.responses import ACCEPTED_MEDIA_TYPES, error_response, negotiate, ojs_response
+from gateway.http.responses import (
+    ACCEPTED_MEDIA_TYPES,
+    JSON_TYPE,
+    error_response,
+    negotiate,
+    ojs_response,
+)
 
 log = logging.getLogger("gateway.http")
 
@@ -26,7 +32,11 @@ def request_id_of(request: Request) -> str:
 
 
 def media_type_of(request: Request) -> str:
-    """The type the caller asked for (Accept): the OJS type, or plain application/json."""
+    """The type the caller asked for (Accept): the OJS type, or plain application/json;
+    always the latter when the deployment says so (`serve --json-responses`)."""
+    binding = getattr(request.app.state, "binding", None)
+    if binding is not None and binding.settings.json_responses:
+        return JSON_TYPE
     return negotiate(request.headers.get("accept"))
 
 

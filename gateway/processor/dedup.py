@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -280,6 +280,7 @@ class Dedup:
         )  # fmt: skip
         if unique_key:
             self._store(state, entries, decision.entries, source.timestamp_ms)
+        decision = self._existing_in_full(decision, state)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = dialect_of(request, value)
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
@@ -291,6 +292,18 @@ class Dedup:
             extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
         )
         return True
+
+    def _existing_in_full(self, decision: Decision, state: KeyState) -> Decision:
+        """The job a duplicate matched, reported as its record holds it (an entry keeps only
+        what deciding needs): an ignored request's caller gets the whole job back."""
+        existing = decision.existing
+        if existing is None or existing.job is not None:
+            return decision
+        record = self._load_job(state, existing.job_id)
+        if record is None:
+            return decision
+        shown = {k: v for k, v in record.items() if k not in ("route", "partition")}
+        return replace(decision, existing=replace(existing, job=shown))
 
     @staticmethod
     def _unvouched(request: Request, source: Source) -> bool:

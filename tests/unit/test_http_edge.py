@@ -382,3 +382,17 @@ def test_fetch_answers_an_error_only_when_it_claimed_nothing():
     answer = asyncio.run(fetch(post_request({"queues": ["q"]}), binding, "r"))
     assert isinstance(answer, ApiError) and answer.status == 503 and answer.retryable
     assert "visibility_timeout_ms" not in binding.client.sent[0][0]
+
+
+def test_json_responses_answers_plain_json_whatever_the_caller_accepts():
+    from types import SimpleNamespace
+
+    from gateway.http.plumbing import media_type_of
+
+    def request(json_responses: bool) -> Any:
+        settings = SimpleNamespace(json_responses=json_responses)
+        state = SimpleNamespace(binding=SimpleNamespace(settings=settings))
+        return SimpleNamespace(app=SimpleNamespace(state=state), headers={"accept": MEDIA_TYPE})
+
+    assert media_type_of(request(False)) == MEDIA_TYPE
+    assert media_type_of(request(True)) == JSON_TYPE

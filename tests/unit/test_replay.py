@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -35,13 +36,20 @@ def event(offset: int, ts: int, value: Any, key: str) -> LogRecord:
 
 
 def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], dict[str, Any]]:
-    """What the processor records for requests of one key with no events between them."""
+    """What the processor records for requests of one key with no events between them:
+    a duplicate's existing job as its stored record shows it."""
     entries: tuple[Entry, ...] = ()
+    jobs: dict[str, dict[str, Any]] = {}
     out = {}
     for r in requests:
         request = parse_request(orjson.loads(r.value or b""))
         decision = decide(entries, request, r.timestamp_ms, seed=r.source.seed)
         entries = decision.entries
+        if decision.job is not None:
+            jobs[str(decision.job["id"])] = decision.job
+        existing = decision.existing
+        if existing is not None and existing.job_id in jobs:
+            decision = replace(decision, existing=replace(existing, job=jobs[existing.job_id]))
         raw = request.envelope.raw if isinstance(request, Request) else None
         record = decision_record(decision, r.source, request_id(r.source, raw), "ojs")
         out[r.position] = orjson.loads(orjson.dumps(record))
