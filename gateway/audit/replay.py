@@ -103,6 +103,7 @@ def replay(
     limits: Limits,
     compare_from_ms: int | None = None,
     job_ids: Sequence[LogRecord] = (),
+    id_partitions: int | None = None,
 ) -> ReplayReport:
     """Replay the input topics and compare with `recorded` (decision records by source).
 
@@ -133,7 +134,7 @@ def replay(
         router.on_record(record.value, record.key, record.source)
 
     id_stores: dict[int, Store] = defaultdict(Store)
-    ids = IdStage(partitions, emit, metrics, limits)
+    ids = IdStage(id_partitions or partitions, emit, metrics, limits)
     for record in in_log_order(job_ids):
         store = id_stores[record.partition]
         store.at(record.timestamp_ms)

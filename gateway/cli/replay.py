@@ -98,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
         print_flips(replay_under_policy(requests, recorded, policy, limits), args.show)
         return 0
     partitions = cat.by_role("requests").partitions
-    report = replay(intake, requests, recorded, partitions, limits, from_ms, job_ids)
+    report = replay(
+        intake, requests, recorded, partitions, limits, from_ms, job_ids,
+        cat.by_role("job_ids").partitions,
+    )  # fmt: skip
     print_report(report, args.show)
     return EXIT_DIFFERENT if report.differences else 0
 

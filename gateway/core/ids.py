@@ -13,7 +13,7 @@ decision a claim sent it, and whenever a job appears or leaves: the claim
 counts the decisions still to come (`pending`) and whether the route holds a
 job with the id (`job`, as last reported). It is released once no decision is
 pending and the route holds no job. Jobs whose ids the gateway minted are
-reported too, so a client can never take one of them.
+reported too, once their job is accepted, so a client cannot take one afterwards.
 """
 
 from __future__ import annotations

@@ -17,8 +17,12 @@ job event is parsed, and they add up under that ceiling:
   error; the older entries of `errors` (at most ten) are dropped, oldest first,
   while a record would exceed it, so failures never accumulate past it, and
   the core refuses an event that would still push a record past it.
-- a decision record carries ids, the policy (<= one request) and, for an
-  update, each changed field before and after (<= two requests): under 800 KiB.
+- a decision record carries ids, the policy (<= one request), and either the
+  new job (<= one request) or the job it matched as its record holds it (<=
+  MAX_JOB_RECORD_BYTES): at most about 640 + 256 KiB, under MAX_RECORD_BYTES.
+  An Oban update also lists each changed field before and after: only near
+  the largest jobs can that pass the record size, and the processor's check
+  then answers the request `internal` rather than write it.
 - a job event is at most MAX_EVENT_BYTES, enough for a maximal result.
 - the headers of an input record, at most MAX_HEADERS_BYTES together, travel
   on with it (router to requests) and some are copied into its answers; a

@@ -195,12 +195,23 @@ class JobView:
             changes: list[Change] = []
             for partition, offset, key, value in records:
                 ends[partition] = offset + 1
+                try:
+                    job = None if value is None else orjson.loads(value)
+                    valid = job is None or (isinstance(job, dict) and "id" in job)
+                except orjson.JSONDecodeError:
+                    valid = False
+                if not valid:
+                    # Not the processor's: read past it, or the view would stall on it.
+                    log.warning(
+                        "a job_states record is not a job; skipped",
+                        extra={"partition": partition, "offset": offset},
+                    )
+                    continue
                 job_key = b"j/" + key
                 before_raw = staged[job_key] if job_key in staged else self._db.get(job_key)
                 before = None if before_raw is None else orjson.loads(before_raw)
                 if before is not None:
                     self._unindex(batch, key, before, counts)
-                job = None if value is None else orjson.loads(value)
                 expiry = None if job is None else self._expires(job)
                 if job is None or (expiry is not None and expiry <= now_ms):
                     batch.delete(job_key)

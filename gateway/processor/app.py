@@ -214,6 +214,7 @@ def run(settings: ProcessorSettings) -> None:
         app.run()
     finally:
         ticker.stop()
+        replies.stop()
 
 
 def _log_failure(stage: str) -> Any:

@@ -172,7 +172,11 @@ class Dedup:
         A request whose id the id stage claimed for this route is reported back to it once
         decided, whatever became of it, failures included (see core/ids.py)."""
         staged = self._guard.stage(key, state)
-        claimed = not source.is_job_event and source.headers.get(ID_HEADER) == ID_CLAIMED
+        claimed = (
+            not source.is_job_event
+            and not is_tick(source, value)
+            and source.headers.get(ID_HEADER) == ID_CLAIMED
+        )
 
         def handle() -> None:
             if self._on_record(value, key, source, staged) and claimed:
@@ -441,9 +445,11 @@ class Dedup:
         """Store the moved job (a deleted one goes, with its tombstone at once); its key's
         entries follow; a cancel tells the worker."""
         if result.deleted:
+            # Its id stays claimed until its scheduled tombstone (it was terminal, so one is
+            # scheduled): released now, the id could go to a job under another route that
+            # the scheduled tombstone would then wipe from job_states.
             state.delete(JOB + str(job["id"]))
             self.emit(job_state_tombstone(str(job["id"])), source)
-            self.emit(id_report(str(job["id"]), job_route(job), None, decided=False), source)
         else:
             self._put_job(state, job, source)
         unique_key = job.get("unique_key")

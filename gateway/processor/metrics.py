@@ -49,6 +49,11 @@ class Metrics:
             "by stage and exception",
             ["stage", "error"], registry=r,
         )  # fmt: skip
+        self.id_conflicts = Counter(
+            "gateway_id_conflicts",
+            "Reports of a job under one id from a route other than the one holding its claim",
+            registry=r,
+        )
         self.refused_inputs = Counter(
             "gateway_refused_inputs",
             "Input records refused before they were handled, by stage and error code",

@@ -66,5 +66,7 @@ class Ticker:
                     )  # fmt: skip
                 self._producer.poll(0)
             except (BufferError, KafkaException) as exc:
-                # The next second brings the next tick; time is only a little late.
+                # The next tick follows soon; time is only a little late.
                 log.warning("tick not sent", extra={"error": str(exc)})
+            except Exception:  # the thread must outlive anything: idle partitions need it
+                log.exception("tick failed")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gateway.audit import HistoryItem, explain_history
 from gateway.audit.replay import Store
 from gateway.core import (
+    DEFAULT_RETENTION_MS,
     EventOutcome,
     IgnoredReason,
     Request,
@@ -341,13 +342,13 @@ def test_a_deleted_job_is_tombstoned_at_once_and_frees_its_key() -> None:
     log, key = claimed(max_attempts=1)
     log.event(key, T0 + 20, unique_key=key, type="job.failed", error={"message": "x"})
     out = log.event(key, T0 + 30, unique_key=key, type="job.deleted")
-    # The tombstone, and the id stage learns the id is free.
-    assert [(o.role, o.key, o.value) for o in out if o.role != "job_ids"] == [
-        ("job_states", JOB_ID.encode(), None)
-    ]
-    [report] = [orjson.loads(o.value or b"") for o in out if o.role == "job_ids"]
-    assert report["job_id"] == JOB_ID and report["job"] is None
+    # The tombstone at once; the id stays claimed until the scheduled tombstone, which
+    # frees it (a job under another route could otherwise take it, then lose its record).
+    assert [(o.role, o.key, o.value) for o in out] == [("job_states", JOB_ID.encode(), None)]
     assert log.store.state(key.encode()).get_bytes(ENTRIES) is None
+    later = log.tick(T0 + 30 + DEFAULT_RETENTION_MS + 20_000)
+    [report] = [orjson.loads(o.value or b"") for o in later if o.role == "job_ids"]
+    assert report["job_id"] == JOB_ID and report["job"] is None
     again = log.request({**UNIQUE, "id": JOB_ID}, T0 + 40)
     decision = next(orjson.loads(o.value) for o in again if o.role == "decisions")
     assert decision["outcome"] == "accepted"
