@@ -167,14 +167,18 @@ def iso_duration(millis: int) -> str:
 
 async def _settled(binding: Binding, result: EnqueueResult) -> None:
     """This view shows what the answer reports: a new job at once, as its record will hold
-    it (the same core function builds both); an updated one once its record is read, since
-    the processor merges the update into the stored record this process has not seen."""
+    it (the same core function builds both). A job a replace cancelled, or an update
+    changed, once its record is read: the processor derives those from its stored record,
+    which this process may not have seen yet."""
     if result.job is None:
         return
     if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
         partition = int(result.record["source"]["partition"])
         job = job_record(result.job, result.unique_key, partition)
         binding.view.provisional(str(job["id"]), job)
+    if result.outcome is Outcome.REPLACED and result.cancelled_job_id:
+        cancelled = {"id": result.cancelled_job_id, "state": "cancelled"}
+        await transitions.wait_for_view(binding, cancelled, ("state",))
     elif result.outcome is Outcome.UPDATED:
         changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
         await transitions.wait_for_view(binding, result.job, changed)
