@@ -39,11 +39,13 @@ reads it before the stored one until the committed record arrives. A
 decision is a pure function of the log, so that record is this very job,
 even when the processor crashed first and its successor decided again; the
 entry goes when the view reads it (or its tombstone), or after PROVISIONAL_S
-at the latest. Indexes and listings hold committed records only.
+at the latest. `waiting` offers provisional jobs to fetch; the other indexes
+and listings hold committed records only.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -334,13 +336,27 @@ class JobView:
             return dropped
 
     def waiting(self, queue: str) -> Iterator[str]:
-        """Ids of the queue's waiting jobs in fetch order (whether due or not)."""
+        """Ids of the queue's waiting jobs in fetch order (whether due or not), provisional
+        ones among them: a fetch right after a POST finds the job. An id may come from an
+        older version too; the caller judges the job by `get`."""
         prefix = _queue_prefix(queue)
+        answered = [job for job, _, _ in list(self._provisional.values()) if job is not None]
+        ranks = sorted(
+            rank for rank in map(_queue_key, answered) if rank and rank.startswith(prefix)
+        )
+        seen = set()
+        for key in heapq.merge(self._ranks(prefix), ranks):
+            job_id = key[len(prefix) + 12 :].decode()
+            if job_id not in seen:
+                seen.add(job_id)
+                yield job_id
+
+    def _ranks(self, prefix: bytes) -> Iterator[bytes]:
         for raw in self._db.keys(from_key=prefix):
             key = bytes(raw)  # type: ignore[arg-type]
             if not key.startswith(prefix):
                 return
-            yield key[len(prefix) + 12 :].decode()
+            yield key
 
     def in_state(self, state: str, queue: str | None = None) -> Iterator[str]:
         """Ids of the jobs in `state` (of one queue, or all), by queue then id."""

@@ -95,3 +95,12 @@ def test_a_deleted_job_is_gone_until_its_tombstone(tmp_path: Path) -> None:
     assert view.get("a") is None
     view.apply([record(2, job("a", "available"))], T0)  # the entry went with the tombstone
     assert view.get("a") == job("a", "available")
+
+
+def test_fetch_order_offers_answered_jobs_among_the_committed(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    view.apply([record(0, job("a", "available")), record(1, job("b", "available"))], T0)
+    view.provisional("c", job("c", "available", priority=5))
+    view.provisional("a", job("a", "active"))  # claimed: no longer waiting
+    assert list(view.waiting("q")) == ["c", "a", "b"]
+    assert view.get("a") == job("a", "active")
