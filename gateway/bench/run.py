@@ -39,6 +39,7 @@ class Plan:
     seed: int
     latency_seconds: float
     commit_interval: float
+    answers: str  # the processor's --answers: early or committed
     http_concurrency: tuple[int, ...]
     http_batch_concurrency: tuple[int, ...]
     http_seconds: float
@@ -117,7 +118,7 @@ def _measure(
     step: Callable[[str], None],
     done: Callable[[str], None],
 ) -> None:
-    opts = Options(plan.commit_interval, plan.latency_seconds, workdir)
+    opts = Options(plan.commit_interval, plan.latency_seconds, workdir, plan.answers)
     measured_records: list[float] = []
 
     def records_per_input() -> float:
@@ -169,7 +170,8 @@ def _measure(
                     for i in range(len(loads))
                 ]
                 for h in web.run_round(number, loads, workloads, plan.http_seconds, broker,
-                                       processes, workdir, plan.commit_interval):  # fmt: skip
+                                       processes, workdir, plan.commit_interval,
+                                       plan.answers):  # fmt: skip
                     row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
                     rounds.append(row)
                     done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")

@@ -89,6 +89,7 @@ class Options:
     commit_interval: float
     latency_seconds: float
     workdir: Path
+    answers: str = "early"  # the processor's --answers
 
 
 class StreamSystem:
@@ -132,7 +133,8 @@ class Gateway(StreamSystem):
             [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
              "--namespace", namespace, "--state-dir", str(workdir / "state"),
              "--processes", str(self.count), "--metrics-port", str(self.port),
-             "--commit-interval", str(opts.commit_interval), "--log-level", "WARNING"],
+             "--commit-interval", str(opts.commit_interval), "--answers", opts.answers,
+             "--log-level", "WARNING"],
             workdir / "gateway.log",
         )  # fmt: skip
 

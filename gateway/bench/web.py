@@ -59,6 +59,7 @@ def run_round(
     processes: Processes,
     workdir: Path,
     commit_interval: float,
+    answers: str = "early",
 ) -> list[HttpRound]:
     wrk = ensure_installed("wrk", "wrk")
     namespace = f"h{uuid.uuid4().hex[:8]}"
@@ -68,7 +69,8 @@ def run_round(
     processor = processes.start(
         [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--state-dir", str(rounddir / "state"),
-         "--commit-interval", str(commit_interval), "--log-level", "WARNING"],
+         "--commit-interval", str(commit_interval), "--answers", answers,
+         "--log-level", "WARNING"],
         rounddir / "processor.log",
     )  # fmt: skip
     port = free_port()

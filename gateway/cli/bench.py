@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commit-interval", type=float, default=0.1,
                    help="transaction commit interval of the gateway and the passthrough "
                    "(default %(default)s)")  # fmt: skip
+    p.add_argument("--answers", choices=("early", "committed"), default="early",
+                   help="when the gateway's processor answers a waiting caller (see "
+                   "`gateway process --answers`; default %(default)s)")  # fmt: skip
     p.add_argument("--http-concurrency", help="wrk connections, comma-separated "
                    "(default 16,64,256,1024; quick 64)")  # fmt: skip
     p.add_argument("--http-batch-concurrency", help="connections for the batch endpoint, "
@@ -94,6 +97,7 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         latency_seconds=float(setting("latency_seconds")),  # type: ignore[arg-type]
         commit_interval=args.commit_interval,
+        answers=args.answers,
         http_concurrency=_ints(str(setting("http_concurrency"))),
         http_batch_concurrency=_ints(str(setting("http_batch_concurrency"))),
         http_seconds=float(setting("http_seconds")),  # type: ignore[arg-type]

@@ -77,6 +77,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--commit-interval", type=float, default=0.1,
         help="seconds between transaction commits (default %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--answers", choices=("early", "committed"), default="early",
+        help="when a waiting caller gets its reply: early, as soon as the record is decided "
+        "(a successor after a crash decides it again, the same); committed, with the "
+        "transaction (default %(default)s)",
+    )  # fmt: skip
     add_log_level_argument(p)
 
 
@@ -102,6 +108,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         limits=limits,
         reply_prefix=args.reply_prefix,
         commit_interval=args.commit_interval,
+        early_answers=args.answers == "early",
         metrics_port=args.metrics_port,
     )
 

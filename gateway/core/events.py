@@ -195,6 +195,12 @@ def route_key(unique_key: str | None, job_id: str) -> str:
     return unique_key or job_id
 
 
+def job_record(job: Mapping[str, Any], unique_key: str | None, partition: int) -> dict[str, Any]:
+    """A new job as its route's state and `job_states` hold it: the decided job with where
+    it lives. The HTTP binding builds its provisional copy of an answered job with this."""
+    return {**job, "route": route_key(unique_key, str(job["id"])), "partition": partition}
+
+
 def parse_event(raw: object) -> JobEvent | GatewayError:
     """Validate an event object; its size, nesting and numbers are held to limits.py."""
     if not isinstance(raw, Mapping):

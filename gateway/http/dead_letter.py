@@ -80,13 +80,12 @@ async def retry(request: Request, binding: Binding, _: str) -> Answer | ApiError
     if refused is not None:
         return refused
     moved = ack.record["job"]
-    await transitions.wait_for_view(binding, moved)
+    transitions.answered(binding, moved)
     return Answer(200, {"job": shown(moved)})
 
 
 async def delete(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """Ask the processor to remove a dead letter job for good; once this view has read its
-    tombstone, GET answers 404."""
+    """Ask the processor to remove a dead letter job for good; GET answers 404 from then on."""
     job = _dead(binding, request.path_params["job_id"])
     if isinstance(job, ApiError):
         return job
@@ -97,7 +96,7 @@ async def delete(request: Request, binding: Binding, _: str) -> Answer | ApiErro
         refused = transitions.refused(ack, job["id"], "delete the dead letter job")
         assert refused is not None
         return refused
-    await transitions.wait_for_gone(binding, job["id"])
+    binding.view.provisional(job["id"], None)
     return Answer(200, {"deleted": True, "job_id": job["id"]})
 
 

@@ -1,8 +1,9 @@
 """The jobs routes: enqueue (one or a batch) through the SDK, read from the view, cancel.
 
-A POST is answered once its decision is committed and the job is in this
-process's view, so a GET right after it finds the job (on this process; a
-second process sees it once its own view has read the record).
+A POST is answered as soon as the processor's answer arrives (before its commit, with
+early answers); the answered job goes into this process's view at once as a provisional
+entry, so a GET right after it finds the job (on this process; a second process sees it
+once its own view has read the committed record).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from starlette.requests import Request as HttpRequest
 
-from gateway.core import GatewayError, Outcome, job_effective_state, parse_request
+from gateway.core import GatewayError, Outcome, job_effective_state, job_record, parse_request
 from gateway.http import answers, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -99,7 +100,7 @@ async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer |
     if refused is not None:
         return refused
     moved = ack.record["job"]
-    await transitions.wait_for_view(binding, moved)
+    transitions.answered(binding, moved)
     return Answer(200, {"job": {**shown(moved), "previous_state": ack.previous_state}})
 
 
@@ -165,11 +166,19 @@ def iso_duration(millis: int) -> str:
 
 
 async def _settled(binding: Binding, result: EnqueueResult) -> None:
-    """Until the view shows what the answer reports: the new job, or an updated one's fields."""
+    """This view shows what the answer reports: a new job at once, as its record will hold
+    it (the same core function builds both). A job a replace cancelled, or an update
+    changed, once its record is read: the processor derives those from its stored record,
+    which this process may not have seen yet."""
     if result.job is None:
         return
     if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
-        await transitions.wait_for_view(binding, result.job)
+        partition = int(result.record["source"]["partition"])
+        job = job_record(result.job, result.unique_key, partition)
+        binding.view.provisional(str(job["id"]), job)
+    if result.outcome is Outcome.REPLACED and result.cancelled_job_id:
+        cancelled = {"id": result.cancelled_job_id, "state": "cancelled"}
+        await transitions.wait_for_view(binding, cancelled, ("state",))
     elif result.outcome is Outcome.UPDATED:
         changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
         await transitions.wait_for_view(binding, result.job, changed)

@@ -1,9 +1,11 @@
 """Asking the processor to move a job: a job event with a reply, answered from the reply.
 
 The binding never decides a transition. It sends the event (keyed by the
-job's route, as every record about the job) and waits until the processor
-has applied it and committed; the reply says whether the job moved and
-carries the job as it then stands. Refusals become 409 with the core's code.
+job's route, as every record about the job) and waits for the processor's
+answer, which may come before its commit (early answers); the reply says
+whether the job moved and carries the job as it then stands, which this
+process's view shows at once (a provisional entry, see view.py). Refusals
+become 409 with the core's code.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def timed_out(answer: EventAck | ApiError) -> bool:
 async def ask(
     binding: Binding, job: dict[str, Any], event_type: str, **fields: Any
 ) -> EventAck | ApiError:
-    """Send the event for `job` and wait for the processor's committed answer."""
+    """Send the event for `job` and wait for the processor's answer."""
     event = {"job_id": job["id"], "type": event_type, **fields}
     if job.get("unique_key"):
         event["unique_key"] = job["unique_key"]
@@ -81,24 +83,19 @@ def refused(ack: EventAck, job_id: str, operation: str) -> ApiError | None:
     )  # fmt: skip
 
 
+def answered(binding: Binding, job: dict[str, Any]) -> None:
+    """The job as the processor's answer left it: this process's view shows it from now on,
+    so a GET right after the answer agrees with it."""
+    binding.view.provisional(str(job["id"]), job)
+
+
 async def wait_for_view(
-    binding: Binding,
-    job: dict[str, Any],
-    fields: tuple[str, ...] = ("state", "attempt"),
-    timeout: float = VIEW_WAIT_S,
+    binding: Binding, job: dict[str, Any], fields: tuple[str, ...], timeout: float = VIEW_WAIT_S
 ) -> None:
-    """Until this process's view holds the job as the processor left it, judged by
-    `fields` (or `timeout`)."""
+    """Until this process's view holds the job with these `fields` as given (or `timeout`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         seen = binding.view.get(str(job["id"]))
         if seen is not None and all(seen.get(f) == job.get(f) for f in fields):
             return
-        await asyncio.sleep(0.01)
-
-
-async def wait_for_gone(binding: Binding, job_id: str, timeout: float = VIEW_WAIT_S) -> None:
-    """Until this process's view no longer holds the job (its tombstone read), or `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and binding.view.get(job_id) is not None:
         await asyncio.sleep(0.01)

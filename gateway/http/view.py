@@ -31,14 +31,26 @@ Layout (one RocksDB under the gateway home per serve process):
 Beside it, identity.json names the cluster and topic it was built from.
 Nothing here decides: fetch candidates are only proposals the processor may
 refuse (see workers.py).
+
+Provisional entries. The processor answers before it commits (early answers),
+so a job this process has just answered for may not be on `job_states` yet.
+The binding puts the job as the answer carries it here at once, and `get`
+reads it before the stored one until the committed record arrives. A
+decision is a pure function of the log, so that record is this very job,
+even when the processor crashed first and its successor decided again; the
+entry goes when the view reads it (or its tombstone), or after PROVISIONAL_S
+at the latest. `waiting` offers provisional jobs to fetch; the other indexes
+and listings hold committed records only.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,6 +86,12 @@ _METADATA_RETRY_S = 0.5
 _METADATA_TIMEOUT_S = 5.0
 LAYOUT = b"2"
 _LAYOUT_KEY = b"meta/layout"
+# How long a provisional entry waits for its committed record at most: a crashed
+# processor's successor takes over and commits well within it.
+PROVISIONAL_S = 60.0
+# Versions of jobs the view read last, so an answer that arrives after its own
+# record (answers with the commit) leaves no provisional entry behind.
+_REMEMBERED = 100_000
 # (partition, offset, the job before, the job after): what the follower hands on.
 Change = tuple[int, int, dict[str, Any] | None, dict[str, Any] | None]
 
@@ -100,6 +118,11 @@ def source_identity(admin: AdminClient, topic: str) -> Identity:
         TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S
     ).values()
     return Identity(str(cluster.cluster_id), {topic: str(described.result().topic_id)})
+
+
+def _version(job_id: str, job: Mapping[str, Any] | None) -> tuple[str, int]:
+    """A job's version by content (None: its tombstone), whatever its fields' order."""
+    return job_id, hash(orjson.dumps(job, option=orjson.OPT_SORT_KEYS))
 
 
 def _job_key(job_id: str) -> bytes:
@@ -162,14 +185,42 @@ class JobView:
         self._db[_LAYOUT_KEY] = LAYOUT
         self._lock = threading.Lock()
         self.applied = 0  # records applied by this process, for tests and metrics
+        # job id -> (the job as answered, None if deleted; until when; its version)
+        self._provisional: dict[str, tuple[dict[str, Any] | None, float, tuple[str, int]]] = {}
+        self._read: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def get(self, job_id: str) -> dict[str, Any] | None:
+        provisional = self._provisional.get(job_id)
+        if provisional is not None:
+            job, until, _ = provisional
+            if until > time.monotonic():
+                return None if job is None else dict(job)
+            self._provisional.pop(job_id, None)
         raw = self._db.get(_job_key(job_id))
         return None if raw is None else dict(orjson.loads(bytes(raw)))  # type: ignore[arg-type]
+
+    def provisional(self, job_id: str, job: dict[str, Any] | None) -> None:
+        """The job as the processor's answer left it (None: deleted), before its record
+        is committed: `get` gives it until the view reads that record."""
+        version = _version(job_id, job)
+        with self._lock:
+            if version not in self._read:
+                self._provisional[job_id] = (job, time.monotonic() + PROVISIONAL_S, version)
+
+    def _confirm(self, job_id: str, job: Mapping[str, Any] | None) -> None:
+        """A committed record read: it ends the job's provisional entry if it is that one."""
+        version = _version(job_id, job)
+        self._read[version] = None
+        self._read.move_to_end(version)
+        if len(self._read) > _REMEMBERED:
+            self._read.popitem(last=False)
+        provisional = self._provisional.get(job_id)
+        if provisional is not None and provisional[2] == version:
+            del self._provisional[job_id]
 
     def offsets(self) -> dict[int, int]:
         found: dict[int, int] = {}
@@ -193,6 +244,7 @@ class JobView:
             counts: dict[bytes, int] = {}
             first_seen: dict[bytes, str] = {}
             changes: list[Change] = []
+            read: list[tuple[str, Any]] = []
             for partition, offset, key, value in records:
                 ends[partition] = offset + 1
                 try:
@@ -212,6 +264,7 @@ class JobView:
                 before = None if before_raw is None else orjson.loads(before_raw)
                 if before is not None:
                     self._unindex(batch, key, before, counts)
+                read.append((key.decode(errors="replace"), job))
                 expiry = None if job is None else self._expires(job)
                 if job is None or (expiry is not None and expiry <= now_ms):
                     batch.delete(job_key)
@@ -244,6 +297,8 @@ class JobView:
             for partition, end in ends.items():
                 batch.put(f"o/{partition}".encode(), str(end).encode())
             self._db.write(batch)
+            for job_id, job in read:  # once written: `get` never falls back to an older copy
+                self._confirm(job_id, job)
             self.applied += len(records)
             return changes
 
@@ -292,13 +347,27 @@ class JobView:
             return dropped
 
     def waiting(self, queue: str) -> Iterator[str]:
-        """Ids of the queue's waiting jobs in fetch order (whether due or not)."""
+        """Ids of the queue's waiting jobs in fetch order (whether due or not), provisional
+        ones among them: a fetch right after a POST finds the job. An id may come from an
+        older version too; the caller judges the job by `get`."""
         prefix = _queue_prefix(queue)
+        answered = [job for job, _, _ in list(self._provisional.values()) if job is not None]
+        ranks = sorted(
+            rank for rank in map(_queue_key, answered) if rank and rank.startswith(prefix)
+        )
+        seen = set()
+        for key in heapq.merge(self._ranks(prefix), ranks):
+            job_id = key[len(prefix) + 12 :].decode()
+            if job_id not in seen:
+                seen.add(job_id)
+                yield job_id
+
+    def _ranks(self, prefix: bytes) -> Iterator[bytes]:
         for raw in self._db.keys(from_key=prefix):
             key = bytes(raw)  # type: ignore[arg-type]
             if not key.startswith(prefix):
                 return
-            yield key[len(prefix) + 12 :].decode()
+            yield key
 
     def in_state(self, state: str, queue: str | None = None) -> Iterator[str]:
         """Ids of the jobs in `state` (of one queue, or all), by queue then id."""

@@ -129,7 +129,7 @@ async def _claim(
         moved = ack.record.get("job")
         if ack.outcome != "applied" or not isinstance(moved, dict):
             return None
-        await transitions.wait_for_view(binding, moved)
+        transitions.answered(binding, moved)
         return moved
     finally:
         binding.claims.pop(job["id"], None)
@@ -214,7 +214,7 @@ async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[s
         return {"job_id": job_id, "extended": False, "error": _error_of(answer)}
     moved = answer.record.get("job")
     if answer.outcome is EventOutcome.APPLIED and isinstance(moved, dict):
-        await transitions.wait_for_view(binding, moved, ("state", "lease_expires_at"))
+        transitions.answered(binding, moved)
         return {
             "job_id": job_id, "extended": True, "state": moved.get("state"),
             "lease_expires_at": moved.get("lease_expires_at"),
@@ -280,7 +280,7 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
 async def _settle(
     binding: Binding, job_id: str, event_type: str, action: str, fields: dict[str, Any]
 ) -> dict[str, Any] | ApiError:
-    """Ask the processor to end an attempt; the job as it moved, once this view shows it."""
+    """Ask the processor to end an attempt; the job as it moved (this view shows it so)."""
     job = binding.view.get(job_id)
     if job is None:
         return transitions.not_found(job_id)
@@ -291,7 +291,7 @@ async def _settle(
     if refused is not None:
         return refused
     moved: dict[str, Any] = answer.record["job"]
-    await transitions.wait_for_view(binding, moved)
+    transitions.answered(binding, moved)
     return moved
 
 

@@ -9,12 +9,14 @@ stage, a RocksDB state per partition keyed by job id), where client ids are
 claimed before their requests reach `requests`. Every record the stages write
 goes through the runtime's transactional producer, so outputs, state
 changelog and input offsets commit in one Kafka transaction; local state is
-written only after that commit.
+written only after that commit. Replies to waiting callers are the exception
+when answers are early (the default): see replies.py.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -34,11 +36,12 @@ from gateway.processor.metrics import Metrics
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
 from gateway.processor.records import Output, Source, headers_of
-from gateway.processor.replies import ReplyTopics
+from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
 from gateway.processor.router import Router
 from gateway.processor.shutdown import Shutdown
 from gateway.processor.state_identity import current, reconcile, state_root
 from gateway.processor.ticks import Ticker
+from gateway.processor.total import Emit
 
 log = logging.getLogger("gateway.processor")
 
@@ -69,9 +72,14 @@ class ProcessorSettings:
     # Replies go to the catalogue's replies topic and to topics under this prefix
     # (None: "<replies topic>."; "": the replies topic only). See replies.py.
     reply_prefix: str | None = None
+    # Replies sent as soon as a record is handled, before its commit (see replies.py);
+    # False: with the commit, as every other output.
+    early_answers: bool = True
 
 
-def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopics]:
+def build(
+    settings: ProcessorSettings,
+) -> tuple[Application, Metrics, ReplyTopics, EarlyReplies | None]:
     cat = settings.catalogue
     metrics = Metrics()
     client = dict(settings.client_config)
@@ -122,24 +130,13 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopic
 
     names = {t.role: t.name for t in cat.topics}
     replies = reply_topics(settings)
+    early = (
+        EarlyReplies(settings.client_config, metrics.replies_dropped.labels(NOT_DELIVERED).inc)
+        if settings.early_answers
+        else None
+    )
 
-    def emit(output: Output, source: Source) -> None:
-        if output.topic is not None:
-            refusal = replies.refusal(output.topic)
-            if refusal is not None:
-                metrics.replies_dropped.labels(refusal).inc()
-                log.warning(
-                    "reply not sent",
-                    extra={"reply_to": output.topic[:255], "reason": refusal,
-                           "source": source.as_dict()},
-                )  # fmt: skip
-                return
-        producer.produce(
-            topic=output.topic or names[output.role or ""],
-            key=output.key,
-            value=output.value,
-            headers=output.headers,
-        )
+    emit = emitter(names, replies, metrics, producer.produce, early.send if early else None)
 
     def state_of(source: Source, key: bytes) -> Any:
         return quix.state_of(requests, source.partition, key, source.timestamp_ms)
@@ -164,7 +161,47 @@ def build(settings: ProcessorSettings) -> tuple[Application, Metrics, ReplyTopic
     app.dataframe(topics["intake"]).update(on_intake, metadata=True)
     app.dataframe(topics["job_events"]).update(on_job_event, metadata=True)
     app.dataframe(topics["job_ids"]).update(on_job_id, stateful=True, metadata=True)
-    return app, metrics, replies
+    return app, metrics, replies, early
+
+
+Produce = Callable[..., None]  # (topic=, key=, value=, headers=)
+
+
+def emitter(
+    names: dict[str, str],
+    replies: ReplyTopics,
+    metrics: Metrics,
+    transactional: Produce,
+    early: Produce | None,
+) -> Emit:
+    """Where each output goes: a reply to an allowed topic through `early` when answers are
+    early, everything else through the transaction."""
+
+    def emit(output: Output, source: Source) -> None:
+        if output.topic is not None:
+            refusal = replies.refusal(output.topic)
+            if refusal is not None:
+                metrics.replies_dropped.labels(refusal).inc()
+                log.warning(
+                    "reply not sent",
+                    extra={"reply_to": output.topic[:255], "reason": refusal,
+                           "source": source.as_dict()},
+                )  # fmt: skip
+                return
+            if early is not None:
+                # The guard hands over a record's outputs only once its handling has
+                # succeeded (or its `internal` answer): no reply leaves for a handling undone.
+                early(topic=output.topic, key=output.key, value=output.value,
+                      headers=output.headers)  # fmt: skip
+                return
+        transactional(
+            topic=output.topic or names[output.role or ""],
+            key=output.key,
+            value=output.value,
+            headers=output.headers,
+        )
+
+    return emit
 
 
 def reply_topics(settings: ProcessorSettings) -> ReplyTopics:
@@ -191,7 +228,7 @@ def run(settings: ProcessorSettings) -> None:
     admin = AdminClient(settings.client_config)
     try:
         check_topics(settings.catalogue, admin, wait_s=STARTUP_WAIT_S)
-        app, metrics, replies = build(settings)
+        app, metrics, replies, early = build(settings)
     except (CatalogueError, quix.RuntimeMismatch) as exc:
         raise StartupRefused(str(exc)) from exc
     # Before any partition's state is opened: drop state from another cluster.
@@ -215,6 +252,8 @@ def run(settings: ProcessorSettings) -> None:
     finally:
         ticker.stop()
         replies.stop()
+        if early is not None:
+            early.close()
 
 
 def _log_failure(stage: str) -> Any:

@@ -51,6 +51,7 @@ from gateway.core import (
     dump_entries,
     expire_job,
     expires_at,
+    job_record,
     load_entries,
     parse_event_json,
     parse_request_json,
@@ -341,8 +342,8 @@ class Dedup:
                 return
         if decision.job is not None:
             job_id = str(decision.job["id"])
-            route = route_key(decision.unique_key, job_id)
-            job = {**decision.job, "route": route, "partition": source.partition}
+            job = job_record(decision.job, decision.unique_key, source.partition)
+            route = job["route"]
             self._put_job(state, job, source)
             if source.header(CLAIMED_ID_HEADER) != job_id:
                 # An id the gateway minted: the id stage learns it is taken.

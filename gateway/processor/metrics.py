@@ -40,7 +40,7 @@ class Metrics:
         self.replies_dropped = Counter(
             "gateway_replies_dropped",
             "Replies not sent, by reason: a reply_to the deployment does not allow, "
-            "or a topic that does not exist",
+            "a topic that does not exist, or an early reply the broker did not take",
             ["reason"], registry=r,
         )  # fmt: skip
         self.dead_letters = Counter(

@@ -13,6 +13,13 @@ decision stands on `decisions`.
 Which topics exist is learnt from cluster metadata by a thread of its own:
 no admin call runs on the processing path, inside an open transaction. A
 reply topic created after the processor started is seen within REFRESH_S.
+
+Early answers (the default): a reply is sent the moment its record's handling
+has succeeded, by a producer of its own outside the transaction, rather than
+with the commit. A decision is a pure function of the log and the committed
+state, so a successor that takes over after a crash decides the uncommitted
+records again and sends the same replies (a caller ignores the second: the
+SDK answers each correlation id once). Nothing else leaves the transaction.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 log = logging.getLogger("gateway.processor")
 
@@ -32,6 +42,9 @@ MIN_GAP_S = 1.0  # replies to missing topics must not turn into a metadata storm
 
 NOT_ALLOWED = "not_allowed"
 UNKNOWN_TOPIC = "unknown_topic"
+NOT_DELIVERED = "not_delivered"
+# The early producer's local queue is full: serve its deliveries this long, then try again.
+_FULL_WAIT_S = 0.05
 
 
 def reply_refusal(name: str, replies: str, prefix: str, owned: frozenset[str]) -> str | None:
@@ -83,3 +96,43 @@ class ReplyTopics:
             time.sleep(MIN_GAP_S)
             self._wake.wait(REFRESH_S - MIN_GAP_S)
             self._wake.clear()
+
+
+class EarlyReplies:
+    """The replies' own producer: idempotent, no transaction, so a reply is readable at once
+    (a reply inside an open transaction would wait for its commit, and hold back, for a
+    read_committed reader, every later record of its partition)."""
+
+    def __init__(self, client_config: dict[str, Any], on_lost: Callable[[], None]) -> None:
+        self._producer = Producer(
+            {**client_config, "enable.idempotence": True, "linger.ms": 1,
+             "logger": logging.getLogger("librdkafka")}
+        )  # fmt: skip
+        self._on_lost = on_lost
+
+    def send(self, *, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value, key, headers=headers, on_delivery=self._delivered
+                )  # fmt: skip
+                break
+            except BufferError:  # back-pressure: the processor waits for the broker
+                self._producer.poll(_FULL_WAIT_S)
+            except KafkaException as exc:  # the caller times out; the decision stands
+                self._lost(topic, exc.args[0])
+                break
+        self._producer.poll(0)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._producer.flush(timeout)
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._lost(msg.topic() or "", err)
+
+    def _lost(self, topic: str, err: KafkaError) -> None:
+        self._on_lost()
+        log.warning(
+            "early reply not delivered", extra={"reply_to": topic[:255], "error": err.str()}
+        )

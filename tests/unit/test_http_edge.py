@@ -284,6 +284,10 @@ def test_the_view_is_live_only_once_metadata_lists_every_partition_and_it_caught
 class FakeView:
     def __init__(self, jobs: list[dict[str, Any]]) -> None:
         self.jobs = {j["id"]: j for j in jobs}
+        self.answered: dict[str, dict[str, Any] | None] = {}
+
+    def provisional(self, job_id: str, job: dict[str, Any] | None) -> None:
+        self.answered[job_id] = job
 
     def waiting(self, queue: str) -> Any:
         return iter([i for i, j in self.jobs.items() if j["state"] == "available"])
@@ -363,6 +367,8 @@ def test_fetch_hands_out_what_it_claimed_and_requeues_a_claim_with_no_answer():
     assert isinstance(answer, Answer) and answer.status == 200
     assert [j["id"] for j in answer.body["jobs"]] == ["a"]
     assert answer.body["job"]["state"] == "active" and "route" not in answer.body["job"]
+    # The job as the answer left it, in this process's view before its record is read.
+    assert binding.view.answered == {"a": binding.view.jobs["a"]}
     claims = [e for e, _ in binding.client.sent if e["type"] == "job.started"]
     assert sorted(e["job_id"] for e in claims) == ["a", "b", "c"]
     assert all(e["visibility_timeout_ms"] == 777 for e in claims)

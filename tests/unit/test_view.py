@@ -60,3 +60,47 @@ def test_a_job_that_finishes_again_is_swept_by_its_latest_record(tmp_path: Path)
     assert view.sweep(T0 + RETENTION + 4) == 0
     assert view.sweep(T0 + RETENTION + 5) == 1 and view.get("a") is None
     view.close()
+
+
+# -- provisional entries: answered jobs before their records are read ---------
+
+
+def test_an_answered_job_shows_until_its_own_record_is_read(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    view.apply([record(0, job("a", "available"))], T0)
+    view.provisional("a", job("a", "active"))
+    assert view.get("a") == job("a", "active")
+    # An older record read after the answer does not take the job back.
+    view.apply([record(1, job("a", "available", priority=1))], T0)
+    assert view.get("a") == job("a", "active")
+    # Its own record (fields in any order) ends the entry; later records show as read.
+    view.apply([(0, 2, b"a", orjson.dumps(dict(reversed(job("a", "active").items()))))], T0)
+    view.apply([record(3, job("a", "completed"))], T0)
+    assert view.get("a") == job("a", "completed")
+
+
+def test_an_answer_whose_record_was_read_first_leaves_no_entry(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    view.apply([record(0, job("a", "active")), record(1, job("a", "completed"))], T0)
+    view.provisional("a", job("a", "active"))  # answered with the commit, read late
+    assert view.get("a") == job("a", "completed")
+
+
+def test_a_deleted_job_is_gone_until_its_tombstone(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    view.apply([record(0, job("a", "discarded"))], T0)
+    view.provisional("a", None)
+    assert view.get("a") is None
+    view.apply([(0, 1, b"a", None)], T0)
+    assert view.get("a") is None
+    view.apply([record(2, job("a", "available"))], T0)  # the entry went with the tombstone
+    assert view.get("a") == job("a", "available")
+
+
+def test_fetch_order_offers_answered_jobs_among_the_committed(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    view.apply([record(0, job("a", "available")), record(1, job("b", "available"))], T0)
+    view.provisional("c", job("c", "available", priority=5))
+    view.provisional("a", job("a", "active"))  # claimed: no longer waiting
+    assert list(view.waiting("q")) == ["c", "a", "b"]
+    assert view.get("a") == job("a", "active")
