@@ -27,10 +27,13 @@ Leases. A start (job.started) hands the job to a worker for a lease:
 DEFAULT_VISIBILITY_TIMEOUT_MS), kept with the job as its lease duration. A
 heartbeat moves `lease_expires_at` to event time + the given or kept duration.
 A job's own `timeout_ms` bounds each attempt: started_at + timeout_ms. Past
-either (`attempt_deadline`), `expire_job` fails the attempt as a nack would:
-retryable by the job's retry policy, or discarded at max attempts, with an
-error of type `lease_expired` or `timeout`. The processor applies it when
-event time passes the deadline.
+either (`attempt_deadline`), `expire_job` ends the attempt with an error:
+past its timeout the attempt failed (retryable by the job's policy,
+error type `timeout`); past its lease the worker is gone and the job is
+retryable with no backoff, available again at once (error type
+`visibility_timeout`, as OJS's worker protocol has it); at max attempts either
+is discarded. The processor applies
+it when event time passes the deadline.
 
 Errors. Each failure's error record is `error` (the last) and the last
 MAX_ERRORS of them, oldest first, are `errors`; older ones are dropped first
@@ -468,25 +471,34 @@ def _anothers_claim(job: Mapping[str, Any], stored: State, target: State, event:
 
 
 def expire_job(job: Mapping[str, Any], now_ms: int) -> EventResult | None:
-    """An active job past its lease or its attempt's timeout at `now_ms`, failed as a nack
-    would fail it (retryable, or discarded at max attempts); None if it is not due."""
+    """An active job past its lease or its attempt's timeout at `now_ms`; None if it is not
+    due. Past its timeout the attempt failed, as a nack would fail it (retryable by its
+    policy). Past its lease the worker is gone: retryable with no backoff, so available
+    again at once (OJS's worker protocol), with a `visibility_timeout` error. Either way
+    the attempt counts: at max attempts the job is discarded."""
     if job.get("state") != State.ACTIVE:
         return None
     deadline = attempt_deadline(job)
     if deadline is None or deadline > now_ms:
         return None
     lease, timeout = _lease_ms(job), _timeout_at(job)
-    if timeout is not None and timeout <= now_ms and (lease is None or timeout <= lease):
+    timed_out = timeout is not None and timeout <= now_ms and (lease is None or timeout <= lease)
+    if timed_out:
         kind = "timeout"
         message = f"the attempt ran past the job's timeout_ms ({job['timeout_ms']} ms)"
     else:
-        kind = "lease_expired"
+        kind = "visibility_timeout"
         message = "the worker neither finished nor heartbeat the job before its lease expired"
     failure = {"type": kind, "message": message}
     event = JobEvent(str(job["id"]), job.get("unique_key"), None, FAILED, failure=failure)
     attempt = int(job.get("attempt") or 0)
     target = _after_failure(job, event, attempt)
-    return _applied(job, State.ACTIVE, target, event, now_ms, attempt)
+    result = _applied(job, State.ACTIVE, target, event, now_ms, attempt)
+    if not timed_out and result.state is State.RETRYABLE and result.job is not None:
+        # The expired lease is no fault of the job: no backoff.
+        result.job["next_attempt_at"] = format_rfc3339(now_ms)
+        result.job["retry_delay_ms"] = 0
+    return result
 
 
 def attempt_deadline(job: Mapping[str, Any]) -> int | None:
@@ -610,11 +622,11 @@ def _moved(
         job.pop("error", None)  # a success clears the last attempt's error
         if event.result is not None:
             job["result"] = event.result
-    elif target in (State.RETRYABLE, State.DISCARDED):
-        if event.failure is not None:
-            error = _error_record(event.failure, int(job.get("attempt") or 0), now)
-            job["error"] = error
-            job["errors"] = [*job.get("errors", ()), error][-MAX_ERRORS:]
+    if event.failure is not None and target in _KEEPS_ERROR:
+        error = _error_record(event.failure, int(job.get("attempt") or 0), now)
+        job["error"] = error
+        job["errors"] = [*job.get("errors", ()), error][-MAX_ERRORS:]
+    if target in (State.RETRYABLE, State.DISCARDED):
         if target is State.RETRYABLE:
             policy = RetryPolicy.from_dict(job.get("retry"))
             delay = policy.delay_ms(int(job.get("attempt") or 1), str(job["id"]))
@@ -623,7 +635,7 @@ def _moved(
         else:
             job["discarded_at"] = job["completed_at"] = now
             job.pop("next_attempt_at", None)
-    elif target is State.CANCELLED:
+    if target is State.CANCELLED:
         job["cancelled_at"] = now
         job.pop("next_attempt_at", None)
     elif target is State.AVAILABLE:
@@ -638,6 +650,10 @@ def _moved(
     elif target is State.SCHEDULED and event.scheduled_at is not None:
         job["scheduled_at"] = format_rfc3339(event.scheduled_at)
     return job
+
+
+# The states a failure's error is recorded in (available: a lease that expired).
+_KEEPS_ERROR = frozenset({State.RETRYABLE, State.DISCARDED, State.AVAILABLE})
 
 
 def _error_record(failure: Mapping[str, Any], attempt: int, now: str) -> dict[str, Any]:

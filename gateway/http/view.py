@@ -370,13 +370,25 @@ class JobView:
             yield key
 
     def in_state(self, state: str, queue: str | None = None) -> Iterator[str]:
-        """Ids of the jobs in `state` (of one queue, or all), by queue then id."""
+        """Ids of the jobs in `state` (of one queue, or all), by queue then id; then those
+        an answer just put there (provisional), so a listing right after agrees with it."""
+        now = time.monotonic()
+        answered = {
+            job_id: job
+            for job_id, (job, until, _) in list(self._provisional.items())
+            if until > now
+        }
         prefix = _state_prefix(state, queue)
         for raw in self._db.keys(from_key=prefix):
             key = bytes(raw)  # type: ignore[arg-type]
             if not key.startswith(prefix):
-                return
-            yield key.rsplit(b"\x00", 1)[1].decode()
+                break
+            job_id = key.rsplit(b"\x00", 1)[1].decode()
+            if job_id not in answered:
+                yield job_id
+        for job_id, job in sorted(answered.items()):
+            if job is not None and job.get("state") == state and queue in (None, job.get("queue")):
+                yield job_id
 
     def queues(self) -> dict[str, dict[str, Any]]:
         """Every queue the view has seen a job of: when its first job was created, and

@@ -270,8 +270,9 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
         "job_id": moved["id"], "id": moved["id"], "state": moved["state"],
         "attempt": moved.get("attempt"), "max_attempts": moved.get("max_attempts"),
     }  # fmt: skip
-    for stamp in ("next_attempt_at", "discarded_at", "completed_at"):
-        if moved.get(stamp):
+    # retry_delay_ms beside next_attempt_at: what OJS clients and the conformance suite read.
+    for stamp in ("next_attempt_at", "retry_delay_ms", "discarded_at", "completed_at"):
+        if moved.get(stamp) is not None and (stamp != "retry_delay_ms" or "next_attempt_at" in out):
             out[stamp] = moved[stamp]
     out["job"] = shown(moved)
     return Answer(200, out)

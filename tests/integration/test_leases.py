@@ -69,10 +69,11 @@ def test_a_silent_workers_lease_ends_on_an_idle_partition_and_replay_agrees(
                 break
         current = latest(job_id)
         assert current is not None and state == "retryable", (current, proc.log())
-        assert current["error"]["type"] == "lease_expired" and current["attempt"] == 1
+        assert current["next_attempt_at"] == current["error"]["occurred_at"]  # no backoff
+        assert current["error"]["type"] == "visibility_timeout" and current["attempt"] == 1
         assert current["errors"] == [current["error"]]
-        # The key followed the job: retryable is not in the policy's states.
-        assert decide("after the lease")["outcome"] == "accepted"
+        # Retryable at once: a waiting job, holding its key where the states say so.
+        assert decide("after the lease")["outcome"] == "rejected"
     finally:
         reader.close()
         proc.stop()
@@ -83,4 +84,4 @@ def test_a_silent_workers_lease_ends_on_an_idle_partition_and_replay_agrees(
     assert "compared 3 decisions: 3 identical (100.0%), 0 different" in replayed.stdout
     explained = gateway("explain", job_id, *where)
     assert explained.returncode == 0, explained.stdout + explained.stderr
-    assert f"lease_expired job {job_id}" in explained.stdout, explained.stdout
+    assert f"visibility_timeout job {job_id}" in explained.stdout, explained.stdout

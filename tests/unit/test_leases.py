@@ -21,6 +21,7 @@ from gateway.core import (
     apply_job_event,
     attempt_deadline,
     expire_job,
+    job_effective_state,
     load_entries,
     parse_event,
     parse_request,
@@ -137,18 +138,24 @@ def test_visibility_timeout_must_be_a_positive_integer() -> None:
         assert getattr(refused, "code", None) == "invalid_event"
 
 
-def test_an_expired_lease_is_a_failed_attempt() -> None:
+def test_an_expired_lease_makes_the_job_available_again_at_once() -> None:
     started = moved(job(), T0, type="job.started", visibility_timeout_ms=2_000)
     assert expire_job(started, T0 + 1_999) is None
     result = expire_job(started, T0 + 2_000)
     assert result is not None and result.state is State.RETRYABLE
     assert result.job is not None
-    assert result.job["error"]["type"] == "lease_expired"
+    assert result.job["error"]["type"] == "visibility_timeout"
     assert result.job["errors"] == [result.job["error"]]
-    assert "lease_expires_at" not in result.job and ms(result.job["next_attempt_at"]) > T0 + 2_000
-    # The same transition as a nack at that time.
-    nack = apply_job_event(started, event(type="job.failed", error=result.job["error"]), T0 + 2_000)
-    assert nack.job is not None and nack.job["next_attempt_at"] == result.job["next_attempt_at"]
+    assert "lease_expires_at" not in result.job
+    assert ms(result.job["next_attempt_at"]) == T0 + 2_000 and result.job["retry_delay_ms"] == 0
+    assert job_effective_state(result.job, T0 + 2_000) is State.AVAILABLE
+    assert result.job["attempt"] == 1  # the attempt counts
+
+
+def test_an_expired_lease_at_max_attempts_discards() -> None:
+    started = moved(job(max_attempts=1), T0, type="job.started", visibility_timeout_ms=2_000)
+    result = expire_job(started, T0 + 2_000)
+    assert result is not None and result.state is State.DISCARDED
 
 
 def test_timeout_ms_bounds_an_attempt_whatever_the_heartbeats() -> None:
@@ -419,7 +426,7 @@ def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
         "active", "retryable", None, "active", "discarded", "available", "active", "retryable",
     ]  # fmt: skip
     assert "the error is not retryable" in said[4]
-    assert any(f"lease_expired job {JOB_ID}" in line for line in lines)
+    assert any(f"visibility_timeout job {JOB_ID}" in line for line in lines)
 
 
 def _state_of(line: str) -> str | None:
