@@ -102,6 +102,16 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         proc.stop()
 
 
+def until(read: Any, done: Any, bound_s: float = 30) -> Any:
+    """`read()` again until `done` says yes of it, within a generous bound (not a measure)."""
+    deadline = time.monotonic() + bound_s
+    found = read()
+    while not done(found) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = read()
+    return found
+
+
 def a_queue() -> str:
     return f"q{uuid.uuid4().hex[:12]}"
 
@@ -278,11 +288,16 @@ def test_queues_list_counts_the_jobs_of_each_queue_by_state(stack: Stack):
     enqueue(stack, queue)
     enqueue(stack, queue)
     fetch(stack, queue)
-    listed = stack.http.get("/ojs/v1/queues", params={"limit": 1000})
-    assert listed.status_code == 200, listed.text
-    [mine] = [q for q in listed.json()["queues"] if q["name"] == queue]
-    assert mine["status"] == "active" and mine["created_at"]
-    assert mine["counts"] == {"available": 1, "active": 1}
+
+    def mine() -> list[dict[str, Any]]:
+        listed = stack.http.get("/ojs/v1/queues", params={"limit": 1000})
+        assert listed.status_code == 200, listed.text
+        return [q for q in listed.json()["queues"] if q["name"] == queue]
+
+    # Counts come from committed records; answers come before the commit (early answers).
+    [found] = until(mine, lambda q: bool(q) and q[0]["counts"] == {"available": 1, "active": 1})
+    assert found["status"] == "active" and found["created_at"]
+    assert found["counts"] == {"available": 1, "active": 1}
 
 
 def test_events_are_listed_and_streamed_from_job_states(stack: Stack):
@@ -291,9 +306,14 @@ def test_events_are_listed_and_streamed_from_job_states(stack: Stack):
     [claimed] = fetch(stack, queue)
     done = stack.http.post("/ojs/v1/workers/ack", json={"job_id": claimed["id"], "result": 1})
     assert done.status_code == 200, done.text
-    listed = stack.http.get("/ojs/v1/events", params={"queues": queue})
-    assert listed.status_code == 200, listed.text
-    events = listed.json()["events"]
+
+    def listed() -> list[dict[str, Any]]:
+        answer = stack.http.get("/ojs/v1/events", params={"queues": queue})
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["events"])
+
+    # Events come from committed records; answers come before the commit (early answers).
+    events = until(listed, lambda found: len(found) >= 3)
     assert [e["type"] for e in events] == ["job.enqueued", "job.started", "job.completed"]
     assert all(e["subject"] == job["id"] and e["data"]["queue"] == queue for e in events)
     completed = events[-1]["data"]
