@@ -59,6 +59,7 @@ import orjson
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    KafkaError,
     KafkaException,
     Message,
     TopicCollection,
@@ -114,10 +115,19 @@ def source_identity(admin: AdminClient, topic: str) -> Identity:
     again, and `gateway kafka down --purge` finds the views of its cluster.
     """
     cluster = admin.describe_cluster(request_timeout=_ADMIN_TIMEOUT_S).result()
-    [described] = admin.describe_topics(
-        TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S
-    ).values()
-    return Identity(str(cluster.cluster_id), {topic: str(described.result().topic_id)})
+    # A topic created a moment ago may be unknown to the broker asked for a while.
+    deadline = time.monotonic() + _ADMIN_TIMEOUT_S
+    while True:
+        [described] = admin.describe_topics(
+            TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S
+        ).values()
+        try:
+            return Identity(str(cluster.cluster_id), {topic: str(described.result().topic_id)})
+        except KafkaException as exc:
+            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _version(job_id: str, job: Mapping[str, Any] | None) -> tuple[str, int]:
