@@ -20,6 +20,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.jobs import shown
+from gateway.http.plumbing import int_param
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -33,18 +34,9 @@ def page_of(request: Request) -> tuple[int, int] | ApiError:
         ("limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
         ("offset", 0, 0, 2**31 - 1),
     ):
-        raw = request.query_params.get(name)
-        if raw is None:
-            values.append(default)
-            continue
-        try:
-            value = int(raw)
-        except ValueError:
-            value = low - 1
-        if not low <= value <= high:
-            return ApiError(
-                400, errors.INVALID_REQUEST, f"{name} must be an integer from {low} to {high}"
-            )
+        value = int_param(request.query_params.get(name), name, default, low, high)
+        if isinstance(value, ApiError):
+            return value
         values.append(value)
     return values[0], values[1]
 

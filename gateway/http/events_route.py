@@ -19,11 +19,11 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gateway.http import errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.events import SSE_HEARTBEAT, SSE_PREAMBLE, matches, sse_frame
+from gateway.http.plumbing import int_param
 from gateway.http.responses import OJS_VERSION
 
 DEFAULT_LIMIT = 100
@@ -37,31 +37,17 @@ def _set(raw: str | None) -> frozenset[str] | None:
     return names or None
 
 
-def _int(raw: str | None, name: str, default: int, low: int, high: int) -> int | ApiError:
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        return ApiError(
-            400, errors.INVALID_REQUEST, f"{name} must be an integer from {low} to {high}"
-        )
-    return value
-
-
 async def events(
     request: Request, binding: Binding, request_id: str
 ) -> Answer | ApiError | Response:
     query = request.query_params
     types, queues = _set(query.get("types")), _set(query.get("queues"))
-    limit = _int(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    limit = int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     if isinstance(limit, ApiError):
         return limit
     streaming = "text/event-stream" in request.headers.get("accept", "")
     resume = request.headers.get("last-event-id") if streaming else None
-    after = _int(resume or query.get("after"), "after", -1, 0, 2**62)
+    after = int_param(resume or query.get("after"), "after", -1, 0, 2**62)
     if isinstance(after, ApiError):
         return after
     if not streaming:

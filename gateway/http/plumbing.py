@@ -102,3 +102,18 @@ async def read_json(request: Request, cap: int) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         return ApiError(400, errors.INVALID_REQUEST, f"the body is not valid JSON: {exc}")
+
+
+def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> int | ApiError:
+    """A query parameter as an integer in [low, high]; absent or empty: `default`."""
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        return ApiError(
+            400, errors.INVALID_REQUEST, f"{name} must be an integer from {low} to {high}"
+        )
+    return value

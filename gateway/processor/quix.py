@@ -2,11 +2,12 @@
 
 The processor needs a few things the runtime does not publish: its rebalance
 callbacks (readiness follows them), its signal set-up (ours replaces it), its
-failure flag (the shutdown watchdog reads it), its transactional producer and
-the state of any key of a partition (the dedup stage writes records and reads
-state for keys other than the record's). `check()` runs at start and names
-what is missing, so a quixstreams upgrade fails loudly here rather than
-somewhere in a running partition. pyproject.toml pins quixstreams exactly.
+failure flag (the shutdown watchdog reads it), whether it is restoring state,
+its transactional producer and the state of any key of a partition (the dedup
+stage writes records and reads state for keys other than the record's).
+`check()` runs at start and names what is missing, so a quixstreams upgrade
+fails loudly here rather than somewhere in a running partition.
+pyproject.toml pins quixstreams exactly.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from quixstreams.dataframe import StreamingDataFrame
 from quixstreams.state.base import PartitionTransaction
 
 PINNED = "3.28.1"
-_APP_ATTRIBUTES = ("_on_assign", "_on_revoke", "_on_lost", "_setup_signal_handlers", "_failed")
+_APP_ATTRIBUTES = (
+    "_on_assign", "_on_revoke", "_on_lost", "_setup_signal_handlers", "_failed", "_state_manager",
+)  # fmt: skip
 _CONTEXT_ATTRIBUTES = ("producer", "checkpoint")
 RebalanceHook = Callable[[Any, list[Any]], None]
 
@@ -72,6 +75,11 @@ def replace_signal_setup(app: Application, install: Callable[[], None]) -> None:
 def has_failed(app: Application) -> bool:
     """The runtime's own flag: it aborts its transaction and closes its consumer."""
     return bool(getattr(app, "_failed", False))
+
+
+def recovery_required(app: Application) -> bool:
+    """Whether the runtime is still restoring state from its changelogs."""
+    return bool(app._state_manager.recovery_required)
 
 
 def transactional_producer(sdf: StreamingDataFrame) -> Any:

@@ -16,6 +16,7 @@ GET /live       200 while the process runs
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -66,7 +67,7 @@ class Readiness:
                 "status": "starting",
                 "reason": "the processor owns no partitions yet (joining the consumer group)",
             }
-        if self._app._state_manager.recovery_required:
+        if quix.recovery_required(self._app):
             return False, {
                 "status": "starting",
                 "reason": "the processor is restoring its state from the changelog",
@@ -75,16 +76,23 @@ class Readiness:
 
 
 def serve(port: int, registry: CollectorRegistry, readiness: Readiness) -> ThreadingHTTPServer:
+    """Serve this runtime's /metrics, /ready and /live on 127.0.0.1:`port`."""
+    return serve_status(port, lambda: generate_latest(registry), readiness.state)
+
+
+def serve_status(
+    port: int, metrics: Callable[[], bytes], ready: Callable[[], tuple[bool, dict[str, Any]]]
+) -> ThreadingHTTPServer:
     """Serve /metrics, /ready and /live on 127.0.0.1:`port` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the handler's API)
             path = self.path.split("?")[0]
             if path == "/metrics":
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                self._send(200, metrics(), CONTENT_TYPE_LATEST)
             elif path == "/ready":
-                ready, body = readiness.state()
-                self._send(200 if ready else 503, orjson.dumps(body), "application/json")
+                is_ready, body = ready()
+                self._send(200 if is_ready else 503, orjson.dumps(body), "application/json")
             elif path == "/live":
                 self._send(200, b'{"status": "ok"}', "application/json")
             else:

@@ -17,18 +17,18 @@ GET /metrics  the runtimes' metrics added up: a series with the same name and la
 
 from __future__ import annotations
 
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
+
+from gateway.processor.readiness import serve_status
 
 # The HTTP binding gives the whole question 2 s (gateway/http/health.py).
 ASK_TIMEOUT_S = 1.0
@@ -117,31 +117,9 @@ def serve(port: int, children: Sequence[tuple[str, int]]) -> ThreadingHTTPServer
         urls = [f"http://127.0.0.1:{p}{path}" for _, p in children]
         return [(i, *a) for (i, _), a in zip(children, pool.map(_ask, urls), strict=True)]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the handler's API)
-            path = self.path.split("?")[0]
-            if path == "/metrics":
-                texts = [body.decode() for _, status, body in ask_all(path) if status == 200]
-                self._send(200, merge_metrics(texts).encode(), CONTENT_TYPE_LATEST)
-            elif path == "/ready":
-                ready, body = readiness(ask_all(path))
-                self._send(200 if ready else 503, orjson.dumps(body), "application/json")
-            elif path == "/live":
-                self._send(200, b'{"status": "ok"}', "application/json")
-            else:
-                self._send(404, b'{"status": "not found"}', "application/json")
+    def metrics() -> bytes:
+        return merge_metrics(
+            [body.decode() for _, status, body in ask_all("/metrics") if status == 200]
+        ).encode()
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass  # probes every few seconds are not news
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="status-http", daemon=True).start()
-    return server
+    return serve_status(port, metrics, lambda: readiness(ask_all("/ready")))
