@@ -107,11 +107,12 @@ def test_a_process_restarted_mid_load_resumes_its_view_and_reads_nothing_twice(
     a, _, settings, _ = pair
     posted: list[str] = []
 
-    def load(count: int) -> None:
+    def load(count: int, pause_s: float = 0.0) -> None:
         with httpx.Client(base_url=a.url, timeout=60) as http:
             for i in range(count):
                 answer = http.post("/ojs/v1/jobs", json={"type": "r.job", "args": [i]})
                 posted.append(answer.json()["job"]["id"])
+                time.sleep(pause_s)
 
     def applied_when_settled(served: Served) -> int:
         """Records applied, once every posted job is visible and nothing more arrives."""
@@ -129,7 +130,9 @@ def test_a_process_restarted_mid_load_resumes_its_view_and_reads_nothing_twice(
         return int(view.applied)
 
     load(3)
-    writer = threading.Thread(target=load, args=(40,))
+    # Paced, so jobs still come (for about ten seconds) after the first view has stopped:
+    # answers alone (early answers) come faster than a server stops.
+    writer = threading.Thread(target=load, args=(200, 0.05))
     with Served(settings("c")) as first:
         writer.start()
         while len(posted) < 15:  # stopped while jobs keep coming
