@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,12 +22,13 @@ from gateway.http.responses import (
     negotiate,
     ojs_response,
 )
+from gateway.randomness import random_uuid4
 
 log = logging.getLogger("gateway.http")
 
 
 def request_id_of(request: Request) -> str:
-    return request.headers.get("x-request-id") or str(uuid.uuid4())
+    return request.headers.get("x-request-id") or random_uuid4()
 
 
 def media_type_of(request: Request) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -32,6 +31,7 @@ from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.jobs import shown
 from gateway.http.plumbing import read_json
+from gateway.randomness import random_hex
 from gateway.sdk import ClientError
 
 log = logging.getLogger("gateway.http.workers")
@@ -119,7 +119,7 @@ async def _claim(
     """The job, active, if the processor gave it to us; None if it went elsewhere."""
     binding.claims[job["id"]] = time.monotonic() + CLAIM_MEMORY_S
     # The claim's own name: a requeue undoes this claim, never another fetch's.
-    claim_id = uuid.uuid4().hex
+    claim_id = random_hex()
     try:
         ack = await transitions.ask(binding, job, "job.started", claim_id=claim_id, **fields)
         if transitions.timed_out(ack):

@@ -1,7 +1,8 @@
 """AsyncClient: the Client's API for asyncio, on the same machinery.
 
-Producing runs in a worker thread (it may wait on a full queue or, the first
-time, on metadata); answers come from the client's I/O thread and resolve an
+A small call is checked and produced on the event loop; a large one, and whatever
+would wait (a full local queue, the first time's metadata), runs in a worker
+thread. Answers come from the client's I/O thread and resolve an
 asyncio future through `call_soon_threadsafe`, so a waiting call holds no thread.
 """
 
@@ -18,6 +19,10 @@ from gateway.sdk.client import DEFAULT_MANY_TIMEOUT, DEFAULT_TIMEOUT, Client, Ev
 from gateway.sdk.errors import ClientError
 from gateway.sdk.result import EnqueueResult, EventAck, Sent
 from gateway.sdk.ticket import Ticket
+
+# Calls with more items than this are checked and produced in a worker thread, so a
+# large batch does not hold the event loop.
+_PREPARED_ON_LOOP = 16
 
 
 class AsyncClient:
@@ -87,7 +92,17 @@ class AsyncClient:
         self, items: Sequence[Any], wait: bool, timeout: float, events: bool = False
     ) -> list[Any]:
         deadline = time.monotonic() + timeout
-        ticket = await asyncio.to_thread(self._client._submit, items, wait, deadline, events)
+        client = self._client
+        if len(items) > _PREPARED_ON_LOOP:
+            ticket = await asyncio.to_thread(client._submit, items, wait, deadline, events)
+        else:
+            # Checking and producing a few items takes microseconds; a thread hop costs
+            # more than that. Only what would wait (the first topic check, a full local
+            # queue) goes to a thread.
+            call = client._prepare(items, events)
+            if not client._send(call, wait, deadline, block=False):
+                await asyncio.to_thread(client._send, call, wait, deadline, True)
+            ticket = call.ticket
         try:
             await asyncio.wait_for(_done(ticket), deadline - time.monotonic())
         except TimeoutError:

@@ -26,6 +26,7 @@ from gateway import catalogue, config
 from gateway.core import GatewayError
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor.records import JOB_EVENT, KIND_HEADER
+from gateway.randomness import random_hex
 from gateway.sdk.errors import (
     INVALID_REPLY,
     KAFKA,
@@ -67,6 +68,15 @@ class _Kind:
     invalid: Callable[[GatewayError], Invalid]
     parse_reply: Callable[[Any], Any]
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass
+class _Call:
+    """One call's items on their way: the ticket, and the prepared items not yet produced."""
+
+    kind: _Kind
+    ticket: Ticket
+    unsent: list[tuple[int, Outgoing]]
 
 
 class Client:
@@ -213,20 +223,39 @@ class Client:
         self, items: Sequence[Any], wait: bool, deadline: float, events: bool = False
     ) -> Ticket:
         """Validate every item, then produce the valid ones; answers fill the ticket."""
+        call = self._prepare(items, events)
+        self._send(call, wait, deadline, block=True)
+        return call.ticket
+
+    def _prepare(self, items: Sequence[Any], events: bool) -> _Call:
+        """Check every item; an invalid one's answer is filled in at once."""
         kind = self._events if events else self._jobs
-        ticket = Ticket(len(items))
-        prepared = [kind.prepare(item) for item in items]
-        outgoing = [(i, p) for i, p in enumerate(prepared) if isinstance(p, Outgoing)]
-        for index, verdict in enumerate(prepared):
+        call = _Call(kind, Ticket(len(items)), [])
+        for index, item in enumerate(items):
+            verdict = kind.prepare(item)
             if isinstance(verdict, GatewayError):
-                ticket.fill(index, kind.invalid(verdict))
-        if not outgoing:
-            return ticket
-        for topic in {self._topics[out.role] for _, out in outgoing}:
-            self._get_ready(topic, wait, deadline)
-        for index, out in outgoing:
-            self._produce(ticket, index, out, wait, self._topics[out.role], kind)
-        return ticket
+                call.ticket.fill(index, kind.invalid(verdict))
+            else:
+                call.unsent.append((index, verdict))
+        return call
+
+    def _send(self, call: _Call, wait: bool, deadline: float, block: bool) -> bool:
+        """Produce the call's unsent items in order. Without `block`, stop instead of
+        waiting (topics not checked yet, the local queue full) and return False; the
+        rest stays in `call.unsent` for a blocking send to finish."""
+        topics = {self._topics[out.role] for _, out in call.unsent}
+        if not self._is_ready(topics, wait):
+            if not block:
+                return False
+            for topic in topics:
+                self._get_ready(topic, wait, deadline)
+        while call.unsent:
+            index, out = call.unsent[0]
+            topic = self._topics[out.role]
+            if not self._produce(call.ticket, index, out, wait, topic, call.kind, block):
+                return False
+            call.unsent.pop(0)
+        return True
 
     def _wait_for(self, ticket: Ticket, wait: bool, deadline: float) -> list[Any]:
         if not ticket.wait(deadline - time.monotonic()):
@@ -253,10 +282,13 @@ class Client:
         wait: bool,
         topic: str,
         kind: _Kind,
-    ) -> None:
+        block: bool = True,
+    ) -> bool:
+        """Produce one item; False (and nothing registered) if the local queue is full
+        and the caller would rather not wait."""
         headers = [("request_id", out.request_id.encode()), *kind.headers, *out.headers]
         if wait:
-            correlation_id = uuid.uuid4().hex
+            correlation_id = random_hex()
             headers += [
                 ("reply_to", self._replies_topic.encode()),
                 ("correlation_id", correlation_id.encode()),
@@ -276,12 +308,24 @@ class Client:
                     topic, out.value, out.key, headers=headers,
                     on_delivery=on_delivery,
                 )  # fmt: skip
-                return
+                return True
             except BufferError:
+                if not block:
+                    self._forget(ticket, headers)
+                    return False
                 time.sleep(0.01)  # the local queue is full; the I/O thread drains it
             except KafkaException as exc:
                 on_delivery(exc.args[0], None)
-                return
+                return True
+
+    def _forget(self, ticket: Ticket, headers: list[tuple[str, bytes]]) -> None:
+        """Undo the registration of a reply that will not come: it was never produced."""
+        for name, value in headers:
+            if name == "correlation_id":
+                correlation_id = value.decode()
+                ticket.correlation_ids.remove(correlation_id)
+                with self._lock:
+                    self._pending.pop(correlation_id, None)
 
     def _on_ack(
         self, ticket: Ticket, index: int, sent: Sent, err: KafkaError | None, _: Message | None
@@ -300,6 +344,12 @@ class Client:
             ticket.fill(index, DeliveryFailed(err.str()))
 
     # -- getting ready: topics exist, reply positions resolved -----------------------
+
+    def _is_ready(self, topics: set[str], wait: bool) -> bool:
+        """Whether producing needs no check first (read without the lock: a stale
+        answer only sends the caller the slow way)."""
+        ready = self._ready
+        return not self._closed and topics <= ready and (not wait or self._replies_topic in ready)
 
     def _get_ready(self, topic: str, wait: bool, deadline: float) -> None:
         """Check once that the topics exist; before the first wait, start reading replies.

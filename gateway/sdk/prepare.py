@@ -7,7 +7,6 @@ computed here is the key the processor computes.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from gateway.core import (
     uuid7,
 )
 from gateway.processor.records import ID_HEADER, ID_MINTED
+from gateway.randomness import random_bytes, random_hex
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ def prepare(job: Any) -> Outgoing | GatewayError:
     request = parse_request_json(value)
     if isinstance(request, GatewayError):
         return request
-    request_id = request.envelope.raw.get("request_id", uuid.uuid4().hex)
+    request_id = request.envelope.raw.get("request_id", random_hex())
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
@@ -63,7 +63,7 @@ def prepare(job: Any) -> Outgoing | GatewayError:
 
 def new_job_id() -> str:
     """A lowercase UUIDv7 from the clock and fresh randomness."""
-    return uuid7(time.time_ns() // 1_000_000, None, uuid.uuid4().bytes)
+    return uuid7(time.time_ns() // 1_000_000, None, random_bytes(16))
 
 
 def prepare_event(event: Any) -> Outgoing | GatewayError:
@@ -75,4 +75,4 @@ def prepare_event(event: Any) -> Outgoing | GatewayError:
     parsed = parse_event_json(value)
     if isinstance(parsed, GatewayError):
         return parsed
-    return Outgoing(value, parsed.route.encode(), uuid.uuid4().hex, parsed.unique_key)
+    return Outgoing(value, parsed.route.encode(), random_hex(), parsed.unique_key)
