@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="serve the OJS HTTP binding",
         description=(
-            "Serve POST /ojs/v1/jobs (answered once the decision is committed), "
+            "Serve POST /ojs/v1/jobs (answered once the processor has decided), "
             "/ojs/v1/jobs/batch, GET and DELETE /ojs/v1/jobs/{id}, /ojs/v1/workers/fetch|ack|nack, "
             "/ojs/manifest, /ojs/v1/health (readiness) and /ojs/v1/health/live."
         ),

@@ -113,6 +113,7 @@ class Direct:
     def __init__(self, app: Starlette, routes: dict[tuple[str, str], Endpoint]) -> None:
         self.app = app
         self.state = app.state
+        self.routes = app.routes  # every route served, the direct ones among them
         self._routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

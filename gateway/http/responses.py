@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ ACCEPTED_MEDIA_TYPES = frozenset({"application/json", MEDIA_TYPE})
 JSON_TYPE = "application/json"
 
 
+@functools.lru_cache(maxsize=256)  # clients send few distinct Accept headers, each often
 def negotiate(accept: str | None) -> str:
     """The response type for an Accept header: the OJS type unless the caller accepts
     plain `application/json` and not the OJS type (no header, `*/*`: the OJS type)."""
