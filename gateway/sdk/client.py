@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -76,7 +77,7 @@ class _Call:
 
     kind: _Kind
     ticket: Ticket
-    unsent: list[tuple[int, Outgoing]]
+    unsent: deque[tuple[int, Outgoing]]
 
 
 class Client:
@@ -230,7 +231,7 @@ class Client:
     def _prepare(self, items: Sequence[Any], events: bool) -> _Call:
         """Check every item; an invalid one's answer is filled in at once."""
         kind = self._events if events else self._jobs
-        call = _Call(kind, Ticket(len(items)), [])
+        call = _Call(kind, Ticket(len(items)), deque())
         for index, item in enumerate(items):
             verdict = kind.prepare(item)
             if isinstance(verdict, GatewayError):
@@ -254,7 +255,7 @@ class Client:
             topic = self._topics[out.role]
             if not self._produce(call.ticket, index, out, wait, topic, call.kind, block):
                 return False
-            call.unsent.pop(0)
+            call.unsent.popleft()
         return True
 
     def _wait_for(self, ticket: Ticket, wait: bool, deadline: float) -> list[Any]:

@@ -214,3 +214,21 @@ def test_import_gateway_stays_cheap_and_exports_the_clients():
         "assert (Client, AsyncClient) == (s.Client, s.AsyncClient)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_send_that_would_wait_stops_and_leaves_the_rest_for_a_blocking_send():
+    """The event loop's send produces what it can; a full local queue stops it with
+    nothing registered for the item it could not produce, and the rest is left."""
+    client = Client(NOWHERE, "unit", log_level=0, queue_buffering_max_messages=1)
+    try:
+        call = client._prepare([{"type": "t", "args": [n]} for n in range(3)], events=False)
+        deadline = time.monotonic() + 5
+        assert not client._send(call, True, deadline, block=False)  # topics never checked
+        assert len(call.unsent) == 3 and not client._pending
+        client._ready.update({*client._topics.values(), client._replies_topic})
+        assert not client._send(call, True, deadline, block=False)  # the queue holds one
+        assert len(call.unsent) == 2
+        assert list(client._pending) == call.ticket.correlation_ids
+        assert len(call.ticket.correlation_ids) == 1
+    finally:
+        client.close(timeout=0)
