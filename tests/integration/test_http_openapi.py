@@ -64,6 +64,12 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     settings_ = HttpSettings(kafka_bootstrap, namespace, decision_timeout=10, max_body_bytes=4096)
     try:
         with Served(settings_) as served:
+            # Ready first (the processor's group owns the partitions), as a client would wait:
+            # the warm-up's short decision timeout must not cover the group's first join.
+            deadline = time.monotonic() + 90
+            while httpx.get(f"{served.url}/ojs/v1/health").status_code != 200:
+                assert time.monotonic() < deadline, "the binding never became ready"
+                time.sleep(0.2)
             warm = httpx.post(
                 f"{served.url}/ojs/v1/jobs", json={"type": "warm.up", "args": []}, timeout=60
             )
