@@ -1,9 +1,10 @@
 """The figures beside the rates: restore, state size, cold start, fingerprints.
 
-- restore: a processor decides K new keys, stops; its local state is deleted
-  and it starts again; time from start until sampled duplicates of those keys
-  are decided (all must be duplicates), and the restored stores are counted:
-  they must hold exactly the K fingerprints.
+- restore: a processor decides K new keys and stops; then, round by round, it
+  starts again with its local state kept, and again with it deleted (so it
+  restores it from the changelog); time from start to the first decision on
+  sampled known keys (all must come back duplicates). The restored stores are
+  counted at the end: they must hold exactly the K fingerprints.
 - state bytes per key: the restored state directory's size on disk over K.
 - cold start: `gateway up` in a fresh gateway home (the jar cache shared),
   time from health answering 200 to the answer of a first POST.
@@ -20,7 +21,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,10 @@ from gateway import admin, catalogue
 from gateway.bench import procfs, web
 from gateway.bench.services import Processes, free_port
 from gateway.bench.streams import BenchError, Broker, Gateway, Options, _Io
-from gateway.bench.workload import generate
+from gateway.bench.workload import Item, generate
 from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
+from gateway.catalogue import Catalogue
 
 PROBES = 1000
 _FINGERPRINT = re.compile(rb"[0-9a-f]{64}")
@@ -41,7 +46,8 @@ _FINGERPRINT = re.compile(rb"[0-9a-f]{64}")
 class Restore:
     keys: int
     fill_seconds: float
-    restart_to_decision_s: float
+    kept_s: list[float]  # start to first decision, local state kept, one per round
+    restored_s: list[float]  # the same with the local state deleted: read from the changelog
     keys_restored: int
     state_bytes: int
 
@@ -50,7 +56,16 @@ class Restore:
         return self.state_bytes / self.keys
 
 
-def restore(keys: int, broker: Broker, processes: Processes, opts: Options) -> Restore:
+def restore(
+    keys: int,
+    rounds: int,
+    broker: Broker,
+    processes: Processes,
+    opts: Options,
+    show: Callable[[str], None] = lambda _: None,
+) -> Restore:
+    """Decide `keys` new keys, then restart the processor `rounds` times each way, alternating:
+    with its local state kept, and with it deleted; `show` is told the progress."""
     namespace = f"r{uuid.uuid4().hex[:8]}"
     workdir = opts.workdir / f"restore-{namespace}"
     workdir.mkdir(parents=True)
@@ -58,34 +73,125 @@ def restore(keys: int, broker: Broker, processes: Processes, opts: Options) -> R
     admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
     workload = generate(keys, 0.0, seed=11, tag="restore-")
     io = _Io(broker.bootstrap, cat)
-    proc = Gateway().start(processes, broker, cat, workdir, opts)
-    started = time.monotonic()
     try:
-        io.send(workload.items)
-        io.await_decisions(keys, proc, workdir, timeout=max(600.0, keys / 100))
+        proc = Gateway().start(processes, broker, cat, workdir, opts)
+        started = time.monotonic()
+        try:
+            io.send(workload.items)
+            io.await_decisions(
+                keys, proc, workdir, timeout=max(600.0, keys / 100),
+                progress=_every(0.5, lambda n: show(f"restore: {n:,} of {keys:,} keys decided")),
+            )  # fmt: skip
+        finally:
+            processes.stop(proc)
+        fill_seconds = time.monotonic() - started
+        probes = random.Random(3).sample(list(workload.items), min(PROBES, keys))
+        kept: list[float] = []
+        restored: list[float] = []
+        for number in range(1, rounds + 1):
+            for wipe, times in ((False, kept), (True, restored)):
+                if wipe:
+                    shutil.rmtree(workdir / "state")
+                what = "state deleted" if wipe else "state kept"
+                label = f"restart {number}/{rounds}, {what}"
+                times.append(_restart(io, probes, label, broker, processes, cat, workdir, opts,
+                                      namespace, show))  # fmt: skip
     finally:
-        processes.stop(proc)
-    fill_seconds = time.monotonic() - started
-    shutil.rmtree(workdir / "state")
+        io.close()
+    restored_keys = count_fingerprints(workdir / "state")
+    if restored_keys != keys:
+        raise BenchError(f"the restored state holds {restored_keys} fingerprints, not {keys}")
+    state_bytes = procfs.directory_bytes(workdir / "state")
+    return Restore(keys, fill_seconds, kept, restored, restored_keys, state_bytes)
 
-    probes = random.Random(3).sample(list(workload.items), min(PROBES, keys))
-    proc = Gateway().start(processes, broker, cat, workdir, opts)
+
+def _restart(
+    io: _Io,
+    probes: list[Item],
+    label: str,
+    broker: Broker,
+    processes: Processes,
+    cat: Catalogue,
+    workdir: Path,
+    opts: Options,
+    namespace: str,
+    show: Callable[[str], None],
+) -> float:
+    """Seconds from starting the processor to its first decision on the probes, known keys
+    all, which must all come back duplicates."""
+    changelogs = _changelog_records(broker.bootstrap, namespace)
+    gateway = Gateway()
+    proc = gateway.start(processes, broker, cat, workdir, opts)
     started = time.monotonic()
+    first: list[float] = []
+
+    def restoring(_: int) -> None:
+        remaining = _restore_remaining(gateway.port)
+        read = "" if remaining is None else f"{changelogs - remaining:,} of "
+        show(f"{label}: {read}{changelogs:,} changelog records restored, "
+             f"{time.monotonic() - started:.0f} s")  # fmt: skip
+
+    shown = _every(0.5, restoring)
+
+    def progress(decided: int) -> None:
+        if decided and not first:
+            first.append(time.monotonic() - started)
+        shown(decided)
+
     try:
         io.send(probes)
-        values = io.await_decisions(len(probes), proc, workdir)
-        restart = time.monotonic() - started
+        values = io.await_decisions(len(probes), proc, workdir, progress=progress)
     finally:
         processes.stop(proc)
-        io.close()
-    gateway = Gateway()
     outcomes = {gateway.outcome(v) for v in values}
     if not outcomes <= {"rejected", "ignored"}:
-        raise BenchError(f"after the restore, known keys were decided {sorted(outcomes)}")
-    restored = count_fingerprints(workdir / "state")
-    if restored != keys:
-        raise BenchError(f"the restored state holds {restored} fingerprints, not {keys}")
-    return Restore(keys, fill_seconds, restart, restored, procfs.directory_bytes(workdir / "state"))
+        raise BenchError(f"after the restart, known keys were decided {sorted(outcomes)}")
+    return first[0] if first else time.monotonic() - started
+
+
+def _every(seconds: float, call: Callable[[int], None]) -> Callable[[int], None]:
+    """`call`, at most once per `seconds`."""
+    last = [float("-inf")]
+
+    def throttled(count: int) -> None:
+        if time.monotonic() - last[0] >= seconds:
+            last[0] = time.monotonic()
+            call(count)
+
+    return throttled
+
+
+def _changelog_records(bootstrap: str, namespace: str) -> int:
+    """Offsets in the namespace's changelog partitions: what a full restore reads."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks",
+                         "log_level": 3})  # fmt: skip
+    try:
+        total = 0
+        for name, topic in consumer.list_topics(timeout=30).topics.items():
+            if name.startswith(f"changelog__{namespace}."):
+                for p in topic.partitions:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(name, p), 30)
+                    total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def _restore_remaining(port: int) -> int | None:
+    """The processor's gateway_restore_remaining, added up; None before it has a figure."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gateway_restore_remaining{")
+    ]
+    return int(sum(values)) if values else None
 
 
 def count_fingerprints(state_dir: Path) -> int:

@@ -307,14 +307,22 @@ class _Io:
                 self.producer.poll(0.05)
 
     def await_decisions(
-        self, count: int, proc: Any, workdir: Path, timeout: float = DECIDE_TIMEOUT_S
+        self,
+        count: int,
+        proc: Any,
+        workdir: Path,
+        timeout: float = DECIDE_TIMEOUT_S,
+        progress: Callable[[int], None] | None = None,
     ) -> list[bytes]:
+        """The next `count` decisions; `progress` is told how many have come, every 0.1 s."""
         values: list[bytes] = []
         deadline = time.monotonic() + timeout
         while len(values) < count:
             for msg in self.consumer.consume(1000, 0.1):
                 if msg.error() is None:
                     values.append(msg.value())
+            if progress is not None:
+                progress(len(values))
             if proc.poll() is not None or time.monotonic() > deadline:
                 _fail(f"{len(values)} of {count} decisions arrived", proc, workdir)
         if len(values) > count:

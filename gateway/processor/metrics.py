@@ -68,6 +68,12 @@ class Metrics:
             "gateway_consumer_lag", "Input records not yet handled, per assigned partition",
             ["topic", "partition"], registry=r,
         )  # fmt: skip
+        self.restore_remaining = Gauge(
+            "gateway_restore_remaining",
+            "Changelog records still to read to restore state, per changelog partition read "
+            "since the start (a restored partition shows 0, or 1 for the transaction marker)",
+            ["topic", "partition"], registry=r,
+        )  # fmt: skip
 
     def decided(self, outcome: str, dialect: str, record_timestamp_ms: int) -> None:
         """Count a decision and observe its latency (once per request: kept cheap)."""
@@ -82,16 +88,20 @@ class Metrics:
         self._positions[(topic, partition)] = offset + 1
 
     def observe_consumer_stats(self, stats_json: str) -> None:
-        """librdkafka's statistics callback: the lag of every assigned input partition.
+        """librdkafka's statistics callback: the lag of every assigned input partition, and
+        how much of each changelog partition being read is still to restore.
 
         Lag is the last stable offset (what read_committed can see) minus the
         position after the last record handled here; before any record, the
         committed offset or the log start stands in. Transaction markers count
         as records, so a caught-up partition of a transactional topic shows 1.
+        A changelog partition is read only to restore state, so its remaining
+        records are the same difference, once the restore has read a record.
         """
         stats = orjson.loads(stats_json)
         for topic, detail in stats.get("topics", {}).items():
             if topic.startswith("changelog__"):
+                self._observe_restore(topic, detail)
                 continue
             for name, p in detail.get("partitions", {}).items():
                 end = p.get("ls_offset", -1)
@@ -101,3 +111,9 @@ class Metrics:
                 if position is None:
                     position = max(p.get("committed_offset", -1), p.get("lo_offset", -1), 0)
                 self.consumer_lag.labels(topic, name).set(max(0, end - position))
+
+    def _observe_restore(self, topic: str, detail: dict[str, Any]) -> None:
+        for name, p in detail.get("partitions", {}).items():
+            end, read = p.get("ls_offset", -1), p.get("app_offset", -1)
+            if name != "-1" and end >= 0 and read >= 0:
+                self.restore_remaining.labels(topic, name).set(max(0, end - read))

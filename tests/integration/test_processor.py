@@ -410,7 +410,7 @@ def test_metrics_are_served(kafka_bootstrap, namespace, tmp_path):
         stack.decision(stack.request(first))
         partitions = cat.by_role("requests").partitions
         lag: list[str] = []
-        # Lag comes with each process's client statistics, every 5 s; with
+        # Lag comes with each process's client statistics, every second; with
         # several processes, the port adds theirs up.
         for _ in range(30):
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()

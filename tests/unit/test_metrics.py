@@ -1,0 +1,44 @@
+"""The processor's metrics read from librdkafka's statistics."""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.processor.metrics import Metrics
+
+CHANGELOG = "changelog__gateway-dedup--gateway.requests--default"
+
+
+def _stats(partitions: dict[str, dict[str, object]]) -> str:
+    return orjson.dumps({"topics": {CHANGELOG: {"partitions": partitions}}}).decode()
+
+
+def _remaining(metrics: Metrics, partition: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "gateway_restore_remaining", {"topic": CHANGELOG, "partition": partition}
+    )
+
+
+def test_a_changelog_partition_being_read_shows_what_is_left_to_restore() -> None:
+    metrics = Metrics()
+    metrics.observe_consumer_stats(_stats({
+        "0": {"ls_offset": 1000, "app_offset": 250, "fetch_state": "active"},
+        "1": {"ls_offset": 800, "app_offset": -1001, "fetch_state": "active"},  # none read yet
+        "-1": {"ls_offset": -1, "app_offset": -1},  # librdkafka's unassigned partition
+    }))  # fmt: skip
+    assert _remaining(metrics, "0") == 750
+    assert _remaining(metrics, "1") is None
+    assert _remaining(metrics, "-1") is None
+    # No input lag is taken from a changelog.
+    assert (
+        metrics.registry.get_sample_value(
+            "gateway_consumer_lag", {"topic": CHANGELOG, "partition": "0"}
+        )
+        is None
+    )
+
+
+def test_a_restored_partition_shows_nothing_left_but_its_marker() -> None:
+    metrics = Metrics()
+    metrics.observe_consumer_stats(_stats({"0": {"ls_offset": 1000, "app_offset": 999}}))
+    assert _remaining(metrics, "0") == 1
