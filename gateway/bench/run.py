@@ -227,6 +227,20 @@ def _other_figures(
             f"restore: {r.keys_restored:,} keys restored, first decision "
             f"{r.restart_to_decision_s:.1f}s after start; {r.bytes_per_key:,.0f} B/key"
         )
+    if "floor" in plan.figures:
+        from gateway.bench import floor
+
+        step("quixstreams' floor: an empty processor, same settings")
+        workload = generate(plan.requests, plan.duplicates, plan.seed, tag="floor-")
+        for f in floor.measure(1 if plan.quick else plan.rounds, workload, broker, processes, opts):
+            cpu = report.spread(f.cpu_us)
+            figures[f"quixstreams floor, {f.variant}: CPU µs per record"] = {
+                "value": cpu, "text": report._fmt(cpu),
+            }  # fmt: skip
+            figures[f"quixstreams floor, {f.variant}: records/s"] = {
+                "value": report.spread(f.rates), "text": report._fmt(report.spread(f.rates)),
+            }  # fmt: skip
+            done(f"quixstreams floor, {f.variant}: {f.text()}")
     if "cold-start" in plan.figures:
         colds = []
         for n in range(1 if plan.quick else plan.rounds):
