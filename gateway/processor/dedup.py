@@ -301,10 +301,11 @@ class Dedup:
             self.emit(output, source)
         self._record_jobs(decision, state, source)
         self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
-        log.debug(
-            "decided",
-            extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "decided",
+                extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
+            )
         return True
 
     def _existing_in_full(self, decision: Decision, state: KeyState) -> Decision:
@@ -369,8 +370,10 @@ class Dedup:
         again when its lease or timeout ends."""
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
-        state.set_bytes(JOB + str(job["id"]), orjson.dumps(job), ttl=ttl)
-        self.emit(job_state(job), source)
+        # One encoding for both: the stored record is the one published.
+        published = job_state(job)
+        state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
+        self.emit(published, source)
         if due is not None:
             TOMBSTONES.add(self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due)
             self._known.forget(TOMBSTONES, source.partition)
