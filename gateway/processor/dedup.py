@@ -444,7 +444,7 @@ class Dedup:
         if reply is not None:
             self.emit(reply, source)
         reason = result.reason or (result.error.code if result.error else "")
-        self.metrics.events.labels(str(result.outcome), str(reason)).inc()
+        self.metrics.event(str(result.outcome), str(reason))
         if result.outcome is not EventOutcome.APPLIED:
             log.info(
                 "job event not applied",
