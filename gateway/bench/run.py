@@ -232,7 +232,9 @@ def _other_figures(
 
         step("quixstreams' floor: an empty processor, same settings")
         workload = generate(plan.requests, plan.duplicates, plan.seed, tag="floor-")
-        for f in floor.measure(1 if plan.quick else plan.rounds, workload, broker, processes, opts):
+        rounds_of = 1 if plan.quick else plan.rounds
+        measured = floor.measure(rounds_of, workload, broker, processes, opts)
+        for f in measured:
             cpu = report.spread(f.cpu_us)
             figures[f"quixstreams floor, {f.variant}: CPU µs per record"] = {
                 "value": cpu, "text": report._fmt(cpu),
@@ -240,7 +242,7 @@ def _other_figures(
             figures[f"quixstreams floor, {f.variant}: records/s"] = {
                 "value": report.spread(f.rates), "text": report._fmt(report.spread(f.rates)),
             }  # fmt: skip
-            done(f"quixstreams floor, {f.variant}: {f.text()}")
+        done("quixstreams floor: " + "; ".join(f"{f.variant}: {f.text()}" for f in measured))
     if "cold-start" in plan.figures:
         colds = []
         for n in range(1 if plan.quick else plan.rounds):
