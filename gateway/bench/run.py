@@ -233,6 +233,22 @@ def _other_figures(
             f"start with the local state, {report._fmt(restored, 1)} s restoring it from the "
             f"changelog; {r.bytes_per_key:,.0f} B/key"
         )
+    if "floor" in plan.figures:
+        from gateway.bench import floor
+
+        step("quixstreams' floor: an empty processor, same settings")
+        workload = generate(plan.requests, plan.duplicates, plan.seed, tag="floor-")
+        rounds_of = 1 if plan.quick else plan.rounds
+        measured = floor.measure(rounds_of, workload, broker, processes, opts)
+        for f in measured:
+            cpu = report.spread(f.cpu_us)
+            figures[f"quixstreams floor, {f.variant}: CPU µs per record"] = {
+                "value": cpu, "text": report._fmt(cpu),
+            }  # fmt: skip
+            figures[f"quixstreams floor, {f.variant}: records/s"] = {
+                "value": report.spread(f.rates), "text": report._fmt(report.spread(f.rates)),
+            }  # fmt: skip
+        done("quixstreams floor: " + "; ".join(f"{f.variant}: {f.text()}" for f in measured))
     if "cold-start" in plan.figures:
         colds = []
         for n in range(1 if plan.quick else plan.rounds):

@@ -8,7 +8,7 @@ from pathlib import Path
 from gateway.cli.common import CommandError
 
 SYSTEMS = ("gateway", "passthrough", "redis", "postgres", "http")
-FIGURES = ("fingerprint", "restore", "cold-start")
+FIGURES = ("fingerprint", "restore", "cold-start", "floor")
 # (full run, --quick)
 DEFAULTS = {
     "requests": (20_000, 2_000),

@@ -5,7 +5,7 @@ broker timestamp), so replaying the log replays every decision.
 
 Rules, each decided here and only here:
 - An entry is a duplicate iff it holds its key against the request
-  (`matching.holds`: the request's states and period, or the holder's rule).
+  (`matching.holds_key`: the request's states and period, or the holder's rule).
 - Entries are first pruned (see entries.py); matching sees what is kept.
 - Several entries may match. The one reported as the existing job is the
   newest-created live (non-terminal) match, else the newest terminal match.
@@ -46,7 +46,7 @@ from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, p
 from gateway.core.errors import GatewayError
 from gateway.core.holder import Holder, holder_for
 from gateway.core.jobs import initial_state, job_record, uuid7
-from gateway.core.matching import holds
+from gateway.core.matching import holds_key
 from gateway.core.policy import OnConflict, UniquePolicy
 from gateway.core.request import OJS, Request
 from gateway.core.states import State
@@ -139,7 +139,7 @@ def decide(
     if policy is None:
         return _accept(request, kept, now_ms, seed)
 
-    matches = [e for e in kept if holds(e, policy, now_ms).holds]
+    matches = [e for e in kept if holds_key(e, policy, now_ms)]
     if not matches:
         return _accept(request, kept, now_ms, seed)
     existing = _pick(matches)

@@ -123,34 +123,44 @@ def holder_for(rule: HolderRule, now_ms: int, scheduled_at: int | None) -> Holde
             assert_never(rule)
 
 
-def holds_by_rule(holder: Holder, state: State, now_ms: int) -> tuple[bool, str]:
-    """Whether the holder keeps its key in `state` at `now_ms`, and why."""
+def holds_by_rule(
+    holder: Holder, state: State, now_ms: int, explain: bool = True
+) -> tuple[bool, str]:
+    """Whether the holder keeps its key in `state` at `now_ms`, and why (when `explain`;
+    else the reason is "": deciding needs only the answer)."""
     rule = holder.rule
     if holder.released_at is not None:
-        return False, _let_go(rule)
+        return False, _let_go(rule) if explain else ""
     match rule:
         case ZizqRule(scope=ZizqScope.QUEUED):
             if state in QUEUED_STATES:
-                return True, f"it is `{state}`, within its Zizq scope `queued`"
-            return False, f"it is `{state}`, outside its Zizq scope `queued`"
+                return True, f"it is `{state}`, within its Zizq scope `queued`" if explain else ""
+            return False, f"it is `{state}`, outside its Zizq scope `queued`" if explain else ""
         case ZizqRule(scope=ZizqScope.ACTIVE):
             if state in TERMINAL_STATES:
-                return False, f"it is `{state}`, outside its Zizq scope `active`"
-            return True, f"it is `{state}`, within its Zizq scope `active`"
+                return False, f"it is `{state}`, outside its Zizq scope `active`" if explain else ""
+            return True, f"it is `{state}`, within its Zizq scope `active`" if explain else ""
         case ZizqRule(scope=ZizqScope.EXISTS):
-            return True, f"it is `{state}` and still retained, within its Zizq scope `exists`"
+            return True, (
+                f"it is `{state}` and still retained, within its Zizq scope `exists`"
+                if explain else ""
+            )  # fmt: skip
         case FaktoryRule(until=until):
             expires = holder.since + rule.lock_ms
             if now_ms >= expires:
-                return False, f"its Faktory lock (unique_for {rule.lock_ms / 1000:g} s) expired"
+                return False, (
+                    f"its Faktory lock (unique_for {rule.lock_ms / 1000:g} s) expired"
+                    if explain else ""
+                )  # fmt: skip
             if state is State.COMPLETED:
                 return False, "it succeeded, which releases its Faktory lock"
             if until is UniqueUntil.START and state in _TAKEN_STATES:
-                return False, _let_go(rule)
+                return False, _let_go(rule) if explain else ""
             return True, (
                 f"it is `{state}` and its Faktory lock (unique_until {until}) holds "
                 f"for {(expires - now_ms) / 1000:g} s more"
-            )
+                if explain else ""
+            )  # fmt: skip
         case _:
             raise AssertionError(f"unhandled holder rule {rule!r}")
 

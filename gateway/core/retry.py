@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from gateway.core.errors import invalid_request
@@ -108,7 +109,7 @@ def jitter_factor(job_id: str, attempt: int) -> float:
 def retry_or_raise(raw: object, field: str, max_attempts: int | None) -> RetryPolicy:
     """The job's policy; `max_attempts` (from max_attempts or options.max_attempts) wins."""
     if raw is None:
-        raw = {}
+        return _default(max_attempts or DEFAULT_MAX_ATTEMPTS, field)
     if not isinstance(raw, Mapping):
         raise invalid_request(f"{field} must be an object (an OJS retry policy)")
     unknown = sorted(set(raw) - _FIELDS)
@@ -148,6 +149,12 @@ def retry_or_raise(raw: object, field: str, max_attempts: int | None) -> RetryPo
     return RetryPolicy(
         attempts, initial, float(coefficient), cap, jitter, str(strategy), tuple(errors)
     )
+
+
+@lru_cache(maxsize=256)
+def _default(max_attempts: int, field: str) -> RetryPolicy:
+    """The policy of a job that gives none (most do), built once per max_attempts."""
+    return retry_or_raise({}, field, max_attempts)
 
 
 def _interval(raw: Mapping[str, Any], name: str, field: str, default: int) -> int:

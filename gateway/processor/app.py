@@ -150,7 +150,10 @@ def build(
     def state_of(source: Source, key: bytes) -> Any:
         return quix.state_of(requests, source.partition, key, source.timestamp_ms)
 
-    dedup = Dedup(cat.by_role("requests").partitions, emit, metrics, settings.limits, state_of)
+    dedup = Dedup(
+        cat.by_role("requests").partitions, emit, metrics, settings.limits, state_of,
+        epoch=lambda: quix.checkpoint_of(requests),
+    )  # fmt: skip
     router = Router(emit, metrics, settings.limits)
     ids = IdStage(cat.by_role("job_ids").partitions, emit, metrics, settings.limits)
 

@@ -83,7 +83,7 @@ from gateway.processor.records import (
     refused_request,
     request_id,
 )
-from gateway.processor.schedule import LEASES, TOMBSTONES
+from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
 
 log = logging.getLogger("gateway.processor")
@@ -156,9 +156,18 @@ class Dedup:
     """Decides requests and applies job events for the partitions this instance owns."""
 
     def __init__(
-        self, partitions: int, emit: Emit, metrics: Metrics, limits: Limits, state_of: StateOf
+        self,
+        partitions: int,
+        emit: Emit,
+        metrics: Metrics,
+        limits: Limits,
+        state_of: StateOf,
+        epoch: Callable[[], object] | None = None,
     ) -> None:
+        """`epoch`: an object that changes whenever the store may have changed other than
+        through this instance (the runtime's checkpoint); None: it never does."""
         self.partitions = partitions
+        self._known = Known(epoch)
         # Every record is handled all or nothing, and never raises (see total.py).
         self._guard = Guard(emit, state_of, metrics)
         self.emit = self._guard.emit
@@ -189,7 +198,7 @@ class Dedup:
             report = [self._claim_report(source, key)] if claimed else []
             return [*refused_request(source, error), *report]
 
-        self._guard.run("dedup", source, value, key, handle, answer)
+        self._known.settle(self._guard.run("dedup", source, value, key, handle, answer))
 
     def _on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -292,10 +301,11 @@ class Dedup:
             self.emit(output, source)
         self._record_jobs(decision, state, source)
         self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
-        log.debug(
-            "decided",
-            extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "decided",
+                extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
+            )
         return True
 
     def _existing_in_full(self, decision: Decision, state: KeyState) -> Decision:
@@ -360,17 +370,29 @@ class Dedup:
         again when its lease or timeout ends."""
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
-        state.set_bytes(JOB + str(job["id"]), orjson.dumps(job), ttl=ttl)
-        self.emit(job_state(job), source)
+        # One encoding for both: the stored record is the one published.
+        published = job_state(job)
+        state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
+        self.emit(published, source)
         if due is not None:
             TOMBSTONES.add(self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due)
+            self._known.forget(TOMBSTONES, source.partition)
         deadline = attempt_deadline(job)
         if deadline is not None:
             LEASES.add(self.state_of(source, LEASES.key), job_route(job), job["id"], deadline)
+            self._known.forget(LEASES, source.partition)
+
+    def _take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:
+        if self._known.nothing_due(schedule, source.partition, source.timestamp_ms):
+            return []
+        taken, next_bucket = schedule.sweep(
+            self.state_of(source, schedule.key), source.timestamp_ms
+        )  # fmt: skip
+        self._known.saw(schedule, source.partition, next_bucket)
+        return taken
 
     def _tombstone_expired(self, source: Source) -> None:
-        schedule = self.state_of(source, TOMBSTONES.key)
-        for route, job_id in TOMBSTONES.take_due(schedule, source.timestamp_ms):
+        for route, job_id in self._take_due(TOMBSTONES, source):
             state = self.state_of(source, route.encode())
             job = self._load_job(state, job_id)
             if job is not None:
@@ -385,8 +407,7 @@ class Dedup:
 
     def _expire_attempts(self, source: Source) -> None:
         """Active jobs whose lease or timeout has passed are failed, as a nack would be."""
-        schedule = self.state_of(source, LEASES.key)
-        for route, job_id in LEASES.take_due(schedule, source.timestamp_ms):
+        for route, job_id in self._take_due(LEASES, source):
             state = self.state_of(source, route.encode())
             job = self._load_job(state, job_id)
             # A heartbeat, an ack or a new attempt since made the entry stale: the job
@@ -423,7 +444,7 @@ class Dedup:
         if reply is not None:
             self.emit(reply, source)
         reason = result.reason or (result.error.code if result.error else "")
-        self.metrics.events.labels(str(result.outcome), str(reason)).inc()
+        self.metrics.event(str(result.outcome), str(reason))
         if result.outcome is not EventOutcome.APPLIED:
             log.info(
                 "job event not applied",

@@ -17,6 +17,7 @@ class Metrics:
         r = self.registry
         self._positions: dict[tuple[str, int], int] = {}
         self._decided: dict[tuple[str, str], Any] = {}
+        self._events: dict[tuple[str, str], Any] = {}
         self.decisions = Counter(
             "gateway_decisions", "Decisions by outcome and dialect", ["outcome", "dialect"],
             registry=r,
@@ -82,6 +83,13 @@ class Metrics:
             child = self._decided[(outcome, dialect)] = self.decisions.labels(outcome, dialect)
         child.inc()
         self.decision_latency.observe(max(0.0, time.time() - record_timestamp_ms / 1000))
+
+    def event(self, result: str, reason: str) -> None:
+        """Count a job event by its result (once per event: its child is looked up once)."""
+        child = self._events.get((result, reason))
+        if child is None:
+            child = self._events[(result, reason)] = self.events.labels(result, reason)
+        child.inc()
 
     def processed(self, topic: str, partition: int, offset: int) -> None:
         """Note the last input record handled, for the lag computation."""

@@ -87,6 +87,11 @@ def transactional_producer(sdf: StreamingDataFrame) -> Any:
     return sdf.processing_context.producer
 
 
+def checkpoint_of(sdf: StreamingDataFrame) -> object:
+    """The runtime's current checkpoint: a new one after each commit (and rebalance)."""
+    return sdf.processing_context.checkpoint
+
+
 def state_of(sdf: StreamingDataFrame, partition: int, key: bytes, timestamp_ms: int) -> Any:
     """The state of any key of a partition, as the runtime builds it for a stateful step."""
     transaction = sdf.processing_context.checkpoint.get_store_transaction(

@@ -26,6 +26,7 @@ scan inside a transaction):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,12 +67,20 @@ class Schedule:
         """(route, job id) of every entry whose bucket ended by `now_ms`, taken off the
         schedule. A bucket is swept only once it has ended, so an entry is seen up to
         `bucket_ms` after its time, and never before it."""
+        return self.sweep(state, now_ms)[0]
+
+    def nothing_due(self, next_bucket: int | None, now_ms: int) -> bool:
+        """Whether a schedule whose first unswept bucket is `next_bucket` has nothing due."""
+        return next_bucket is None or now_ms // self.bucket_ms <= next_bucket
+
+    def sweep(self, state: KeyState, now_ms: int) -> tuple[list[tuple[str, str]], int | None]:
+        """`take_due`, and the schedule's first unswept bucket afterwards (None: nothing was
+        ever scheduled)."""
         next_bucket = _int(state.get_bytes(_NEXT))
-        if next_bucket is None:
-            return []
+        if self.nothing_due(next_bucket, now_ms):
+            return [], next_bucket
+        assert next_bucket is not None
         stop = min(now_ms // self.bucket_ms, next_bucket + self.max_buckets_per_record)
-        if stop <= next_bucket:
-            return []
         taken = []
         for bucket in range(next_bucket, stop):
             count = _int(state.get_bytes(str(bucket)))
@@ -85,7 +94,51 @@ class Schedule:
                     taken.append((str(route), str(job_id)))
             state.delete(str(bucket))
         state.set_bytes(_NEXT, _bytes(stop))
-        return taken
+        return taken, stop
+
+
+_UNKNOWN = object()
+
+
+class Known:
+    """The first unswept bucket of each partition's schedules, as this process last saw it,
+    so that a record with nothing due reads no schedule from the store (two reads a record).
+
+    Exact, never a guess, so decisions are the same with it or without it: a value is
+    kept only as the store holds it once a record's handling succeeded (its writes applied;
+    a failed handling's are dropped, and so is what it saw), a schedule that gets an entry
+    is read again, and everything is forgotten when `epoch` changes (the processor passes
+    its checkpoint: after a commit, or a rebalance, the store may be another's).
+    """
+
+    def __init__(self, epoch: Callable[[], object] | None = None) -> None:
+        self._epoch = epoch
+        self._at: object = None
+        self._values: dict[tuple[bytes, int], int | None] = {}
+        self._pending: dict[tuple[bytes, int], object] = {}
+
+    def nothing_due(self, schedule: Schedule, partition: int, now_ms: int) -> bool:
+        if self._epoch is not None and (at := self._epoch()) is not self._at:
+            self._at = at
+            self._values.clear()
+        where = (schedule.key, partition)
+        value = self._pending.get(where, self._values.get(where, _UNKNOWN))
+        return value is not _UNKNOWN and schedule.nothing_due(value, now_ms)  # type: ignore[arg-type]
+
+    def saw(self, schedule: Schedule, partition: int, next_bucket: int | None) -> None:
+        self._pending[(schedule.key, partition)] = next_bucket
+
+    def forget(self, schedule: Schedule, partition: int) -> None:
+        self._pending[(schedule.key, partition)] = _UNKNOWN
+
+    def settle(self, succeeded: bool) -> None:
+        """After a record's handling: keep what it saw, or (it failed) none of it."""
+        for where, value in self._pending.items():
+            if succeeded and value is not _UNKNOWN:
+                self._values[where] = value  # type: ignore[assignment]
+            else:
+                self._values.pop(where, None)
+        self._pending.clear()
 
 
 # Tombstones may wait ten seconds; an idle partition catches up a day per record.

@@ -106,9 +106,9 @@ class Guard:
         key: bytes | None,
         handle: Callable[[], None],
         answer: Answer,
-    ) -> None:
+    ) -> bool:
         """Handle a record; never raise. `answer` says what a failed record gets (it may read
-        state: what the failed handling wrote is gone by then)."""
+        state: what the failed handling wrote is gone by then). False: the handling failed."""
         try:
             try:
                 handle()
@@ -118,11 +118,12 @@ class Guard:
                 self._outputs.clear()
                 self._states.clear()
                 self._failed(stage, source, value, key, exc, answer)
-                return
+                return False
             for staged in self._states.values():
                 staged.apply()
             for output in self._outputs:
                 self._emit(output, source)
+            return True
         finally:
             self._outputs.clear()
             self._states.clear()

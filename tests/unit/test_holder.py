@@ -35,6 +35,7 @@ from gateway.core import (
     prune,
 )
 from gateway.core.holder import after_transition, holder_for, holds_by_rule, released_since
+from gateway.core.matching import holds_key
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import Source
@@ -198,6 +199,16 @@ def test_a_holder_judged_request_ignores_its_own_states_against_a_holder() -> No
     # A newcomer-judged request needs both the holder's rule and its own states.
     assert not holds(active, UniquePolicy(states=frozenset({State.SCHEDULED})), T0).holds
     assert holds(active, UniquePolicy(), T0).holds
+
+
+@given(st.none() | rules, st.sampled_from(list(State)), times, policies, st.none() | times)
+def test_deciding_without_the_reasons_gives_the_same_answer(
+    rule: Any, state: State, now: int, policy: UniquePolicy, released: int | None
+) -> None:
+    # The engine asks holds_key, explain asks holds: one predicate, words only for explain.
+    e = entry(state, None if rule is None else Holder(rule, T0, released))
+    assert holds_key(e, policy, now) is holds(e, policy, now).holds
+    assert holds(e, policy, now).why
 
 
 @given(rules, st.sampled_from(list(State)), times, policies, st.none() | times)

@@ -1,4 +1,7 @@
-from gateway.partitioner import murmur2, partition_for
+import os
+import random
+
+from gateway.partitioner import murmur2, partition_for, reference_partition_for
 
 
 def test_murmur2_matches_kafka_reference_values():
@@ -19,3 +22,11 @@ def test_partition_is_in_range_and_stable():
     key = b"f" * 64
     assert 0 <= partition_for(key, 8) < 8
     assert partition_for(key, 8) == partition_for(key, 8)
+
+
+def test_partition_for_agrees_with_the_reference():
+    rng = random.Random(3)
+    for _ in range(2000):
+        key = os.urandom(rng.randint(0, 300))
+        partitions = rng.randint(1, 200)
+        assert partition_for(key, partitions) == reference_partition_for(key, partitions)

@@ -124,3 +124,32 @@ def test_a_long_idle_partition_sweeps_its_backlog_over_several_records() -> None
     for i in range(10):
         swept += tombstones(log.record({"job_id": "x", "type": "job.started"}, far + i, True))
     assert swept == [i.encode() for i in ids]
+
+
+def test_what_a_schedule_is_known_to_hold_follows_the_store() -> None:
+    """The memo that spares a record the schedule reads is exact: it keeps only what a
+    handling that succeeded saw, reads again once an entry is added, and starts over when
+    the epoch (the runtime's checkpoint) changes."""
+    from gateway.processor.schedule import Known
+
+    epoch = [object()]
+    known = Known(lambda: epoch[0])
+    assert not known.nothing_due(TOMBSTONES, 0, T0)  # nothing known: read the store
+    known.saw(TOMBSTONES, 0, None)
+    known.settle(False)  # the handling failed: what it saw is not kept
+    assert not known.nothing_due(TOMBSTONES, 0, T0)
+    known.saw(TOMBSTONES, 0, None)
+    known.settle(True)
+    assert known.nothing_due(TOMBSTONES, 0, T0)  # never scheduled: nothing can be due
+    assert not known.nothing_due(TOMBSTONES, 1, T0)  # another partition: unknown
+    known.forget(TOMBSTONES, 0)  # an entry is added in this handling
+    assert not known.nothing_due(TOMBSTONES, 0, T0)
+    known.settle(True)
+    assert not known.nothing_due(TOMBSTONES, 0, T0)
+    bucket = T0 // TOMBSTONES.bucket_ms
+    known.saw(TOMBSTONES, 0, bucket)
+    known.settle(True)
+    assert known.nothing_due(TOMBSTONES, 0, T0)
+    assert not known.nothing_due(TOMBSTONES, 0, T0 + TOMBSTONES.bucket_ms)  # a bucket ended
+    epoch[0] = object()  # a new checkpoint: the store may be another's now
+    assert not known.nothing_due(TOMBSTONES, 0, T0)
