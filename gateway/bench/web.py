@@ -15,6 +15,7 @@ serve process and the processor separately, each with its descendants.
 from __future__ import annotations
 
 import http.client
+import os
 import subprocess
 import sys
 import threading
@@ -32,6 +33,8 @@ from gateway.bench import procfs
 from gateway.bench.services import TOOLS, Processes, free_port
 from gateway.bench.streams import BenchError, Broker, percentiles
 from gateway.bench.workload import Workload
+from gateway.broker.ports import free_port_block
+from gateway.processor.supervisor import default_processes
 
 BATCH = 100
 ANSWERS = (200, 201, 409)
@@ -84,18 +87,24 @@ def run_round(
     namespace = f"h{uuid.uuid4().hex[:8]}"
     rounddir = workdir / f"http-{number}-{answers}-{namespace}"
     rounddir.mkdir(parents=True)
-    admin.apply(catalogue.load(namespace=namespace), {"bootstrap.servers": broker.bootstrap})
+    cat = catalogue.load(namespace=namespace)
+    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    # Its status port, and one for each of its processes: serve's health asks it, so the
+    # load starts once every process owns partitions (no rebalance in the window).
+    status = free_port_block(default_processes(cat.by_role("requests").partitions,
+                                               os.cpu_count()) + 1)  # fmt: skip
     processor = processes.start(
         [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--state-dir", str(rounddir / "state"),
          "--commit-interval", str(commit_interval), "--answers", answers,
-         "--log-level", "WARNING"],
+         "--metrics-port", str(status), "--log-level", "WARNING"],
         rounddir / "processor.log",
     )  # fmt: skip
     port = free_port()
     serve = processes.start(
         [sys.executable, "-m", "gateway", "serve", "--bootstrap", broker.bootstrap,
-         "--namespace", namespace, "--port", str(port), "--log-level", "warning"],
+         "--namespace", namespace, "--port", str(port), "--log-level", "warning",
+         "--processor-url", f"http://127.0.0.1:{status}"],
         rounddir / "serve.log",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
