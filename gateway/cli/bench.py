@@ -187,9 +187,10 @@ def _tools(
         for system, tool in missing.items()
     }
     if asked:
+        it = "it" if len(missing) == 1 else "them"
         raise CommandError(
-            "; ".join(why.values()) + ": install it, pass --install-missing to have the "
-            "bench install it with apt-get (as root), or leave the system out of --systems"
+            "; ".join(why.values()) + f": install {it}, pass --install-missing to have the "
+            f"bench install {it} with apt-get (as root), or leave the system out of --systems"
         )
     skipped = tuple(f"{line}; --install-missing installs it" for line in why.values())
     return tuple(s for s in systems if s not in missing), skipped, []
