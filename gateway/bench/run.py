@@ -167,7 +167,10 @@ def _measure(
                 if system == "gateway" and plan.latency_seconds > 0:
                     # At half the rate the first row's processors just decided.
                     rate = _first_gateway_rate(rounds, number) / 2
-                    for mode in plan.answers:
+                    # Odd rounds in the order given, even rounds the other way round,
+                    # so no mode always follows the gateway rows.
+                    order = plan.answers if number % 2 else plan.answers[::-1]
+                    for mode in order:
                         step(f"round {number}/{plan.rounds}: SDK answers, {mode}")
                         a = answers.sdk_round(
                             mode, plan.processes[0], number, max(1.0, rate), plan.latency_seconds,

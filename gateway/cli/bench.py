@@ -19,7 +19,7 @@ DEFAULTS = {
     "http_batch_concurrency": ("4,16", "4"),
     "http_seconds": (10.0, 2.0),
     "fetch_jobs": (2_000, 200),
-    "answers": ("early,committed", "early,committed"),
+    "answers": ("early,committed", "early"),
     "restore_keys": (1_000_000, 2_000),
 }
 
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="when the processor answers a waiting caller (`gateway process "
                    "--answers`), comma-separated: the SDK answer and HTTP rows run once per "
                    "mode, alternating; the first is also every other processor's "
-                   "(default early,committed)")  # fmt: skip
+                   "(default early,committed; quick early)")  # fmt: skip
     p.add_argument("--http-concurrency", help="wrk connections, comma-separated "
                    "(default 16,64,256,1024; quick 64)")  # fmt: skip
     p.add_argument("--http-batch-concurrency", help="connections for the batch endpoint, "

@@ -33,10 +33,10 @@ def test_quick_bench_runs_every_system_and_counts_agree(
     result = json.loads((run / "results.json").read_text())
     workload = result["workload"]
     rounds = {r["system"]: r for r in result["rounds"]}
+    # --quick measures answers early only (--answers early,committed compares the modes).
     assert {
         "gateway", "passthrough", "redis", "postgres", "http c=64 early", "http batch c=4 early",
-        "http c=64 committed", "http fetch early", "http fetch committed",
-        "sdk answer early", "sdk answer committed",
+        "http fetch early", "sdk answer early",
     } <= set(rounds)  # fmt: skip
     gateway = rounds["gateway"]
     assert gateway["outcomes"]["accepted"] == workload["distinct_keys"]
@@ -49,17 +49,17 @@ def test_quick_bench_runs_every_system_and_counts_agree(
     assert rounds["passthrough"]["records_per_request"] == pytest.approx(
         gateway["records_per_request"], rel=0.01
     )
-    for system in ("gateway", "passthrough", "sdk answer early", "sdk answer committed"):
+    for system in ("gateway", "passthrough", "sdk answer early"):
         assert set(rounds[system]["latency_ms"]) >= {"p50", "p95", "p99"}
-    for mode in ("early", "committed"):
-        statuses = rounds[f"http c=64 {mode}"]["statuses"]
-        assert set(statuses) <= {"200", "201", "409"} and sum(statuses.values()) > 0
-        assert rounds[f"http c=64 {mode}"]["cpu_serve_s"] > 0
-        fetch = rounds[f"http fetch {mode}"]
-        assert fetch["claimed"] > 0 and set(fetch["statuses"]) == {"200"}
-    figures = result["figures"]
-    assert figures["decisions/s, gateway ÷ passthrough"]["value"]["median"] > 0
-    assert figures["sdk answer: p50, early ÷ committed"]["value"]["median"] > 0
+    # Every SDK answer was checked; the paced jobs hold repeats too.
+    sdk = rounds["sdk answer early"]
+    assert 0 < sdk["outcomes"]["accepted"] < sdk["requests"] == sum(sdk["outcomes"].values())
+    statuses = rounds["http c=64 early"]["statuses"]
+    assert set(statuses) <= {"200", "201", "409"} and sum(statuses.values()) > 0
+    assert rounds["http c=64 early"]["cpu_serve_s"] > 0
+    fetch = rounds["http fetch early"]
+    assert fetch["claimed"] > 0 and set(fetch["statuses"]) == {"200"}
+    assert result["figures"]["decisions/s, gateway ÷ passthrough"]["value"]["median"] > 0
     assert result["versions"]["redis"] and result["versions"]["postgres"]
     assert result["figures"]["state on disk per key (bytes)"]["value"] > 0
     table = (run / "results.md").read_text()
