@@ -74,7 +74,8 @@ def markdown(result: Row) -> str:
         "(processor tree, passthrough, redis-server, postgres, or processor + serve) and the "
         "Kafka broker's JVM, from /proc. Latency: request's broker timestamp to committed "
         "decision, at about half the measured rate; sdk answer: from handing the job to "
-        "the SDK to its answer, at half the rate of one processor; HTTP: the round trip at "
+        "the SDK to its answer, at half the first gateway row's rate or --answer-rate; "
+        "HTTP: the round trip at "
         "full load (fetch: of the calls that claimed a job).",
         "",
         "| system | per second | × gateway | system CPU µs/req | broker CPU µs/req "
@@ -82,7 +83,13 @@ def markdown(result: Row) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for system, s in summary.items():
-        ratio = f"{s['rate']['median'] / gateway['median']:.2f}" if gateway and s["rate"] else "–"
+        # The SDK answer rows send at a set pace: their rate is no throughput.
+        paced = system.startswith("sdk answer")
+        ratio = (
+            f"{s['rate']['median'] / gateway['median']:.2f}"
+            if gateway and s["rate"] and not paced
+            else "–"
+        )
         lat = s["latency_ms"]
         latency = (
             " / ".join(_fmt(lat[q]) for q in ("p50", "p95", "p99"))

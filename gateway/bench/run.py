@@ -42,6 +42,7 @@ class Plan:
     # The processor's --answers modes, alternating in every round; the first is the
     # mode of every processor whose answers nobody waits for (the throughput rows).
     answers: tuple[str, ...]
+    answer_rate: float | None  # the SDK answer rows' pace; None: half the first gateway row's
     http_concurrency: tuple[int, ...]
     http_batch_concurrency: tuple[int, ...]
     http_seconds: float
@@ -165,8 +166,8 @@ def _measure(
                     rounds.append(row)
                     done(_line(row))
                 if system == "gateway" and plan.latency_seconds > 0:
-                    # At half the rate the first row's processors just decided.
-                    rate = _first_gateway_rate(rounds, number) / 2
+                    # At half the rate the first row's processors just decided, unless set.
+                    rate = plan.answer_rate or _first_gateway_rate(rounds, number) / 2
                     # Odd rounds in the order given, even rounds the other way round,
                     # so no mode always follows the gateway rows.
                     order = plan.answers if number % 2 else plan.answers[::-1]

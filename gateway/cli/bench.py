@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latency-seconds", type=float,
                    help="paced latency phase per round at half the measured rate "
                    "(default 10; quick 2; 0 skips it)")  # fmt: skip
+    p.add_argument("--answer-rate", type=float,
+                   help="jobs per second the SDK answer rows send (default: half the rate "
+                   "the first gateway row of the round decided)")  # fmt: skip
     p.add_argument("--commit-interval", type=float, default=0.1,
                    help="transaction commit interval of the gateway and the passthrough "
                    "(default %(default)s)")  # fmt: skip
@@ -118,6 +121,7 @@ def _bench(args: argparse.Namespace) -> int:
         latency_seconds=float(setting("latency_seconds")),  # type: ignore[arg-type]
         commit_interval=args.commit_interval,
         answers=answers,
+        answer_rate=args.answer_rate,
         http_concurrency=_ints(str(setting("http_concurrency"))),
         http_batch_concurrency=_ints(str(setting("http_batch_concurrency"))),
         http_seconds=float(setting("http_seconds")),  # type: ignore[arg-type]
