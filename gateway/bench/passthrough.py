@@ -15,7 +15,10 @@ metadata change of a just-created topic) starts where that left off instead
 of reading the uncommitted records again into the same transaction, which
 would commit their outputs twice; partitions lost without a revoke abort it.
 With --ready-file, the file is written with the number of partitions
-assigned at each assignment. Runs until SIGTERM or SIGINT.
+assigned at each assignment. A consumer error librdkafka retries (a topic
+created a moment ago and not yet in the broker's metadata) is logged, not
+fatal. Runs until SIGTERM or SIGINT; on stop, the consumer's revoke commits
+what was read since the last commit.
 """
 
 from __future__ import annotations
@@ -92,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     while not stopping:
         for msg in consumer.consume(500, 0.01):
             if msg.error() is not None:
-                if msg.error().code() != KafkaError._PARTITION_EOF:
+                # librdkafka retries what it can (a topic just created, not yet in the
+                # metadata, is such an error); only a fatal one ends the run.
+                if msg.error().fatal():
                     raise SystemExit(f"consume failed: {msg.error()}")
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    print(f"consume error: {msg.error()}", flush=True)
                 continue
             owed += args.records_per_input
             count = max(1, int(owed))
@@ -111,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         producer.poll(0)
         if pending and time.monotonic() - last_commit >= args.commit_interval:
             commit()
+    consumer.close()  # its revoke commits what was read since the last commit
     producer.abort_transaction()
-    consumer.close()
     return 0
 
 
