@@ -1,15 +1,24 @@
 """The ceiling: a raw exactly-once consume→produce loop, deciding nothing.
 
     python -m gateway.bench.passthrough --bootstrap B --input T --outputs T1,T2,...
-        --records-per-input K --group G [--commit-interval S]
+        --records-per-input K --group G [--commit-interval S] [--ready-file F]
 
 Reads the input topic read_committed and writes, per input record, K records
 on average (a fractional K alternates between its floor and ceiling): the
 first to the first output topic, the second to the second, the rest to the
 last. Outputs are keyed by the input key, so they keep its partition, and
 carry the input's timestamp. Outputs, and the input offsets, commit in one
-Kafka transaction every commit interval, as the processor's do. Runs until
-SIGTERM or SIGINT.
+Kafka transaction every commit interval, as the processor's do. Before
+partitions are taken away in a rebalance, the open transaction commits with
+the positions reached, so the next owner (this consumer again, after a
+metadata change of a just-created topic) starts where that left off instead
+of reading the uncommitted records again into the same transaction, which
+would commit their outputs twice; partitions lost without a revoke abort it.
+With --ready-file, the file is written with the number of partitions
+assigned at each assignment. A consumer error librdkafka retries (a topic
+created a moment ago and not yet in the broker's metadata) is logged, not
+fatal. Runs until SIGTERM or SIGINT; on stop, the consumer's revoke commits
+what was read since the last commit.
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ from __future__ import annotations
 import argparse
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from gateway.partitioner import PRODUCER_SETTING
 
@@ -32,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records-per-input", type=float, required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--commit-interval", type=float, default=0.1)
+    parser.add_argument("--ready-file", type=Path)
     args = parser.parse_args(argv)
     outputs = args.outputs.split(",")
     stopping = False
@@ -53,14 +64,43 @@ def main(argv: list[str] | None = None) -> int:
         "transaction.timeout.ms": 30_000, **PRODUCER_SETTING,
     })  # fmt: skip
     producer.init_transactions()
-    consumer.subscribe([args.input])
-    producer.begin_transaction()
     owed, pending, last_commit = 0.0, False, time.monotonic()
+
+    def commit() -> None:
+        nonlocal pending, last_commit
+        positions = consumer.position(consumer.assignment())
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
+        producer.commit_transaction()
+        producer.begin_transaction()
+        pending, last_commit = False, time.monotonic()
+
+    def on_assign(_: Consumer, partitions: list[TopicPartition]) -> None:
+        print(f"assigned {len(partitions)} partitions", flush=True)
+        if args.ready_file is not None:
+            args.ready_file.write_text(str(len(partitions)))
+
+    def on_revoke(_: Consumer, partitions: list[TopicPartition]) -> None:
+        print(f"revoked {len(partitions)} partitions", flush=True)
+        if pending:
+            commit()
+
+    def on_lost(_: Consumer, partitions: list[TopicPartition]) -> None:
+        nonlocal pending
+        producer.abort_transaction()
+        producer.begin_transaction()
+        pending = False
+
+    consumer.subscribe([args.input], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    producer.begin_transaction()
     while not stopping:
         for msg in consumer.consume(500, 0.01):
             if msg.error() is not None:
-                if msg.error().code() != KafkaError._PARTITION_EOF:
+                # librdkafka retries what it can (a topic just created, not yet in the
+                # metadata, is such an error); only a fatal one ends the run.
+                if msg.error().fatal():
                     raise SystemExit(f"consume failed: {msg.error()}")
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    print(f"consume error: {msg.error()}", flush=True)
                 continue
             owed += args.records_per_input
             count = max(1, int(owed))
@@ -77,13 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             pending = True
         producer.poll(0)
         if pending and time.monotonic() - last_commit >= args.commit_interval:
-            positions = consumer.position(consumer.assignment())
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
-            producer.commit_transaction()
-            producer.begin_transaction()
-            pending, last_commit = False, time.monotonic()
+            commit()
+    consumer.close()  # its revoke commits what was read since the last commit
     producer.abort_transaction()
-    consumer.close()
     return 0
 
 

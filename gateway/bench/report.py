@@ -30,7 +30,8 @@ def summarise(rounds: list[Row]) -> dict[str, Row]:
 
     def per_request(rows: list[Row], field: str) -> dict[str, float] | None:
         return spread(
-            r[field] / r["requests"] * 1e6 if r.get(field) is not None else None for r in rows
+            r[field] / r["requests"] * 1e6 if r.get(field) is not None and r["requests"] else None
+            for r in rows
         )
 
     summary: dict[str, Row] = {}
@@ -40,6 +41,8 @@ def summarise(rounds: list[Row]) -> dict[str, Row]:
             "rate": spread(r["rate"] for r in rows),
             "cpu_system_us": per_request(rows, "cpu_process_s"),
             "cpu_broker_us": per_request(rows, "cpu_broker_s"),
+            "cpu_serve_us": per_request(rows, "cpu_serve_s"),
+            "cpu_processor_us": per_request(rows, "cpu_processor_s"),
             "records_per_request": spread(r.get("records_per_request") for r in rows),
             "latency_ms": {
                 q: spread(r.get("latency_ms", {}).get(q) for r in rows)
@@ -70,14 +73,23 @@ def markdown(result: Row) -> str:
         "Median [min–max] over rounds. CPU is per request: the system's own processes "
         "(processor tree, passthrough, redis-server, postgres, or processor + serve) and the "
         "Kafka broker's JVM, from /proc. Latency: request's broker timestamp to committed "
-        "decision, at about half the measured rate (HTTP: wrk's round trip at full load).",
+        "decision, at about half the measured rate; sdk answer: from handing the job to "
+        "the SDK to its answer, at half the first gateway row's rate or --answer-rate; "
+        "HTTP: the round trip at "
+        "full load (fetch: of the calls that claimed a job).",
         "",
         "| system | per second | × gateway | system CPU µs/req | broker CPU µs/req "
         "| records/req | latency p50 / p95 / p99 ms (at /s) |",
         "|---|---|---|---|---|---|---|",
     ]
     for system, s in summary.items():
-        ratio = f"{s['rate']['median'] / gateway['median']:.2f}" if gateway and s["rate"] else "–"
+        # The SDK answer rows send at a set pace: their rate is no throughput.
+        paced = system.startswith("sdk answer")
+        ratio = (
+            f"{s['rate']['median'] / gateway['median']:.2f}"
+            if gateway and s["rate"] and not paced
+            else "–"
+        )
         lat = s["latency_ms"]
         latency = (
             " / ".join(_fmt(lat[q]) for q in ("p50", "p95", "p99"))
@@ -89,10 +101,26 @@ def markdown(result: Row) -> str:
             f"| {system} | {_fmt(s['rate'])} | {ratio} | {_fmt(s['cpu_system_us'])} "
             f"| {_fmt(s['cpu_broker_us'])} | {_fmt(s['records_per_request'], 2)} | {latency} |"
         )
+    http = {n: s for n, s in summary.items() if s.get("cpu_serve_us")}
+    if http:
+        lines += [
+            "",
+            "HTTP CPU per job enqueued (fetch: per job claimed), each process with its "
+            "descendants:",
+            "",
+            "| load | per second | serve CPU µs/req | processor CPU µs/decision |",
+            "|---|---|---|---|",
+        ]
+        for name, s in http.items():
+            lines.append(
+                f"| {name} | {_fmt(s['rate'])} | {_fmt(s['cpu_serve_us'])} "
+                f"| {_fmt(s['cpu_processor_us'])} |"
+            )
     lines += ["", "| figure | value |", "|---|---|"]
     for name, value in result.get("figures", {}).items():
         lines.append(f"| {name} | {value['text']} |")
     lines += ["", f"Charts: {', '.join(result.get('charts', [])) or 'none'}", ""]
+    lines += [f"Skipped: {line}" for line in result["settings"].get("skipped", ())]
     return "\n".join(lines)
 
 
@@ -114,12 +142,16 @@ def summary_line(result: Row, where: Path) -> str:
     if "gateway" in s:
         g = s["gateway"]
         parts.append(f"gateway {_fmt(g['rate'])} decisions/s")
-        if "passthrough" in s:
-            parts.append(
-                f"{g['rate']['median'] / s['passthrough']['rate']['median']:.2f}× the passthrough"
-            )
+        ratio = result.get("figures", {}).get("decisions/s, gateway ÷ passthrough")
+        if ratio and ratio["value"]:
+            parts.append(f"{_fmt(ratio['value'], 2)}× the passthrough")
         if g["latency_ms"]["p99"]:
             parts.append(f"p99 {g['latency_ms']['p99']['median']:,.0f} ms")
+        for mode in result["settings"].get("answers", ()):
+            lat = (s.get(f"sdk answer {mode}") or {}).get("latency_ms") or {}
+            if lat.get("p50"):
+                parts.append(f"SDK answer {mode} p50/p99 {lat['p50']['median']:,.0f}/"
+                             f"{lat['p99']['median']:,.0f} ms")  # fmt: skip
         for other in ("redis", "postgres"):
             if other in s:
                 parts.append(f"{other} {s[other]['rate']['median'] / g['rate']['median']:.1f}×")

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gateway.bench import report, stores, streams, web
+from gateway.bench import answers, report, stores, streams, web
 from gateway.bench.fingerprint import fingerprint_rates
 from gateway.bench.services import Processes, start_postgres, start_redis
 from gateway.bench.streams import BenchError, Broker, Options
@@ -39,15 +39,20 @@ class Plan:
     seed: int
     latency_seconds: float
     commit_interval: float
-    answers: str  # the processor's --answers: early or committed
+    # The processor's --answers modes, alternating in every round; the first is the
+    # mode of every processor whose answers nobody waits for (the throughput rows).
+    answers: tuple[str, ...]
+    answer_rate: float | None  # the SDK answer rows' pace; None: half the first gateway row's
     http_concurrency: tuple[int, ...]
     http_batch_concurrency: tuple[int, ...]
     http_seconds: float
+    fetch_jobs: int  # jobs put in a queue for the fetch load (0: no fetch load)
     restore_keys: int
     records_per_input: float
     bootstrap: str | None
     output: Path
     quick: bool
+    skipped: tuple[str, ...] = ()  # systems left out, each with why
 
 
 def missing_extras(plan: Plan) -> list[str]:
@@ -77,8 +82,11 @@ def run(plan: Plan, console: Console) -> dict[str, Any]:
             per_round = len(plan.systems)
             if "gateway" in plan.systems:
                 per_round += len(plan.processes) - 1
+                if plan.latency_seconds > 0:
+                    per_round += len(plan.answers)
             if "http" in plan.systems:
-                per_round += len(plan.http_concurrency) + len(plan.http_batch_concurrency) - 1
+                per_round += len(_http_loads(plan, 0)) - 1
+                per_round += sum(len(_http_loads(plan, i)) for i in range(1, len(plan.answers)))
             steps = per_round * plan.rounds + len(plan.figures)
             task = progress.add_task("starting", total=steps)
 
@@ -118,7 +126,7 @@ def _measure(
     step: Callable[[str], None],
     done: Callable[[str], None],
 ) -> None:
-    opts = Options(plan.commit_interval, plan.latency_seconds, workdir, plan.answers)
+    opts = Options(plan.commit_interval, plan.latency_seconds, workdir, plan.answers[0])
     measured_records: list[float] = []
 
     def records_per_input() -> float:
@@ -145,7 +153,11 @@ def _measure(
                            "records_per_request": r.records_per_request}  # fmt: skip
                     if system == "gateway":
                         _check_gateway(r.outcomes, workload)
-                        measured_records.append(r.records_per_request)
+                        # The passthrough mirrors the row it is compared with. Rows differ:
+                        # the changelog gets a key once per transaction however often
+                        # it changed, so records per decision follow the timing.
+                        if kind is kinds["gateway"][0]:
+                            measured_records.append(r.records_per_request)
                         gateway_duplicates.append(
                             r.outcomes.get("rejected", 0) + r.outcomes.get("ignored", 0)
                         )
@@ -153,6 +165,21 @@ def _measure(
                         _check_passthrough(r, row, records_per_input())
                     rounds.append(row)
                     done(_line(row))
+                if system == "gateway" and plan.latency_seconds > 0:
+                    # At half the rate the first row's processors just decided, unless set.
+                    rate = plan.answer_rate or _first_gateway_rate(rounds, number) / 2
+                    # Odd rounds in the order given, even rounds the other way round,
+                    # so no mode always follows the gateway rows.
+                    order = plan.answers if number % 2 else plan.answers[::-1]
+                    for mode in order:
+                        step(f"round {number}/{plan.rounds}: SDK answers, {mode}")
+                        a = answers.sdk_round(
+                            mode, plan.processes[0], number, max(1.0, rate), plan.latency_seconds,
+                            plan.duplicates, plan.seed, broker, processes, opts,
+                        )  # fmt: skip
+                        row = {**dataclasses.asdict(a), "rate": a.rate}
+                        rounds.append(row)
+                        done(_line(row))
             elif system in ("redis", "postgres"):
                 service = services[system]
                 measure = stores.redis_round if system == "redis" else stores.postgres_round
@@ -162,20 +189,42 @@ def _measure(
                 rounds.append(row)
                 done(_line(row))
             elif system == "http":
-                loads = [(c, 1) for c in plan.http_concurrency] + [
-                    (c, web.BATCH) for c in plan.http_batch_concurrency
-                ]
-                workloads = [
-                    generate(plan.requests, plan.duplicates, plan.seed, tag=f"h{number}-{i}-")
-                    for i in range(len(loads))
-                ]
-                for h in web.run_round(number, loads, workloads, plan.http_seconds, broker,
-                                       processes, workdir, plan.commit_interval,
-                                       plan.answers):  # fmt: skip
-                    row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
-                    rounds.append(row)
-                    done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
+                for index, mode in enumerate(plan.answers):
+                    loads = _http_loads(plan, index)
+                    workloads = [
+                        generate(
+                            plan.requests, plan.duplicates, plan.seed, tag=f"h{number}-{mode}-{i}-"
+                        )
+                        for i in range(len(loads))
+                    ]
+                    for h in web.run_round(number, loads, workloads, plan.http_seconds, broker,
+                                           processes, workdir, plan.commit_interval, mode,
+                                           plan.fetch_jobs):  # fmt: skip
+                        row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
+                        rounds.append(row)
+                        done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
     _other_figures(plan, broker, processes, opts, rounds, figures, step, done)
+
+
+def _http_loads(plan: Plan, mode_index: int) -> list[tuple[int, int]]:
+    """(connections, jobs per call) of the HTTP loads in the answer mode at `mode_index`.
+
+    The first mode runs every load; the others only what the modes are compared
+    on: the first of --http-concurrency, and fetch.
+    """
+    enqueue = plan.http_concurrency if mode_index == 0 else plan.http_concurrency[:1]
+    loads = [(c, 1) for c in enqueue]
+    if mode_index == 0:
+        loads += [(c, web.BATCH) for c in plan.http_batch_concurrency]
+    if plan.fetch_jobs > 0:
+        loads.append((web.FETCH_WORKERS, web.FETCH))
+    return loads
+
+
+def _first_gateway_rate(rounds: list[dict[str, Any]], number: int) -> float:
+    """Decisions/s of this round's first gateway row (the first of --processes, 1 by default)."""
+    rows = (r for r in rounds if r["round"] == number and r["system"].startswith("gateway"))
+    return float(next(rows)["rate"])
 
 
 def _other_figures(
@@ -203,6 +252,8 @@ def _other_figures(
             "value": per, "text": report._fmt(per, 2),
         }  # fmt: skip
     for name, ratio in process_ratios(rounds).items():
+        figures[name] = {"value": ratio, "text": report._fmt(ratio, 2)}
+    for name, ratio in {**passthrough_ratio(rounds), **answer_ratios(rounds)}.items():
         figures[name] = {"value": ratio, "text": report._fmt(ratio, 2)}
     if "fingerprint" in plan.figures:
         step("fingerprints per second on one core")
@@ -266,19 +317,66 @@ def _other_figures(
 
 
 def process_ratios(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
-    """Decisions/s with N processes over those with one, round by round (they alternate)."""
+    """Decisions/s, and CPU per decision, with N processes over those with one, round by
+    round (they alternate)."""
     rates: dict[str, dict[int, float]] = {}
+    cpu: dict[str, dict[int, float]] = {}
     for r in rounds:
         if r["system"].startswith("gateway"):
             rates.setdefault(r["system"], {})[r["round"]] = r["rate"]
-    one = rates.pop("gateway", {})
-    return {
-        f"decisions/s, {name.removeprefix('gateway×')} processes ÷ 1": report.spread(
-            rate / one[number] for number, rate in by_round.items() if number in one
-        )
-        for name, by_round in rates.items()
-        if one
-    }
+            if r.get("cpu_process_s") is not None and r["requests"]:
+                cpu.setdefault(r["system"], {})[r["round"]] = r["cpu_process_s"] / r["requests"]
+    ratios = {}
+    for what, values in (("decisions/s", rates), ("CPU per decision", cpu)):
+        one = values.pop("gateway", {})
+        for name, by_round in values.items():
+            if one:
+                ratios[f"{what}, {name.removeprefix('gateway×')} processes ÷ 1"] = report.spread(
+                    value / one[number] for number, value in by_round.items() if number in one
+                )
+    return ratios
+
+
+def passthrough_ratio(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """Decisions/s of the gateway (one process) over the passthrough's, round by round."""
+    gateway = {r["round"]: r["rate"] for r in rounds if r["system"] == "gateway"}
+    through = {r["round"]: r["rate"] for r in rounds if r["system"] == "passthrough"}
+    common = sorted(set(gateway) & set(through))
+    if not common:
+        return {}
+    return {"decisions/s, gateway ÷ passthrough": report.spread(
+        gateway[n] / through[n] for n in common
+    )}  # fmt: skip
+
+
+def answer_ratios(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """The first answer mode over each other one, for the same load in the same round:
+    latency p50 and p99 and, for HTTP, per second."""
+    by_load: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in rounds:
+        if r.get("answers") and r["system"].endswith(f" {r['answers']}"):
+            load = r["system"].removesuffix(f" {r['answers']}")
+            by_load.setdefault((load, r["answers"]), {})[r["round"]] = r
+    modes = list(dict.fromkeys(mode for _, mode in by_load))
+    ratios: dict[str, dict[str, float] | None] = {}
+    for (load, mode), other in by_load.items():
+        first = by_load.get((load, modes[0]), {})
+        if mode == modes[0] or not first:
+            continue
+        pairs = [(first[n], other[n]) for n in sorted(other) if n in first]
+        measures: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
+            ("p50", lambda r: r["latency_ms"].get("p50")),
+            ("p99", lambda r: r["latency_ms"].get("p99")),
+        ]
+        if load.startswith("http"):
+            measures.append(("per second", lambda r: r["rate"]))
+        for what, value in measures:
+            ratio = report.spread(
+                a / b for a, b in ((value(x), value(y)) for x, y in pairs) if a and b
+            )
+            if ratio is not None:
+                ratios[f"{load}: {what}, {modes[0]} ÷ {mode}"] = ratio
+    return ratios
 
 
 def _check_gateway(outcomes: dict[str, int], workload: Workload) -> None:
@@ -312,11 +410,10 @@ def _check_store(system: str, duplicates: int, workload: Workload, gateway: list
 
 def _line(row: dict[str, Any]) -> str:
     parts = [f"{row['system']} round {row['round']}: {row['rate']:,.0f}/s"]
-    cpu, broker = row.get("cpu_process_s"), row.get("cpu_broker_s")
-    if cpu is not None:
-        parts.append(f"system CPU {cpu / row['requests'] * 1e6:,.0f} µs/req")
-    if broker is not None:
-        parts.append(f"broker CPU {broker / row['requests'] * 1e6:,.0f} µs/req")
+    for label, key in (("system", "cpu_process_s"), ("serve", "cpu_serve_s"),
+                       ("processor", "cpu_processor_s"), ("broker", "cpu_broker_s")):  # fmt: skip
+        if row.get(key) is not None and row["requests"]:
+            parts.append(f"{label} CPU {row[key] / row['requests'] * 1e6:,.0f} µs/req")
     if row.get("records_per_request"):
         parts.append(f"{row['records_per_request']:.2f} records/req")
     lat = row.get("latency_ms") or {}

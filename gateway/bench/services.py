@@ -1,8 +1,10 @@
 """Everything the bench starts: each process is recorded and stopped by its pid.
 
-Redis and PostgreSQL come from Debian's packages (installed with apt-get when
-missing and we are root) and run as private instances on free loopback ports
-with throwaway data directories.
+Redis, PostgreSQL and wrk come from Debian's packages. A missing one is
+installed with apt-get only when the user opted in (`--install-missing`, as
+root); otherwise the system that needs it is skipped or the run refused (see
+gateway.cli.bench). Redis and PostgreSQL run as private instances on free
+loopback ports with throwaway data directories.
 """
 
 from __future__ import annotations
@@ -95,34 +97,60 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
         time.sleep(0.1)
 
 
-def ensure_installed(binary: str, package: str, search: str | None = None) -> str:
-    """The binary's path; apt-get installs its Debian package first if it is missing."""
-    if found := _find(binary, search):
-        return found
+@dataclass(frozen=True)
+class Tool:
+    """A program a system needs and the Debian package that has it."""
+
+    binary: str
+    package: str
+    search: str | None = None  # a glob tried before $PATH (PostgreSQL's versioned bin dir)
+
+    def find(self) -> str | None:
+        if self.search:
+            matches = sorted(glob.glob(self.search))
+            if matches:
+                return matches[-1]
+        return shutil.which(self.binary)
+
+    def path(self) -> str:
+        if found := self.find():
+            return found
+        raise ServiceError(
+            f"{self.binary} is missing: install the Debian package {self.package} "
+            "(or run the bench with --install-missing)"
+        )
+
+
+# What each system needs beside Python and Kafka.
+TOOLS = {
+    "redis": Tool("redis-server", "redis-server"),
+    "postgres": Tool("postgres", "postgresql", search="/usr/lib/postgresql/*/bin/postgres"),
+    "http": Tool("wrk", "wrk"),
+}
+
+
+def missing_tools(systems: Sequence[str]) -> dict[str, Tool]:
+    """The systems among `systems` whose tool is not installed, with that tool."""
+    return {s: TOOLS[s] for s in systems if s in TOOLS and TOOLS[s].find() is None}
+
+
+def install(packages: Sequence[str]) -> None:
+    """apt-get update, then install the packages; only ever on the user's explicit opt-in."""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise ServiceError(f"{binary} is missing: install the Debian package {package}")
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+        raise ServiceError(
+            f"installing {', '.join(packages)} needs apt-get and root; install them yourself"
+        )
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
         done = subprocess.run(
             command, capture_output=True, text=True,
             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
         )  # fmt: skip
         if done.returncode != 0:
             raise ServiceError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    if found := _find(binary, search):
-        return found
-    raise ServiceError(f"{binary} still missing after installing {package}")
-
-
-def _find(binary: str, search: str | None) -> str | None:
-    if search:
-        matches = sorted(glob.glob(search))
-        if matches:
-            return matches[-1]
-    return shutil.which(binary)
 
 
 def start_redis(processes: Processes, workdir: Path) -> Service:
-    server = ensure_installed("redis-server", "redis-server")
+    server = TOOLS["redis"].path()
     port, data = free_port(), workdir / "redis"
     data.mkdir()
     log = workdir / "redis.log"
@@ -137,8 +165,7 @@ def start_redis(processes: Processes, workdir: Path) -> Service:
 
 def start_postgres(processes: Processes, workdir: Path) -> Service:
     """A throwaway cluster, run as the `postgres` user when we are root (it refuses root)."""
-    pattern = "/usr/lib/postgresql/*/bin/postgres"
-    postgres = ensure_installed("postgres", "postgresql", search=pattern)
+    postgres = TOOLS["postgres"].path()
     bin_dir = Path(postgres).parent
     # Its own directory in /tmp: the bench's work directory is private to root.
     data = Path(tempfile.mkdtemp(prefix="gateway-bench-pg-"))

@@ -169,6 +169,7 @@ class Passthrough(StreamSystem):
 
     def __init__(self, records_per_input: Callable[[], float]) -> None:
         self.records_per_input = records_per_input
+        self.partitions = 0
 
     def start(
         self, processes: Processes, broker: Broker, cat: Catalogue, workdir: Path, opts: Options
@@ -182,14 +183,25 @@ class Passthrough(StreamSystem):
         for future in created.values():
             future.result()
         outputs = [cat.name("decisions"), cat.name("jobs"), changelog]
+        self.partitions = requests.partitions
         return processes.start(
             [sys.executable, "-m", "gateway.bench.passthrough", "--bootstrap", broker.bootstrap,
              "--input", requests.name, "--outputs", ",".join(outputs),
              "--records-per-input", f"{self.records_per_input():.4f}",
              "--group", f"{requests.name}.passthrough",
-             "--commit-interval", str(opts.commit_interval)],
+             "--commit-interval", str(opts.commit_interval),
+             "--ready-file", str(workdir / "assigned")],
             workdir / "passthrough.log",
         )  # fmt: skip
+
+    def wait_ready(self, proc: Any, workdir: Path) -> None:
+        # Once it owns every partition, as the gateway's /ready says for the processor.
+        deadline = time.monotonic() + DECIDE_TIMEOUT_S
+        ready = workdir / "assigned"
+        while not (ready.exists() and ready.read_text() == str(self.partitions)):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _fail("the passthrough never owned every partition", proc, workdir)
+            time.sleep(0.05)
 
     def request_timestamp_ms(self, msg: Message) -> int:
         return int(msg.timestamp()[1])  # the input's timestamp, carried over

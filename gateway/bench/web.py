@@ -1,15 +1,24 @@
-"""HTTP: `POST /ojs/v1/jobs` (and the batch endpoint) against `gateway serve`, load from wrk.
+"""HTTP: `POST /ojs/v1/jobs` (and the batch endpoint) against `gateway serve`, load from wrk,
+then `POST /ojs/v1/workers/fetch` claiming jobs from a queue.
 
-A processor and one `gateway serve` run on a fresh namespace per round. wrk
-(Debian package wrk) sends the workload's jobs on loopback from C
-connections for S seconds; every answer comes after its decision is
-committed. The batch load sends 100 of the workload's jobs per call.
+A processor and one `gateway serve` run on a fresh namespace per round and
+answer mode (`gateway process --answers`: early, before the commit, or after
+it). wrk (Debian package wrk) sends the workload's jobs on loopback from C
+connections for S seconds. The batch load sends 100 of the workload's jobs
+per call. The fetch load first puts J jobs in a queue of their own (batch
+calls), then FETCH_WORKERS workers, each on one keep-alive connection, fetch
+one job per call until the queue is empty or S seconds are up; the latency
+is of the fetches that claimed a job. CPU is read from /proc per load for the
+serve process and the processor separately, each with its descendants.
 """
 
 from __future__ import annotations
 
+import http.client
+import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,33 +26,45 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from gateway import admin, catalogue
 from gateway.bench import procfs
-from gateway.bench.services import Processes, ensure_installed, free_port
-from gateway.bench.streams import BenchError, Broker
+from gateway.bench.services import TOOLS, Processes, free_port
+from gateway.bench.streams import BenchError, Broker, percentiles
 from gateway.bench.workload import Workload
+from gateway.broker.ports import free_port_block
+from gateway.processor.supervisor import default_processes
 
 BATCH = 100
 ANSWERS = (200, 201, 409)
+FETCH = 0  # jobs per call of the fetch load, in `loads`: one job per fetch
+FETCH_QUEUE = "bench-fetch"
+FETCH_WORKERS = 4
 
 
 @dataclass
 class HttpRound:
-    system: str  # "http c=64" or "http batch c=16"
+    system: str  # "http c=64 early", "http batch c=16 early" or "http fetch committed"
     round: int
+    answers: str  # the processor's --answers
     concurrency: int
-    jobs_per_call: int
+    jobs_per_call: int  # 0 for fetch: a call claims one job or none
     calls: int
     seconds: float
     statuses: dict[str, int]
-    errors: int  # wrk's socket errors and timeouts
+    errors: int  # socket errors and timeouts
     latency_ms: dict[str, float] = field(default_factory=dict)
-    cpu_process_s: float | None = None
+    cpu_process_s: float | None = None  # serve + processor
     cpu_broker_s: float | None = None
+    cpu_serve_s: float | None = None
+    cpu_processor_s: float | None = None
+    claimed: int = 0  # fetch: jobs claimed
 
     @property
     def requests(self) -> int:
-        return self.calls * self.jobs_per_call
+        """Jobs enqueued (or, for fetch, claimed): one decision of the processor each."""
+        return self.claimed if self.jobs_per_call == FETCH else self.calls * self.jobs_per_call
 
     @property
     def rate(self) -> float:
@@ -52,7 +73,7 @@ class HttpRound:
 
 def run_round(
     number: int,
-    loads: list[tuple[int, int]],  # (concurrency, jobs per call)
+    loads: list[tuple[int, int]],  # (concurrency, jobs per call; FETCH for the fetch load)
     workloads: list[Workload],
     seconds: float,
     broker: Broker,
@@ -60,23 +81,30 @@ def run_round(
     workdir: Path,
     commit_interval: float,
     answers: str = "early",
+    fetch_jobs: int = 0,
 ) -> list[HttpRound]:
-    wrk = ensure_installed("wrk", "wrk")
+    wrk = TOOLS["http"].path()
     namespace = f"h{uuid.uuid4().hex[:8]}"
-    rounddir = workdir / f"http-{number}-{namespace}"
+    rounddir = workdir / f"http-{number}-{answers}-{namespace}"
     rounddir.mkdir(parents=True)
-    admin.apply(catalogue.load(namespace=namespace), {"bootstrap.servers": broker.bootstrap})
+    cat = catalogue.load(namespace=namespace)
+    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    # Its status port, and one for each of its processes: serve's health asks it, so the
+    # load starts once every process owns partitions (no rebalance in the window).
+    status = free_port_block(default_processes(cat.by_role("requests").partitions,
+                                               os.cpu_count()) + 1)  # fmt: skip
     processor = processes.start(
         [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--state-dir", str(rounddir / "state"),
          "--commit-interval", str(commit_interval), "--answers", answers,
-         "--log-level", "WARNING"],
+         "--metrics-port", str(status), "--log-level", "WARNING"],
         rounddir / "processor.log",
     )  # fmt: skip
     port = free_port()
     serve = processes.start(
         [sys.executable, "-m", "gateway", "serve", "--bootstrap", broker.bootstrap,
-         "--namespace", namespace, "--port", str(port), "--log-level", "warning"],
+         "--namespace", namespace, "--port", str(port), "--log-level", "warning",
+         "--processor-url", f"http://127.0.0.1:{status}"],
         rounddir / "serve.log",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -85,28 +113,48 @@ def run_round(
         post(url, b'{"type":"bench.warmup","args":[]}', timeout=120)
         results = []
         for (concurrency, per_call), workload in zip(loads, workloads, strict=True):
-            script = rounddir / f"load-{concurrency}-{per_call}.lua"
-            script.write_text(_lua(workload, per_call, _threads(concurrency)))
-            pids = [processor.pid, serve.pid]
-            cpu_before = [procfs.cpu_seconds(p) for p in pids]
-            broker_before = procfs.cpu_seconds(broker.pid, children=False)
-            out = _wrk(wrk, url, script, concurrency, seconds)
-            cpu_process = sum(
-                (procfs.cpu_seconds(p) or 0.0) - (b or 0.0)
-                for p, b in zip(pids, cpu_before, strict=True)
-            )
-            broker_after = procfs.cpu_seconds(broker.pid, children=False)
-            name = f"http batch c={concurrency}" if per_call > 1 else f"http c={concurrency}"
+            if per_call == FETCH:
+                _fill_queue(url, fetch_jobs)
+            cpu = _Cpu(serve.pid, processor.pid, broker.pid)
+            if per_call == FETCH:
+                out = _fetch(url, concurrency, seconds)
+                name = f"http fetch {answers}"
+            else:
+                script = rounddir / f"load-{concurrency}-{per_call}.lua"
+                script.write_text(_lua(workload, per_call, _threads(concurrency)))
+                out = _wrk(wrk, url, script, concurrency, seconds)
+                batch = "batch " if per_call > 1 else ""
+                name = f"http {batch}c={concurrency} {answers}"
+            serve_s, processor_s, broker_s = cpu.spent()
             results.append(HttpRound(
-                name, number, concurrency, per_call, out.calls, out.seconds, out.statuses,
-                out.errors, out.latency_ms, cpu_process,
-                None if broker_after is None or broker_before is None
-                else broker_after - broker_before,
+                name, number, answers, concurrency, per_call, out.calls, out.seconds,
+                out.statuses, out.errors, out.latency_ms,
+                None if serve_s is None or processor_s is None else serve_s + processor_s,
+                broker_s, serve_s, processor_s, out.claimed,
             ))  # fmt: skip
         return results
     finally:
         processes.stop(serve)
         processes.stop(processor)
+
+
+class _Cpu:
+    """CPU seconds of serve and the processor (each with its descendants) and of the broker."""
+
+    def __init__(self, serve: int, processor: int, broker: int | None) -> None:
+        self.pids = (serve, processor, broker)
+        self.before = self._read()
+
+    def _read(self) -> list[float | None]:
+        serve, processor, broker = self.pids
+        return [procfs.cpu_seconds(serve), procfs.cpu_seconds(processor),
+                procfs.cpu_seconds(broker, children=False)]  # fmt: skip
+
+    def spent(self) -> tuple[float | None, ...]:
+        return tuple(
+            None if a is None or b is None else a - b
+            for a, b in zip(self._read(), self.before, strict=True)
+        )
 
 
 def wait_healthy(url: str, procs: list, workdir: Path, timeout: float = 120) -> float:
@@ -125,9 +173,9 @@ def wait_healthy(url: str, procs: list, workdir: Path, timeout: float = 120) -> 
         time.sleep(0.1)
 
 
-def post(url: str, body: bytes, timeout: float) -> int:
+def post(url: str, body: bytes, timeout: float, path: str = "/ojs/v1/jobs") -> int:
     request = urllib.request.Request(
-        f"{url}/ojs/v1/jobs", data=body, headers={"content-type": "application/json"}
+        f"{url}{path}", data=body, headers={"content-type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -137,15 +185,78 @@ def post(url: str, body: bytes, timeout: float) -> int:
 
 
 @dataclass
-class _WrkResult:
+class _LoadResult:
     calls: int
     seconds: float
     statuses: dict[str, int]
     errors: int
     latency_ms: dict[str, float]
+    claimed: int = 0
 
 
-def _wrk(wrk: str, url: str, script: Path, concurrency: int, seconds: float) -> _WrkResult:
+def _fill_queue(url: str, jobs: int) -> None:
+    """`jobs` jobs without a unique policy in the fetch queue, 100 per batch call."""
+    for first in range(0, jobs, BATCH):
+        batch = [
+            {"type": "bench.fetch", "args": [n], "options": {"queue": FETCH_QUEUE}}
+            for n in range(first, min(jobs, first + BATCH))
+        ]
+        body = orjson.dumps({"jobs": batch})
+        status = post(url, body, timeout=120, path="/ojs/v1/jobs/batch")
+        if status != 201:
+            raise BenchError(f"filling the fetch queue: the batch call answered {status}")
+
+
+def _fetch(url: str, workers: int, seconds: float) -> _LoadResult:
+    """Workers fetch one job per call until the queue is empty or `seconds` are up."""
+    host, port = url.removeprefix("http://").split(":")
+    body = orjson.dumps({"queues": [FETCH_QUEUE], "count": 1})
+    headers = {"content-type": "application/json"}
+    lock = threading.Lock()
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    tally = {"calls": 0, "errors": 0}
+    started = time.monotonic()
+    deadline = started + seconds
+
+    def work() -> None:
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            while time.monotonic() < deadline:
+                at = time.monotonic()
+                try:
+                    connection.request("POST", "/ojs/v1/workers/fetch", body, headers)
+                    answer = connection.getresponse()
+                    data = answer.read()
+                except (OSError, http.client.HTTPException):
+                    with lock:
+                        tally["errors"] += 1
+                    connection.close()
+                    continue
+                took = (time.monotonic() - at) * 1000
+                claimed = answer.status == 200 and bool(orjson.loads(data).get("jobs"))
+                with lock:
+                    tally["calls"] += 1
+                    statuses[str(answer.status)] = statuses.get(str(answer.status), 0) + 1
+                    if claimed:
+                        latencies.append(took)
+                if answer.status == 200 and not claimed:
+                    return  # the queue is empty
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    return _LoadResult(
+        tally["calls"], elapsed, statuses, tally["errors"], percentiles(latencies), len(latencies)
+    )
+
+
+def _wrk(wrk: str, url: str, script: Path, concurrency: int, seconds: float) -> _LoadResult:
     threads = _threads(concurrency)
     done = subprocess.run(
         [wrk, f"-t{threads}", f"-c{concurrency}", f"-d{max(1, round(seconds))}s",
@@ -161,7 +272,7 @@ def _wrk(wrk: str, url: str, script: Path, concurrency: int, seconds: float) -> 
         if part:
             status, n = part.split(":")
             counts[status] = int(n)
-    return _WrkResult(
+    return _LoadResult(
         int(calls), float(duration), counts, int(errors),
         {"p50": float(p50), "p95": float(p95), "p99": float(p99)},
     )  # fmt: skip

@@ -9,6 +9,7 @@ from gateway.cli.common import CommandError
 
 SYSTEMS = ("gateway", "passthrough", "redis", "postgres", "http")
 FIGURES = ("fingerprint", "restore", "cold-start", "floor")
+ANSWER_MODES = ("early", "committed")
 # (full run, --quick)
 DEFAULTS = {
     "requests": (20_000, 2_000),
@@ -17,6 +18,8 @@ DEFAULTS = {
     "http_concurrency": ("16,64,256,1024", "64"),
     "http_batch_concurrency": ("4,16", "4"),
     "http_seconds": (10.0, 2.0),
+    "fetch_jobs": (2_000, 200),
+    "answers": ("early,committed", "early"),
     "restore_keys": (1_000_000, 2_000),
 }
 
@@ -30,8 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
     p.add_argument("--output", type=Path, default=Path("bench-results"),
                    help="where results go, one folder per run (default %(default)s)")  # fmt: skip
-    p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help="comma-separated subset of %(default)s")  # fmt: skip
+    p.add_argument(
+        "--systems",
+        help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all; "
+        "one whose program is missing is then skipped, see --install-missing)",
+    )
+    p.add_argument("--install-missing", action="store_true",
+                   help="install missing Redis, PostgreSQL or wrk from Debian's packages "
+                   "with apt-get (as root); the bench says which before it does")  # fmt: skip
     p.add_argument("--figures", default=",".join(FIGURES),
                    help="other figures to take, comma-separated subset of %(default)s "
                    "('' for none)")  # fmt: skip
@@ -48,17 +57,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latency-seconds", type=float,
                    help="paced latency phase per round at half the measured rate "
                    "(default 10; quick 2; 0 skips it)")  # fmt: skip
+    p.add_argument("--answer-rate", type=float,
+                   help="jobs per second the SDK answer rows send (default: half the rate "
+                   "the first gateway row of the round decided)")  # fmt: skip
     p.add_argument("--commit-interval", type=float, default=0.1,
                    help="transaction commit interval of the gateway and the passthrough "
                    "(default %(default)s)")  # fmt: skip
-    p.add_argument("--answers", choices=("early", "committed"), default="early",
-                   help="when the gateway's processor answers a waiting caller (see "
-                   "`gateway process --answers`; default %(default)s)")  # fmt: skip
+    p.add_argument("--answers",
+                   help="when the processor answers a waiting caller (`gateway process "
+                   "--answers`), comma-separated: the SDK answer and HTTP rows run once per "
+                   "mode, alternating; the first is also every other processor's "
+                   "(default early,committed; quick early)")  # fmt: skip
     p.add_argument("--http-concurrency", help="wrk connections, comma-separated "
                    "(default 16,64,256,1024; quick 64)")  # fmt: skip
     p.add_argument("--http-batch-concurrency", help="connections for the batch endpoint, "
                    "100 jobs per call (default 4,16; quick 4; '' for none)")  # fmt: skip
-    p.add_argument("--http-seconds", type=float, help="wrk run per load (default 10; quick 2)")
+    p.add_argument("--http-seconds", type=float,
+                   help="run per HTTP load (default 10; quick 2)")  # fmt: skip
+    p.add_argument("--fetch-jobs", type=int,
+                   help="jobs put in a queue, then fetched one per call by 4 workers "
+                   "(default 2000; quick 200; 0 skips the fetch load)")  # fmt: skip
     p.add_argument("--restore-keys", type=int,
                    help="keys written, then restored from the changelog (default 1000000; "
                    "quick 2000)")  # fmt: skip
@@ -78,7 +96,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     from gateway.bench import report
     from gateway.bench.run import Plan, missing_extras, run
-    from gateway.bench.services import ServiceError
+    from gateway.bench.services import ServiceError, install
     from gateway.bench.streams import BenchError
 
     pick = 1 if args.quick else 0
@@ -87,8 +105,13 @@ def _bench(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         return DEFAULTS[name][pick] if value is None else value
 
+    systems = _subset(args.systems or ",".join(SYSTEMS), SYSTEMS, "--systems")
+    systems, skipped, packages = _tools(systems, args.systems is not None, args.install_missing)
+    answers = _subset(str(setting("answers")), ANSWER_MODES, "--answers", ordered=True)
+    if not answers:
+        raise CommandError("--answers: name at least one of early, committed")
     plan = Plan(
-        systems=_subset(args.systems, SYSTEMS, "--systems"),
+        systems=systems,
         figures=_subset(args.figures, FIGURES, "--figures"),
         processes=_processes(args.processes),
         requests=int(setting("requests")),  # type: ignore[call-overload]
@@ -97,15 +120,18 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         latency_seconds=float(setting("latency_seconds")),  # type: ignore[arg-type]
         commit_interval=args.commit_interval,
-        answers=args.answers,
+        answers=answers,
+        answer_rate=args.answer_rate,
         http_concurrency=_ints(str(setting("http_concurrency"))),
         http_batch_concurrency=_ints(str(setting("http_batch_concurrency"))),
         http_seconds=float(setting("http_seconds")),  # type: ignore[arg-type]
+        fetch_jobs=max(0, int(setting("fetch_jobs"))),  # type: ignore[call-overload]
         restore_keys=int(setting("restore_keys")),  # type: ignore[call-overload]
         records_per_input=args.records_per_input,
         bootstrap=args.bootstrap,
         output=args.output,
         quick=args.quick,
+        skipped=skipped,
     )
     if plan.requests < 10 or plan.rounds < 1 or not 0 <= plan.duplicates < 1:
         raise CommandError("--requests must be at least 10, --rounds at least 1, "
@@ -117,7 +143,13 @@ def _bench(args: argparse.Namespace) -> int:
             "pip install 'unique-jobs-gateway[bench]' (make install does)"
         )
     console = Console()
+    for line in skipped:
+        console.print(f"skipping {line}", markup=False, highlight=False)
     try:
+        if packages:
+            console.print(f"installing Debian packages with apt-get: {' '.join(packages)}",
+                          markup=False, highlight=False)  # fmt: skip
+            install(packages)
         result = run(plan, console)
     except (BenchError, ServiceError) as exc:
         raise CommandError(f"bench: {exc}") from exc
@@ -126,12 +158,46 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _subset(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
+def _subset(
+    text: str, allowed: tuple[str, ...], flag: str, ordered: bool = False
+) -> tuple[str, ...]:
+    """The names in `text`, each once: in `allowed`'s order, or as given when `ordered`."""
     chosen = tuple(x.strip() for x in text.split(",") if x.strip())
     unknown = [x for x in chosen if x not in allowed]
     if unknown:
         raise CommandError(f"{flag}: unknown {unknown}; choose from {','.join(allowed)}")
+    if ordered:
+        return tuple(dict.fromkeys(chosen))
     return tuple(x for x in allowed if x in chosen)
+
+
+def _tools(
+    systems: tuple[str, ...], asked: bool, install: bool
+) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]:
+    """The systems to run, the lines saying which were skipped and why, the packages to install.
+
+    A system whose program is missing is skipped when the user did not name
+    it, refused when they did, unless they opted in to installing it.
+    """
+    from gateway.bench.services import missing_tools
+
+    missing = missing_tools(systems)
+    if not missing:
+        return systems, (), []
+    if install:
+        return systems, (), sorted({tool.package for tool in missing.values()})
+    why = {
+        system: f"{system}: {tool.binary} is missing (Debian package {tool.package})"
+        for system, tool in missing.items()
+    }
+    if asked:
+        it = "it" if len(missing) == 1 else "them"
+        raise CommandError(
+            "; ".join(why.values()) + f": install {it}, pass --install-missing to have the "
+            f"bench install {it} with apt-get (as root), or leave the system out of --systems"
+        )
+    skipped = tuple(f"{line}; --install-missing installs it" for line in why.values())
+    return tuple(s for s in systems if s not in missing), skipped, []
 
 
 def _processes(text: str) -> tuple[int, ...]:

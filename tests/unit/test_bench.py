@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from gateway.bench import procfs, report
-from gateway.bench.run import process_ratios
+from gateway.bench.run import answer_ratios, passthrough_ratio, process_ratios
 from gateway.bench.workload import generate
 from gateway.core import Request, parse_request_json
 
@@ -89,3 +90,71 @@ def test_processes_are_compared_to_one_round_by_round() -> None:
         "decisions/s, 2 processes ÷ 1": {"median": 1.9, "min": 1.8, "max": 2.0}
     }
     assert process_ratios(rows[2:3]) == {}
+
+
+def test_cpu_per_decision_is_compared_to_one_process_too() -> None:
+    rows = [
+        {"system": "gateway", "round": 1, "rate": 100.0, "requests": 1000, "cpu_process_s": 0.1},
+        {"system": "gateway×2", "round": 1, "rate": 150.0, "requests": 1000,
+         "cpu_process_s": 0.12},
+    ]  # fmt: skip
+    ratios = process_ratios(rows)
+    assert ratios["CPU per decision, 2 processes ÷ 1"]["median"] == pytest.approx(1.2)
+
+
+def test_the_gateway_is_compared_to_the_passthrough_round_by_round() -> None:
+    rows = [
+        {"system": "gateway", "round": 1, "rate": 100.0},
+        {"system": "gateway×2", "round": 1, "rate": 500.0},
+        {"system": "passthrough", "round": 1, "rate": 1000.0},
+        {"system": "gateway", "round": 2, "rate": 300.0},
+        {"system": "passthrough", "round": 2, "rate": 1000.0},
+        {"system": "gateway", "round": 3, "rate": 300.0},
+    ]
+    assert passthrough_ratio(rows) == {
+        "decisions/s, gateway ÷ passthrough": {"median": 0.2, "min": 0.1, "max": 0.3}
+    }
+    assert passthrough_ratio(rows[:2]) == {}
+
+
+def test_answer_modes_are_compared_per_load_and_round() -> None:
+    def row(system: str, mode: str, number: int, p50: float, rate: float) -> dict[str, Any]:
+        return {"system": f"{system} {mode}", "answers": mode, "round": number, "rate": rate,
+                "latency_ms": {"p50": p50, "p99": p50 * 2}}  # fmt: skip
+
+    rows = [
+        row("sdk answer", "early", 1, 10.0, 50.0), row("sdk answer", "committed", 1, 100.0, 50.0),
+        row("http c=16", "early", 1, 5.0, 900.0), row("http c=16", "committed", 1, 50.0, 300.0),
+        row("http c=64", "early", 1, 5.0, 900.0),  # measured in the first mode only
+        row("sdk answer", "early", 2, 20.0, 50.0), row("sdk answer", "committed", 2, 100.0, 50.0),
+        {"system": "gateway", "round": 1, "rate": 100.0},
+    ]  # fmt: skip
+    ratios = answer_ratios(rows)
+    assert ratios["sdk answer: p50, early ÷ committed"] == {
+        "median": pytest.approx(0.15),
+        "min": 0.1,
+        "max": 0.2,
+    }
+    assert ratios["sdk answer: p99, early ÷ committed"]["median"] == pytest.approx(0.15)
+    assert "sdk answer: per second, early ÷ committed" not in ratios
+    assert ratios["http c=16: per second, early ÷ committed"]["median"] == 3.0
+    assert not any(name.startswith("http c=64") for name in ratios)
+
+
+def test_a_missing_program_skips_a_system_not_asked_for_and_refuses_one_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gateway.bench import services
+    from gateway.cli.bench import _tools
+    from gateway.cli.common import CommandError
+
+    monkeypatch.setattr(services.Tool, "find", lambda tool: None if tool.binary == "wrk" else "/x")
+    systems = ("gateway", "redis", "http")
+    kept, skipped, packages = _tools(systems, asked=False, install=False)
+    assert kept == ("gateway", "redis") and packages == []
+    assert skipped == ("http: wrk is missing (Debian package wrk); --install-missing installs it",)
+    with pytest.raises(CommandError, match="--install-missing"):
+        _tools(systems, asked=True, install=False)
+    # Only on the opt-in does anything get installed, and the bench names it first.
+    assert _tools(systems, asked=True, install=True) == (systems, (), ["wrk"])
+    assert _tools(("gateway", "redis"), asked=True, install=False) == (("gateway", "redis"), (), [])
