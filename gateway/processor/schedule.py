@@ -63,19 +63,15 @@ class Schedule:
         after this time, and only such a record, acts on it (replay and explain too)."""
         return (due_ms // self.bucket_ms + 1) * self.bucket_ms
 
-    def take_due(self, state: KeyState, now_ms: int) -> list[tuple[str, str]]:
-        """(route, job id) of every entry whose bucket ended by `now_ms`, taken off the
-        schedule. A bucket is swept only once it has ended, so an entry is seen up to
-        `bucket_ms` after its time, and never before it."""
-        return self.sweep(state, now_ms)[0]
-
     def nothing_due(self, next_bucket: int | None, now_ms: int) -> bool:
         """Whether a schedule whose first unswept bucket is `next_bucket` has nothing due."""
         return next_bucket is None or now_ms // self.bucket_ms <= next_bucket
 
     def sweep(self, state: KeyState, now_ms: int) -> tuple[list[tuple[str, str]], int | None]:
-        """`take_due`, and the schedule's first unswept bucket afterwards (None: nothing was
-        ever scheduled)."""
+        """(route, job id) of every entry whose bucket ended by `now_ms`, taken off the
+        schedule, and the schedule's first unswept bucket afterwards (None: nothing was ever
+        scheduled). A bucket is swept only once it has ended, so an entry is seen up to
+        `bucket_ms` after its time, and never before it."""
         next_bucket = _int(state.get_bytes(_NEXT))
         if self.nothing_due(next_bucket, now_ms):
             return [], next_bucket
