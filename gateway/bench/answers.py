@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,10 +22,17 @@ from typing import Any
 
 import orjson
 
-from gateway import admin, catalogue
 from gateway.bench import procfs
 from gateway.bench.services import Processes
-from gateway.bench.streams import BenchError, Broker, Gateway, Options, _fail, percentiles
+from gateway.bench.streams import (
+    BenchError,
+    Broker,
+    Gateway,
+    Options,
+    _fail,
+    fresh_namespace,
+    percentiles,
+)
 from gateway.bench.workload import generate
 from gateway.sdk import Client, EnqueueResult
 
@@ -63,11 +69,7 @@ def sdk_round(
     processes: Processes,
     opts: Options,
 ) -> AnswerRound:
-    namespace = f"a{uuid.uuid4().hex[:8]}"
-    workdir = opts.workdir / f"sdk-{mode}-{number}-{namespace}"
-    workdir.mkdir(parents=True)
-    cat = catalogue.load(namespace=namespace)
-    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    namespace, workdir, cat = fresh_namespace("a", f"sdk-{mode}-{number}", broker, opts.workdir)
     workload = generate(max(10, int(rate * seconds)), duplicates, seed, tag=f"sdk{number}{mode}-")
     jobs = [orjson.loads(item.value) for item in workload.items]
     gateway = Gateway(count)

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway import admin, catalogue
 from gateway.bench import procfs, web
 from gateway.bench.services import Processes, free_port
-from gateway.bench.streams import BenchError, Broker, Gateway, Options, _Io
+from gateway.bench.streams import BenchError, Broker, Gateway, Options, _Io, fresh_namespace
 from gateway.bench.workload import Item, generate
 from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
@@ -66,11 +65,7 @@ def restore(
 ) -> Restore:
     """Decide `keys` new keys, then restart the processor `rounds` times each way, alternating:
     with its local state kept, and with it deleted; `show` is told the progress."""
-    namespace = f"r{uuid.uuid4().hex[:8]}"
-    workdir = opts.workdir / f"restore-{namespace}"
-    workdir.mkdir(parents=True)
-    cat = catalogue.load(namespace=namespace)
-    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    namespace, workdir, cat = fresh_namespace("r", "restore", broker, opts.workdir)
     workload = generate(keys, 0.0, seed=11, tag="restore-")
     io = _Io(broker.bootstrap, cat)
     try:

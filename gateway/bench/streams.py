@@ -210,6 +210,19 @@ class Passthrough(StreamSystem):
         return "passed"
 
 
+def fresh_namespace(
+    letter: str, label: str, broker: Broker, parent: Path
+) -> tuple[str, Path, Catalogue]:
+    """A round's own namespace (`letter` and 8 random hex digits), its topics created on the
+    broker, and a new directory for it under `parent` named `label-<namespace>`."""
+    namespace = f"{letter}{uuid.uuid4().hex[:8]}"
+    workdir = parent / f"{label}-{namespace}"
+    workdir.mkdir(parents=True)
+    cat = catalogue.load(namespace=namespace)
+    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    return namespace, workdir, cat
+
+
 def run_round(
     system: StreamSystem,
     number: int,
@@ -218,11 +231,7 @@ def run_round(
     processes: Processes,
     opts: Options,
 ) -> StreamRound:
-    namespace = f"b{uuid.uuid4().hex[:8]}"
-    workdir = opts.workdir / f"{system.name}-{number}-{namespace}"
-    workdir.mkdir(parents=True)
-    cat = catalogue.load(namespace=namespace)
-    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    namespace, workdir, cat = fresh_namespace("b", f"{system.name}-{number}", broker, opts.workdir)
     io = _Io(broker.bootstrap, cat)
     # The backlog is produced once the system is ready, and the window starts
     # once it is in place, at the first percent of the decisions at the

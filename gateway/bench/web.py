@@ -22,16 +22,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
-from gateway import admin, catalogue
 from gateway.bench import procfs
 from gateway.bench.services import TOOLS, Processes, free_port
-from gateway.bench.streams import BenchError, Broker, percentiles
+from gateway.bench.streams import BenchError, Broker, fresh_namespace, percentiles
 from gateway.bench.workload import Workload
 from gateway.broker.ports import free_port_block
 from gateway.processor.supervisor import default_processes
@@ -84,11 +82,7 @@ def run_round(
     fetch_jobs: int = 0,
 ) -> list[HttpRound]:
     wrk = TOOLS["http"].path()
-    namespace = f"h{uuid.uuid4().hex[:8]}"
-    rounddir = workdir / f"http-{number}-{answers}-{namespace}"
-    rounddir.mkdir(parents=True)
-    cat = catalogue.load(namespace=namespace)
-    admin.apply(cat, {"bootstrap.servers": broker.bootstrap})
+    namespace, rounddir, cat = fresh_namespace("h", f"http-{number}-{answers}", broker, workdir)
     # Its status port, and one for each of its processes: serve's health asks it, so the
     # load starts once every process owns partitions (no rebalance in the window).
     status = free_port_block(default_processes(cat.by_role("requests").partitions,
