@@ -3,9 +3,9 @@
     python -m gateway.bench.floor --bootstrap B --input T --output T2 --group G
         --state-dir D [--state] [--commit-interval S]
 
-An Application set up as the processor's (exactly-once, the same commit
-interval, poll timeout, transactional id, static membership and RocksDB
-options) reads the requests topic and writes, per record, one record to the
+An Application set up by the processor's own `runtime_settings` (exactly-once,
+the same commit interval, poll timeout, fetch wait, transactional id, static
+membership and RocksDB options) reads the requests topic and writes, per record, one record to the
 output topic through the runtime's transactional producer, as the dedup stage
 does. With --state the step is stateful and reads and writes one state key of
 the record's key, so the figure includes the state store and its changelog.
@@ -33,11 +33,9 @@ VARIANTS = {"no state": False, "one state get/set": True}
 
 def main(argv: list[str] | None = None) -> int:
     from quixstreams import Application
-    from quixstreams.state.rocksdb import RocksDBOptions
 
-    from gateway.partitioner import PRODUCER_SETTING
     from gateway.processor import quix
-    from gateway.processor.app import NEVER
+    from gateway.processor.app import runtime_settings
 
     parser = argparse.ArgumentParser(prog="python -m gateway.bench.floor")
     for name in ("--bootstrap", "--input", "--output", "--group", "--state-dir"):
@@ -46,25 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval", type=float, default=0.1)
     args = parser.parse_args(argv)
     app = Application(
-        broker_address=args.bootstrap,
-        consumer_group=args.group,
-        processing_guarantee="exactly-once",
-        auto_offset_reset="earliest",
-        commit_interval=args.commit_interval,
-        consumer_poll_timeout=0.01,
-        producer_extra_config={
-            **PRODUCER_SETTING,
-            "transactional.id": f"{args.group}-1",
-            "transaction.timeout.ms": 30_000,
-        },  # fmt: skip
-        consumer_extra_config={
-            "isolation.level": "read_committed",
-            "group.instance.id": f"{args.group}-1",
-            "session.timeout.ms": 10_000,
-        },  # fmt: skip
-        state_dir=args.state_dir,
-        rocksdb_options=RocksDBOptions(legacy_records_ttl=NEVER),
-        loglevel=None,
+        **runtime_settings(
+            {"bootstrap.servers": args.bootstrap}, args.group, "1", args.commit_interval,
+            Path(args.state_dir),
+        )
     )
     topic = app.topic(args.input, key_deserializer="bytes", value_deserializer="bytes")
     sdf = app.dataframe(topic)

@@ -79,19 +79,28 @@ class ProcessorSettings:
     early_answers: bool = True
 
 
-def build(
-    settings: ProcessorSettings,
-) -> tuple[Application, Metrics, ReplyTopics, EarlyReplies | None]:
-    cat = settings.catalogue
-    metrics = Metrics()
-    client = dict(settings.client_config)
+def runtime_settings(
+    client_config: dict[str, Any],
+    group: str,
+    instance_id: str,
+    commit_interval: float,
+    state_dir: Path,
+    stats_cb: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The stream runtime's Application settings, the processor's and the bench floor's
+    (`gateway.bench.floor`), so the floor measures the runtime exactly as it runs here."""
+    client = dict(client_config)
     bootstrap = client.pop("bootstrap.servers")
-    app = Application(
+    statistics = (
+        # Also how often the restore's progress is known (metrics.py).
+        {"statistics.interval.ms": 1_000, "stats_cb": stats_cb} if stats_cb is not None else {}
+    )
+    return dict(
         broker_address=bootstrap,
-        consumer_group=settings.group,
+        consumer_group=group,
         processing_guarantee="exactly-once",
         auto_offset_reset="earliest",
-        commit_interval=settings.commit_interval,
+        commit_interval=commit_interval,
         consumer_poll_timeout=0.01,
         # A stable transactional id per instance: a restarted instance fences
         # its predecessor's open transaction at once instead of waiting for it
@@ -99,7 +108,7 @@ def build(
         producer_extra_config={
             **client,
             **PRODUCER_SETTING,
-            "transactional.id": f"{settings.group}-{settings.instance_id}",
+            "transactional.id": f"{group}-{instance_id}",
             "transaction.timeout.ms": 30_000,
         },
         # Static membership: a restarted instance takes its partitions back at
@@ -107,7 +116,7 @@ def build(
         consumer_extra_config={
             **client,
             "isolation.level": "read_committed",
-            "group.instance.id": f"{settings.group}-{settings.instance_id}",
+            "group.instance.id": f"{group}-{instance_id}",
             "session.timeout.ms": 10_000,
             # On assignment the runtime asks the watermarks of every assigned
             # partition, one at a time, on the connection that fetches: each
@@ -115,16 +124,27 @@ def build(
             # librdkafka's 500 ms made that 16 s of every start (32 partitions);
             # a fetch with data returns at once whatever this is.
             "fetch.wait.max.ms": FETCH_WAIT_MS,
-            # Also how often the restore's progress is known (metrics.py).
-            "statistics.interval.ms": 1_000,
-            "stats_cb": metrics.observe_consumer_stats,
+            **statistics,
         },
-        state_dir=str(state_dir_of(settings)),
+        state_dir=str(state_dir),
         rocksdb_options=RocksDBOptions(legacy_records_ttl=NEVER),
+        loglevel=None,
+    )
+
+
+def build(
+    settings: ProcessorSettings,
+) -> tuple[Application, Metrics, ReplyTopics, EarlyReplies | None]:
+    cat = settings.catalogue
+    metrics = Metrics()
+    app = Application(
+        **runtime_settings(
+            settings.client_config, settings.group, settings.instance_id,
+            settings.commit_interval, state_dir_of(settings), metrics.observe_consumer_stats,
+        ),
         # Our topics exist (gateway topics apply); the runtime creates only its
         # changelog topics.
         auto_create_topics=True,
-        loglevel=None,
         on_processing_error=_log_failure("processing"),
         on_producer_error=_log_failure("producing"),
         on_consumer_error=_log_failure("consuming"),
