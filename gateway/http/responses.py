@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,6 @@ ACCEPTED_MEDIA_TYPES = frozenset({"application/json", MEDIA_TYPE})
 JSON_TYPE = "application/json"
 
 
-@functools.lru_cache(maxsize=256)  # clients send few distinct Accept headers, each often
 def negotiate(accept: str | None) -> str:
     """The response type for an Accept header: the OJS type unless the caller accepts
     plain `application/json` and not the OJS type (no header, `*/*`: the OJS type)."""
