@@ -29,7 +29,7 @@ import orjson
 
 from gateway.bench import procfs
 from gateway.bench.services import TOOLS, Processes, free_port
-from gateway.bench.streams import BenchError, Broker, fresh_namespace, percentiles
+from gateway.bench.streams import BenchError, Broker, fresh_namespace, percentiles, timing
 from gateway.bench.workload import Workload
 from gateway.broker.ports import free_port_block
 from gateway.processor.supervisor import default_processes
@@ -210,8 +210,6 @@ def _fetch(url: str, workers: int, seconds: float) -> _LoadResult:
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     tally = {"calls": 0, "errors": 0}
-    started = time.monotonic()
-    deadline = started + seconds
 
     def work() -> None:
         connection = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -240,10 +238,13 @@ def _fetch(url: str, workers: int, seconds: float) -> _LoadResult:
             connection.close()
 
     threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with timing():
+        started = time.monotonic()
+        deadline = started + seconds
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     elapsed = time.monotonic() - started
     return _LoadResult(
         tally["calls"], elapsed, statuses, tally["errors"], percentiles(latencies), len(latencies)
