@@ -33,6 +33,7 @@ from gateway.bench.streams import (
     Gateway,
     Options,
     _fail,
+    drop_namespace,
     fresh_namespace,
     percentiles,
     timing,
@@ -94,6 +95,7 @@ def sdk_round(
     finally:
         client.close()
         processes.stop(proc)
+        drop_namespace(broker, namespace)
     outcomes = Counter(a.outcome.value for a in answers)
     new = workload.distinct
     repeats = sum(outcomes[d] for d in DUPLICATES)

@@ -31,7 +31,15 @@ from typing import Any
 
 from gateway.bench import procfs, web
 from gateway.bench.services import Processes, free_port
-from gateway.bench.streams import BenchError, Broker, Gateway, Options, _Io, fresh_namespace
+from gateway.bench.streams import (
+    BenchError,
+    Broker,
+    Gateway,
+    Options,
+    _Io,
+    drop_namespace,
+    fresh_namespace,
+)
 from gateway.bench.workload import Item, generate
 from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
@@ -93,6 +101,7 @@ def restore(
                                       namespace, show))  # fmt: skip
     finally:
         io.close()
+        drop_namespace(broker, namespace)
     restored_keys = count_fingerprints(workdir / "state")
     if restored_keys != keys:
         raise BenchError(f"the restored state holds {restored_keys} fingerprints, not {keys}")

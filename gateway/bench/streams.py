@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway import admin, catalogue
@@ -43,6 +43,7 @@ from gateway.bench.services import Processes
 from gateway.bench.workload import Item, Workload, generate
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import Catalogue
+from gateway.config import KAFKA_LOGGER
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import PRODUCER_SETTING
 
@@ -225,6 +226,21 @@ def fresh_namespace(
     return namespace, workdir, cat
 
 
+def drop_namespace(broker: Broker, namespace: str) -> None:
+    """Delete a finished round's topics, its changelogs included (every topic naming its
+    namespace): rounds then find the broker as the first one did, not holding every
+    earlier round's partitions (thousands by the third round), and a cluster given with
+    --bootstrap is left as it was found."""
+    # librdkafka's info lines (a purged queue at close) go to its logger, not the console.
+    client = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": KAFKA_LOGGER})
+    try:
+        names = [t for t in client.list_topics(timeout=30).topics if namespace in t]
+        for future in client.delete_topics(names, operation_timeout=30).values():
+            future.result()
+    except KafkaException as exc:  # the figures stand; only the tidying failed
+        print(f"could not delete the topics of {namespace}: {exc}", file=sys.stderr)
+
+
 def run_round(
     system: StreamSystem,
     number: int,
@@ -284,6 +300,7 @@ def run_round(
     finally:
         processes.stop(proc)
         io.close()
+        drop_namespace(broker, namespace)
 
 
 @contextmanager

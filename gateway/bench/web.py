@@ -29,7 +29,14 @@ import orjson
 
 from gateway.bench import procfs
 from gateway.bench.services import TOOLS, Processes, free_port
-from gateway.bench.streams import BenchError, Broker, fresh_namespace, percentiles, timing
+from gateway.bench.streams import (
+    BenchError,
+    Broker,
+    drop_namespace,
+    fresh_namespace,
+    percentiles,
+    timing,
+)
 from gateway.bench.workload import Workload
 from gateway.broker.ports import free_port_block
 from gateway.processor.supervisor import default_processes
@@ -130,6 +137,7 @@ def run_round(
     finally:
         processes.stop(serve)
         processes.stop(processor)
+        drop_namespace(broker, namespace)
 
 
 class _Cpu:
