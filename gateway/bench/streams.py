@@ -227,14 +227,14 @@ def fresh_namespace(
 
 
 def drop_namespace(broker: Broker, namespace: str) -> None:
-    """Delete a finished round's topics, its changelogs included (every topic naming its
-    namespace): rounds then find the broker as the first one did, not holding every
-    earlier round's partitions (thousands by the third round), and a cluster given with
-    --bootstrap is left as it was found."""
+    """Delete a finished round's topics, its changelogs included: rounds then find the
+    broker as the first one did, not holding every earlier round's partitions (thousands
+    by the third round), and a cluster given with --bootstrap is left as it was found."""
+    ours = (f"{namespace}.", f"changelog__{namespace}.")
     # librdkafka's info lines (a purged queue at close) go to its logger, not the console.
     client = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": KAFKA_LOGGER})
     try:
-        names = [t for t in client.list_topics(timeout=30).topics if namespace in t]
+        names = [t for t in client.list_topics(timeout=30).topics if t.startswith(ours)]
         for future in client.delete_topics(names, operation_timeout=30).values():
             future.result()
     except KafkaException as exc:  # the figures stand; only the tidying failed

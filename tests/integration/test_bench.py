@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from gateway.bench.services import TOOLS
 
@@ -22,6 +24,8 @@ pytestmark = pytest.mark.kafka
 def test_quick_bench_runs_every_system_and_counts_agree(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    topics_before = _topics(admin)
     done = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "--quick", "--bootstrap", kafka_bootstrap,
          "--output", str(tmp_path), "--figures", "fingerprint,restore", "--requests", "1000",
@@ -66,3 +70,14 @@ def test_quick_bench_runs_every_system_and_counts_agree(
     assert "| gateway |" in table and "| postgres |" in table
     assert (run / "throughput.png").stat().st_size > 0 and (run / "latency.png").exists()
     assert "results in" in done.stdout.splitlines()[-1]
+    # Each row deleted its topics: the cluster is left as the bench found it (once the
+    # deletions reach the broker's metadata), but for Kafka's own topics, which the
+    # first group and transaction on a new cluster create.
+    deadline = time.monotonic() + 30
+    while (left := _topics(admin) - topics_before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left
+
+
+def _topics(admin: AdminClient) -> set[str]:
+    return {t for t in admin.list_topics(timeout=30).topics if not t.startswith("__")}
