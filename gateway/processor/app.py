@@ -155,6 +155,7 @@ def build(
     }
     requests = app.dataframe(topics["requests"])
     quix.check(app, requests)
+    quix.restore_in_chunks(app)
     producer = quix.transactional_producer(requests)
 
     names = {t.role: t.name for t in cat.topics}

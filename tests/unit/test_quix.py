@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from quixstreams import Application
 from quixstreams.processing import ProcessingContext
+from quixstreams.state.recovery import RecoveryManager
 
 from gateway.processor import quix
 
@@ -33,3 +34,21 @@ def test_a_quixstreams_without_them_fails_at_start_naming_each(tmp_path: Path):
     del app._failed
     with pytest.raises(quix.RuntimeMismatch, match=r"lacks Application\._failed;.*3\.28\.1"):
         quix.check(app, sdf)  # type: ignore[arg-type]
+
+
+def test_a_quixstreams_whose_recovery_loop_moved_fails_at_start(tmp_path: Path, monkeypatch):
+    app, sdf = runtime(tmp_path)
+    monkeypatch.delattr(RecoveryManager, "_rewind_data_partition")
+    del app._state_manager._recovery_manager._topic_manager
+    with pytest.raises(
+        quix.RuntimeMismatch,
+        match=r"lacks RecoveryManager\._rewind_data_partition, RecoveryManager\._topic_manager;",
+    ):
+        quix.check(app, sdf)  # type: ignore[arg-type]
+
+
+def test_the_runtime_restores_through_the_chunked_loop(tmp_path: Path):
+    app, _ = runtime(tmp_path)
+    quix.restore_in_chunks(app)
+    loop = app._state_manager._recovery_manager._recovery_loop
+    assert loop.__func__ is quix._recovery_loop  # type: ignore[attr-defined]
