@@ -189,6 +189,8 @@ def apply_changelog(recovering: Any, messages: Sequence[Any]) -> None:
     store = recovering._store_partition
     batch: WriteBatch | None = None
     last = 0
+    # A transaction's records share their processed-offsets header: judge each once.
+    applies: dict[bytes | None, bool] = {}
     for message in messages:
         plain = _plain(store, message)
         if plain is None:
@@ -199,15 +201,19 @@ def apply_changelog(recovering: Any, messages: Sequence[Any]) -> None:
             continue
         cf_name, processed = plain
         batch = batch if batch is not None else WriteBatch(raw_mode=True)
-        if processed is None or recovering._should_apply_changelog(processed_offsets=processed):
+        if (apply := applies.get(processed)) is None:
+            offsets = None if processed is None else json_loads(processed)
+            apply = offsets is None or recovering._should_apply_changelog(processed_offsets=offsets)
+            applies[processed] = apply
+        if apply:
             _put(store, batch, cf_name, message.key(), message.value())
         last = message.offset()
     if batch is not None:
         _write(store, batch, last)
 
 
-def _plain(store: Any, message: Any) -> tuple[str, dict[str, int] | None] | None:
-    """A plain record's column family and processed offsets; None for any other."""
+def _plain(store: Any, message: Any) -> tuple[str, bytes | None] | None:
+    """A plain record's column family and processed-offsets header; None for any other."""
     if type(store) is not RocksDBStorePartition or store.uses_ttl_stamps:
         return None
     cf = processed = None
@@ -223,7 +229,7 @@ def _plain(store: Any, message: Any) -> tuple[str, dict[str, int] | None] | None
     cf_name = cf.decode()
     if cf_name == TTL_SYSTEM_CF_NAME:
         return None
-    return cf_name, None if processed is None else json_loads(processed)
+    return cf_name, processed
 
 
 def _put(store: Any, batch: WriteBatch, cf_name: str, key: bytes, value: bytes | None) -> None:
