@@ -64,7 +64,8 @@ def check(catalogue: Catalogue, admin: AdminClient, wait_s: float = TIMEOUT_S) -
     problems = _partition_problems(catalogue.topics, counts)
     if problems:
         raise CatalogueError(
-            "the topics differ from the catalogue: " + "; ".join(problems)
+            "the topics differ from the catalogue: "
+            + "; ".join(problems)
             + "; change the topics or the catalogue (topics/topics.toml) so they agree"
         )
 

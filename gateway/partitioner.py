@@ -77,9 +77,7 @@ def _native() -> Callable[[bytes, int], int] | None:
             # The topic and opaque arguments are unused by this partitioner.
             return int(fn(None, key, len(key), partitions, None, None))
 
-        if all(
-            native(k, n) == reference_partition_for(k, n) for k in _CHECKS for n in (1, 8, 97)
-        ):
+        if all(native(k, n) == reference_partition_for(k, n) for k in _CHECKS for n in (1, 8, 97)):
             return native
     return None
 

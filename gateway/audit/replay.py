@@ -123,9 +123,9 @@ def replay(
     def emit_dedup(output: Output, source: Source) -> None:
         emit(output, source)
         # Sent to be decided elsewhere; a report to the id stage is no request.
-        if output.role in ("intake", "requests", "job_ids") and (
-            KIND_HEADER, ID_REPORT
-        ) not in (output.headers or []):
+        if output.role in ("intake", "requests", "job_ids") and (KIND_HEADER, ID_REPORT) not in (
+            output.headers or []
+        ):
             rerouted.append((source.topic, source.partition, source.offset))
 
     metrics = Metrics()

@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     app = Application(
         **runtime_settings(
-            {"bootstrap.servers": args.bootstrap}, args.group, "1", args.commit_interval,
+            {"bootstrap.servers": args.bootstrap},
+            args.group,
+            "1",
+            args.commit_interval,
             Path(args.state_dir),
         )
     )

@@ -523,9 +523,7 @@ def _timeout_at(job: Mapping[str, Any]) -> int | None:
     return start_ms + timeout
 
 
-def _heartbeat(
-    job: Mapping[str, Any], event: JobEvent, stored: State, now_ms: int
-) -> EventResult:
+def _heartbeat(job: Mapping[str, Any], event: JobEvent, stored: State, now_ms: int) -> EventResult:
     """An active job's lease runs from now for the given, else its current, duration."""
     if stored is not State.ACTIVE:
         error = GatewayError(

@@ -140,8 +140,12 @@ def build(
     metrics = Metrics()
     app = Application(
         **runtime_settings(
-            settings.client_config, settings.group, settings.instance_id,
-            settings.commit_interval, state_dir_of(settings), metrics.observe_consumer_stats,
+            settings.client_config,
+            settings.group,
+            settings.instance_id,
+            settings.commit_interval,
+            state_dir_of(settings),
+            metrics.observe_consumer_stats,
         ),
         # Our topics exist (gateway topics apply); the runtime creates only its
         # changelog topics.
