@@ -308,12 +308,14 @@ def timing() -> Iterator[None]:
     """The bench's own garbage collector is off while it times answers. A full collection
     of the bench process (its workload, every pending call) stopped the thread that reads
     answers for 50-120 ms every few seconds, and the pause was counted as the system's."""
+    enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

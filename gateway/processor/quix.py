@@ -55,6 +55,9 @@ _CONSUMER_ATTRIBUTES = ("consume", "_broker_available", "raise_if_broker_unavail
 # for a chunk to fill: a partial chunk is the end of a changelog.
 RESTORE_CHUNK = 1000
 RESTORE_WAIT_S = 0.1
+# A batch is written once it holds this many bytes of keys and values: large
+# records (up to a megabyte each) do not make a chunk's batch a gigabyte.
+RESTORE_BATCH_BYTES = 8 << 20
 RebalanceHook = Callable[[Any, list[Any]], None]
 
 
@@ -180,15 +183,15 @@ def apply_changelog(recovering: Any, messages: Sequence[Any]) -> None:
     recover_from_changelog_message reaches one by one.
 
     A plain record (a store without expiry stamps, an unstamped record) is written as
-    the runtime writes it, but into one batch with its neighbours and the changelog
-    offset of the last: the batch is atomic, so a crash leaves the store at a chunk's
-    edge, and the next restore goes on from its offset. Any other record (a stamped one,
-    the stamps' own system records, one the runtime would refuse) goes to the runtime,
-    after the batch before it is written.
+    the runtime writes it, but into one batch with its neighbours (up to
+    RESTORE_BATCH_BYTES) and the changelog offset of the last: the batch is atomic, so a
+    crash leaves the store at a batch's edge, and the next restore goes on from its
+    offset. Any other record (a stamped one, the stamps' own system records, one the
+    runtime would refuse) goes to the runtime, after the batch before it is written.
     """
     store = recovering._store_partition
     batch: WriteBatch | None = None
-    last = 0
+    last = held = 0
     # A transaction's records share their processed-offsets header: judge each once.
     applies: dict[bytes | None, bool] = {}
     for message in messages:
@@ -196,7 +199,7 @@ def apply_changelog(recovering: Any, messages: Sequence[Any]) -> None:
         if plain is None:
             if batch is not None:
                 _write(store, batch, last)
-                batch = None
+                batch, held = None, 0
             recovering.recover_from_changelog_message(changelog_message=message)
             continue
         cf_name, processed = plain
@@ -206,8 +209,13 @@ def apply_changelog(recovering: Any, messages: Sequence[Any]) -> None:
             apply = offsets is None or recovering._should_apply_changelog(processed_offsets=offsets)
             applies[processed] = apply
         if apply:
-            _put(store, batch, cf_name, message.key(), message.value())
+            key, value = message.key(), message.value()
+            _put(store, batch, cf_name, key, value)
+            held += len(key) + len(value or b"")
         last = message.offset()
+        if held >= RESTORE_BATCH_BYTES:
+            _write(store, batch, last)
+            batch, held = None, 0
     if batch is not None:
         _write(store, batch, last)
 

@@ -139,12 +139,17 @@ RECORDS = st.lists(st.one_of(*[ANY_ROW] * 15, MARKER), max_size=40).map(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=RECORDS, cuts=st.lists(st.integers(0, 40), max_size=5))
-def test_chunks_reach_the_state_of_the_runtimes_one_by_one_restore(records, cuts):
+@given(
+    records=RECORDS,
+    cuts=st.lists(st.integers(0, 40), max_size=5),
+    cap=st.sampled_from([quix.RESTORE_BATCH_BYTES, 1, 40]),
+)
+def test_chunks_reach_the_state_of_the_runtimes_one_by_one_restore(records, cuts, cap):
     # Stamped records switch a store to expiry stamps; records without a column family
     # or a key make the runtime fail, and must make the chunks fail alike.
     with tempfile.TemporaryDirectory() as tmp:
         theirs, ours = store(Path(tmp, "theirs")), store(Path(tmp, "ours"))
+        default, quix.RESTORE_BATCH_BYTES = quix.RESTORE_BATCH_BYTES, cap  # batches cut by size
         try:
             failed_theirs = one_by_one(theirs, records)
             failed_ours = in_chunks(ours, records, cuts)
@@ -152,6 +157,7 @@ def test_chunks_reach_the_state_of_the_runtimes_one_by_one_restore(records, cuts
             assert ours.uses_ttl_stamps == theirs.uses_ttl_stamps
             assert ours.get_changelog_offset() == theirs.get_changelog_offset()
         finally:
+            quix.RESTORE_BATCH_BYTES = default
             theirs.close()
             ours.close()
         assert contents(Path(tmp, "ours")) == contents(Path(tmp, "theirs"))
@@ -165,9 +171,16 @@ def test_plain_records_are_written_one_batch_per_chunk(tmp_path: Path):
     records = [
         Record(n, b"k%d" % n, b"v", [(CHANGELOG_CF_MESSAGE_HEADER, b"default")]) for n in range(500)
     ]
+    large = [
+        Record(n, b"l%d" % n, b"x" * 900_000, [(CHANGELOG_CF_MESSAGE_HEADER, b"default")])
+        for n in range(500, 520)
+    ]
     try:
         quix.apply_changelog(recovering(partition), records)
-        assert len(writes) == 1 and partition.get_changelog_offset() == 499
+        assert writes == [1001] and partition.get_changelog_offset() == 499
+        # Large records: a batch is written once it holds RESTORE_BATCH_BYTES.
+        quix.apply_changelog(recovering(partition), large)
+        assert len(writes) == 1 + 2 and partition.get_changelog_offset() == 519
     finally:
         partition.close()
 
