@@ -119,6 +119,10 @@ def runtime_settings(
             "isolation.level": "read_committed",
             "group.instance.id": f"{group}-{instance_id}",
             "session.timeout.ms": 10_000,
+            # A member learns of a rebalance from its next heartbeat. When processes
+            # start together, the first to join takes every partition and starts
+            # restoring them all; librdkafka's 3 s made the others wait that long.
+            "heartbeat.interval.ms": 500,
             # On assignment the runtime asks the watermarks of every assigned
             # partition, one at a time, on the connection that fetches: each
             # query waits behind a fetch held open this long for lack of data.
