@@ -22,6 +22,12 @@ from typing import Any
 from gateway.broker import launcher
 
 _PREFIX = "GATEWAY_KAFKA_"
+# The processor's transactional producer: how long it holds records to send them
+# together (librdkafka's linger.ms and its default). More sends fewer, larger
+# produce requests, which costs the broker and librdkafka less per record, and
+# leaves more for each commit to send while the processor waits (README, Speed).
+DEFAULT_LINGER_MS = 5
+MAX_LINGER_MS = 1_000
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}
 KAFKA_LOGGER = logging.getLogger("librdkafka")
 

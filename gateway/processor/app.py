@@ -29,6 +29,7 @@ from quixstreams.state.rocksdb import RocksDBOptions
 
 from gateway.admin import check as check_topics
 from gateway.catalogue import Catalogue, CatalogueError
+from gateway.config import DEFAULT_LINGER_MS
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import quix
 from gateway.processor.dedup import Dedup, Limits
@@ -71,6 +72,9 @@ class ProcessorSettings:
     # Seconds between transaction commits: the floor of decision latency, and
     # the amount of work a crash makes the successor redo.
     commit_interval: float = 0.1
+    # Milliseconds the transactional producer holds records to send them together
+    # (librdkafka's linger.ms, its default): the commit sends what it still holds.
+    linger_ms: int = DEFAULT_LINGER_MS
     metrics_port: int | None = None
     # Replies go to the catalogue's replies topic and to topics under this prefix
     # (None: "<replies topic>."; "": the replies topic only). See replies.py.
@@ -87,6 +91,7 @@ def runtime_settings(
     commit_interval: float,
     state_dir: Path,
     stats_cb: Callable[[str], None] | None = None,
+    linger_ms: int = DEFAULT_LINGER_MS,
 ) -> dict[str, Any]:
     """The stream runtime's Application settings, the processor's and the bench floor's
     (`gateway.bench.floor`), so the floor measures the runtime exactly as it runs here."""
@@ -111,6 +116,7 @@ def runtime_settings(
             **PRODUCER_SETTING,
             "transactional.id": f"{group}-{instance_id}",
             "transaction.timeout.ms": 30_000,
+            "linger.ms": linger_ms,
         },
         # Static membership: a restarted instance takes its partitions back at
         # once instead of after a rebalance round.
@@ -150,6 +156,7 @@ def build(
             settings.commit_interval,
             state_dir_of(settings),
             metrics.observe_consumer_stats,
+            settings.linger_ms,
         ),
         # Our topics exist (gateway topics apply); the runtime creates only its
         # changelog topics.

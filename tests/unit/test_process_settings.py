@@ -1,0 +1,50 @@
+"""`gateway process` settings that reach the stream runtime's clients."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import process
+from gateway.cli.common import CommandError
+from gateway.config import DEFAULT_LINGER_MS, MAX_LINGER_MS
+from gateway.processor.app import runtime_settings
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    process.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _producer(linger_ms: int | None = None) -> dict[str, object]:
+    client = {"bootstrap.servers": "127.0.0.1:9"}
+    settings = (
+        runtime_settings(client, "g", "1", 0.1, Path("/x"))
+        if linger_ms is None
+        else runtime_settings(client, "g", "1", 0.1, Path("/x"), linger_ms=linger_ms)
+    )
+    return dict(settings["producer_extra_config"])
+
+
+def test_linger_defaults_to_librdkafkas_and_reaches_the_transactional_producer() -> None:
+    assert _args().linger_ms == DEFAULT_LINGER_MS == 5
+    assert _producer()["linger.ms"] == DEFAULT_LINGER_MS
+    assert _producer(linger_ms=50)["linger.ms"] == 50
+
+
+@pytest.mark.parametrize("value", ["-1", str(MAX_LINGER_MS + 1)])
+def test_linger_out_of_range_is_refused_before_kafka_is_asked(value: str) -> None:
+    with pytest.raises(CommandError, match="--linger-ms must be from 0 to 1000"):
+        process.settings_from(_args("--linger-ms", value))
+
+
+def test_linger_overrides_the_clients_shared_setting() -> None:
+    # GATEWAY_KAFKA_LINGER_MS sets every client's linger; the processor's own flag wins.
+    settings = runtime_settings(
+        {"bootstrap.servers": "127.0.0.1:9", "linger.ms": 200}, "g", "1", 0.1, Path("/x"),
+        linger_ms=20,
+    )  # fmt: skip
+    assert settings["producer_extra_config"]["linger.ms"] == 20
