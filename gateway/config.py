@@ -26,6 +26,7 @@ _PREFIX = "GATEWAY_KAFKA_"
 # together (librdkafka's linger.ms and its default). More sends fewer, larger
 # produce requests, which costs the broker and librdkafka less per record, and
 # leaves more for each commit to send while the processor waits (README, Speed).
+# Past a commit interval it only leaves everything to the commit: a second is plenty.
 DEFAULT_LINGER_MS = 5
 MAX_LINGER_MS = 1_000
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}
