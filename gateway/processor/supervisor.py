@@ -39,9 +39,12 @@ from gateway.processor.shutdown import EXIT_CONFIG, GRACE_S
 
 log = logging.getLogger("gateway.processor")
 
+# A runtime's first restart is at once: its partitions wait only for the new start.
+# One that fails again waits BACKOFF_START_S, then twice as long each time, up to
+# BACKOFF_MAX_S, so a runtime that cannot start does not spin.
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
-HEALTHY_AFTER_S = 60.0  # a runtime up this long resets the backoff
+HEALTHY_AFTER_S = 60.0  # a runtime up this long restarts at once again
 # The runtime ends itself GRACE_S after a stop; past this, it is killed.
 KILL_AFTER_S = GRACE_S + 2.0
 
@@ -80,7 +83,7 @@ class _Child:
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     resume_at: float = 0.0  # when a runtime waiting out its backoff starts again
-    backoff: float = BACKOFF_START_S
+    backoff: float = 0.0  # the wait before its next restart
 
 
 def supervise(
@@ -140,7 +143,7 @@ def _exited(child: _Child) -> int:
         )
         return EXIT_CONFIG
     if time.monotonic() - child.started > HEALTHY_AFTER_S:
-        child.backoff = BACKOFF_START_S
+        child.backoff = 0.0
     log.warning(
         "processor runtime exited; restarting",
         extra={"instance_id": instance, "exit_code": child.proc.returncode,
@@ -148,7 +151,7 @@ def _exited(child: _Child) -> int:
     )  # fmt: skip
     child.proc = None
     child.resume_at = time.monotonic() + child.backoff
-    child.backoff = min(child.backoff * 2, BACKOFF_MAX_S)
+    child.backoff = min(max(child.backoff * 2, BACKOFF_START_S), BACKOFF_MAX_S)
     return 0
 
 

@@ -11,7 +11,7 @@ import pytest
 from gateway import catalogue
 from gateway.cli import process
 from gateway.cli.common import CommandError
-from gateway.processor import status
+from gateway.processor import status, supervisor
 from gateway.processor.app import ProcessorSettings
 from gateway.processor.supervisor import children, default_processes
 
@@ -49,6 +49,31 @@ def test_without_a_state_dir_or_port_the_defaults_follow_the_id():
 )
 def test_the_default_is_one_per_core_and_at_most_one_per_partition(partitions, cores, expected):
     assert default_processes(partitions, cores) == expected
+
+
+class Exited:
+    returncode = -9  # SIGKILL
+
+
+def test_a_first_restart_is_at_once_and_a_runtime_failing_again_backs_off(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(supervisor.time, "monotonic", lambda: now[0])
+    child = supervisor._Child(settings())
+    waits = []
+    for _ in range(8):
+        child.started = now[0]
+        now[0] += 5.0  # up 5 s, then it fails
+        child.proc = Exited()  # type: ignore[assignment]
+        assert supervisor._exited(child) == 0 and child.proc is None
+        waits.append(child.resume_at - now[0])
+        now[0] = child.resume_at
+    assert waits == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    # Up longer than HEALTHY_AFTER_S: the next restart is at once again.
+    child.started = now[0]
+    now[0] += supervisor.HEALTHY_AFTER_S + 1
+    child.proc = Exited()  # type: ignore[assignment]
+    supervisor._exited(child)
+    assert child.resume_at == now[0]
 
 
 def args(processes: int | None) -> argparse.Namespace:
