@@ -38,10 +38,8 @@ class Served:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=port, log_level="warning"
-        )
-        self.app = config.app
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

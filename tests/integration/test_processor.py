@@ -179,7 +179,7 @@ def test_completed_still_blocks_when_the_policy_lists_it(stack: Stack):
     assert again["outcome"] == "ignored" and again["existing_job_state"] == "completed"
 
 
-BAD_INPUTS = {
+BAD_INPUTS: dict[str, tuple[bytes | dict[str, Any], str]] = {
     "not_json": (b"{not json", "invalid_payload"),
     "not_an_object": (b"[1, 2, 3]", "invalid_request"),
     "wrong_type": ({"type": 42, "args": []}, "invalid_request"),

@@ -233,6 +233,7 @@ def test_a_published_event_counts_for_the_very_next_decision(stack: Stack):
     unknown = stack.client.publish_event(
         {"job_id": str(uuid.uuid4()), "unique_key": key, "state": "completed"}
     )
+    assert isinstance(unknown, EventAck)
     assert (str(unknown.outcome), unknown.reason) == ("ignored", "unknown_job")
     with pytest.raises(InvalidEvent) as caught:
         stack.client.publish_event({"job_id": job_id, "unique_key": "not-a-key", "type": "x"})

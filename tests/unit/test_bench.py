@@ -99,7 +99,9 @@ def test_cpu_per_decision_is_compared_to_one_process_too() -> None:
          "cpu_process_s": 0.12},
     ]  # fmt: skip
     ratios = process_ratios(rows)
-    assert ratios["CPU per decision, 2 processes ÷ 1"]["median"] == pytest.approx(1.2)
+    cpu = ratios["CPU per decision, 2 processes ÷ 1"]
+    assert cpu is not None
+    assert cpu["median"] == pytest.approx(1.2)
 
 
 def test_the_gateway_is_compared_to_the_passthrough_round_by_round() -> None:
@@ -135,9 +137,13 @@ def test_answer_modes_are_compared_per_load_and_round() -> None:
         "min": 0.1,
         "max": 0.2,
     }
-    assert ratios["sdk answer: p99, early ÷ committed"]["median"] == pytest.approx(0.15)
+    p99 = ratios["sdk answer: p99, early ÷ committed"]
+    assert p99 is not None
+    assert p99["median"] == pytest.approx(0.15)
     assert "sdk answer: per second, early ÷ committed" not in ratios
-    assert ratios["http c=16: per second, early ÷ committed"]["median"] == 3.0
+    per_second = ratios["http c=16: per second, early ÷ committed"]
+    assert per_second is not None
+    assert per_second["median"] == 3.0
     assert not any(name.startswith("http c=64") for name in ratios)
 
 

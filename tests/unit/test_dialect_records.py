@@ -29,6 +29,12 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads((SCHEMAS / name).read_text())
 
 
+def payload(value: bytes | None) -> Any:
+    """A record's JSON value (the record is not a tombstone)."""
+    assert value is not None
+    return orjson.loads(value)
+
+
 class Log:
     """One partition's log (requests, and job events as the router forwards them)
     through the processor's own code."""
@@ -56,7 +62,7 @@ class Log:
             REQ, 0, len(self.log), at, key.encode() if key else None, orjson.dumps(job), {}
         )
         self._handle(record)
-        decision = orjson.loads(self.outputs("decisions")[-1].value)
+        decision = payload(self.outputs("decisions")[-1].value)
         self.history.append(HistoryItem("decision", at, record.position, decision))
         return decision  # type: ignore[no-any-return]
 
@@ -72,7 +78,7 @@ class Log:
 
     def recorded(self) -> dict[tuple[str, int, int], dict[str, Any]]:
         return {
-            (s.topic, s.partition, s.offset): orjson.loads(o.value)
+            (s.topic, s.partition, s.offset): payload(o.value)
             for o, s in self.out
             if o.role == "decisions"
         }
@@ -104,7 +110,7 @@ def test_every_decision_record_names_its_dialect_and_fits_the_schema() -> None:
     ]  # fmt: skip
     assert [r["outcome"] for r in records[-3:]] == ["rejected", "invalid", "invalid"]
     assert records[4]["holder"]["kind"] == "faktory" and records[3]["holder"]["scope"] == "active"
-    [rejection] = [orjson.loads(o.value) for o in log.outputs("rejections")][:1]
+    [rejection] = [payload(o.value) for o in log.outputs("rejections")][:1]
     assert rejection["error"]["code"] == "NOTUNIQUE"
     for request, record in zip(log.log, records, strict=True):
         if record["outcome"] != "invalid":
@@ -116,7 +122,7 @@ def test_an_invalid_request_on_intake_keeps_its_dialect() -> None:
     router = Router(lambda o, s: out.append(o), Metrics(), Limits())
     source = Source(INTAKE, 0, 0, T0, {})
     router.on_record(orjson.dumps({"dialect": "oban", "args": {}}), None, source)
-    [decision] = [orjson.loads(o.value) for o in out if o.role == "decisions"]
+    [decision] = [payload(o.value) for o in out if o.role == "decisions"]
     assert decision["dialect"] == "oban" and decision["outcome"] == "invalid"
 
 
@@ -126,7 +132,7 @@ def test_a_dialect_job_without_a_key_gets_its_id_in_the_request_as_sent() -> Non
     job = {"dialect": "faktory", "jobtype": "SomeJob", "args": [1]}  # no unique_for: no key
     router.on_record(orjson.dumps(job), None, Source(INTAKE, 0, 0, T0, {}))
     [forwarded] = [o for o in out if o.role == "requests"]
-    sent = orjson.loads(forwarded.value)
+    sent = payload(forwarded.value)
     assert {k: v for k, v in sent.items() if k != "id"} == job
     assert forwarded.key == sent["id"].encode()
 
@@ -145,7 +151,7 @@ def test_an_update_publishes_the_updated_job_and_records_what_changed() -> None:
         {"field": "max_attempts", "from": 3, "to": 5},
         {"field": "priority", "from": 3, "to": 0},
     ]
-    published = [orjson.loads(o.value) for o in log.outputs("jobs")]
+    published = [payload(o.value) for o in log.outputs("jobs")]
     assert [j["id"] for j in published] == [first["job_id"]] * 2
     assert published[1]["priority"] == 0 and published[1]["max_attempts"] == 5
     assert published[1]["state"] == "scheduled" and published[1]["dialect"] == "oban"

@@ -16,7 +16,6 @@ from gateway.core import (
     Decision,
     Entry,
     EventOutcome,
-    EventResult,
     GatewayError,
     Judge,
     OnConflict,
@@ -33,7 +32,7 @@ from gateway.core import (
 )
 from gateway.core.dialects import oban
 from gateway.core.times import format_rfc3339
-from tests.support import apply_event
+from tests.support import KeyEvent, apply_event
 
 T0 = 1_770_000_000_000
 S = 1000
@@ -83,7 +82,7 @@ class Story:
             result = self._apply(job_id, now, fields)
         assert result.outcome is not EventOutcome.REFUSED, result
 
-    def _apply(self, job_id: str, now: int, fields: dict[str, Any]) -> EventResult:
+    def _apply(self, job_id: str, now: int, fields: dict[str, Any]) -> KeyEvent:
         key = self.keys[job_id]
         event = parse_event({"job_id": job_id, "unique_key": key, **fields})
         assert not isinstance(event, GatewayError), event
@@ -318,7 +317,7 @@ def test_oban_executing_is_ojs_active_and_replace_maps_worker_to_type() -> None:
 def test_the_canonical_policy_of_a_dialect_round_trips_through_the_audit_record() -> None:
     from gateway.core import UniquePolicy
 
-    for raw in [
+    raws: list[dict[str, Any]] = [
         {
             "dialect": "oban",
             "worker": "W",
@@ -330,7 +329,8 @@ def test_the_canonical_policy_of_a_dialect_round_trips_through_the_audit_record(
         {"dialect": "oban-py", "worker": "W", "meta": {"a": 1}, "unique": {"fields": ["meta"]}},
         {"dialect": "zizq", "type": "t", "uniqueKey": "k", "uniqueWhile": "exists"},
         {"dialect": "faktory", "jobtype": "T", "args": [1], "custom": {"unique_for": 1.5}},
-    ]:
+    ]
+    for raw in raws:
         policy = parsed(raw).policy
         assert policy is not None
         assert UniquePolicy.from_dict(policy.to_dict()) == policy, raw

@@ -160,6 +160,7 @@ def test_holders_are_stored_typed_and_old_entries_load_without_one() -> None:
     # An entry written before holder rules existed.
     old = b'[{"id":"j","state":"available","created_at":1,"changed_at":1,"type":"t","queue":"q"}]'
     assert load_entries(old)[0].holder is None and load_entries(old)[0].job is None
+    bad: object
     for bad in (
         {"kind": "sidekiq", "since": 1},
         {"kind": "zizq", "scope": "x", "since": 1},

@@ -193,7 +193,7 @@ def test_the_view_indexes_states_and_counts_queues(tmp_path: Path):
     view = JobView(tmp_path)
     later = "2999-01-01T00:00:00Z"
 
-    def rec(partition: int, offset: int, **fields: Any) -> tuple[int, int, bytes, bytes]:
+    def rec(partition: int, offset: int, **fields: Any) -> tuple[int, int, bytes, bytes | None]:
         return (partition, offset, fields["id"].encode(), orjson.dumps(fields))
 
     records = [

@@ -297,6 +297,12 @@ class Partition:
 UNIQUE = {"type": "report.build", "args": [1], "unique": {"keys": ["type", "args"]}}
 
 
+def payload(value: bytes | None) -> Any:
+    """A record's JSON value (the record is not a tombstone)."""
+    assert value is not None
+    return orjson.loads(value)
+
+
 def states(outputs: list[Output]) -> list[str]:
     return [orjson.loads(o.value)["state"] for o in outputs if o.role == "job_states" and o.value]
 
@@ -304,7 +310,7 @@ def states(outputs: list[Output]) -> list[str]:
 def claimed(max_attempts: int = 3, lease: int = 2_000) -> tuple[Partition, str]:
     log = Partition()
     decided = log.request({**UNIQUE, "id": JOB_ID, "max_attempts": max_attempts}, T0)
-    key = next(orjson.loads(o.value)["unique_key"] for o in decided if o.role == "decisions")
+    key = next(payload(o.value)["unique_key"] for o in decided if o.role == "decisions")
     log.event(key, T0 + 10, unique_key=key, type="job.started", visibility_timeout_ms=lease)
     return log, key
 
@@ -321,7 +327,7 @@ def test_ticks_end_a_lease_on_an_idle_partition_and_decide_nothing() -> None:
     assert [e.state for e in entries if e.job_id == JOB_ID] == [State.DISCARDED]
     # The key is free again: the same job is a new one now.
     again = log.request({**UNIQUE}, due + 1)
-    decision = next(orjson.loads(o.value) for o in again if o.role == "decisions")
+    decision = next(payload(o.value) for o in again if o.role == "decisions")
     assert decision["outcome"] == "accepted"
 
 
@@ -357,7 +363,7 @@ def test_a_deleted_job_is_tombstoned_at_once_and_frees_its_key() -> None:
     [report] = [orjson.loads(o.value or b"") for o in later if o.role == "job_ids"]
     assert report["job_id"] == JOB_ID and report["job"] is None
     again = log.request({**UNIQUE, "id": JOB_ID}, T0 + 40)
-    decision = next(orjson.loads(o.value) for o in again if o.role == "decisions")
+    decision = next(payload(o.value) for o in again if o.role == "decisions")
     assert decision["outcome"] == "accepted"
 
 
@@ -366,7 +372,7 @@ def test_a_revived_job_holds_its_key_again() -> None:
     log.event(key, T0 + 20, unique_key=key, type="job.failed", error={"message": "x"})
     assert states(log.event(key, T0 + 30, unique_key=key, type="job.enqueued")) == ["available"]
     dup = log.request({**UNIQUE}, T0 + 40)
-    decision = next(orjson.loads(o.value) for o in dup if o.role == "decisions")
+    decision = next(payload(o.value) for o in dup if o.role == "decisions")
     assert decision["outcome"] == "rejected" and decision["existing_job_id"] == JOB_ID
 
 
@@ -391,7 +397,7 @@ def test_a_tombstone_is_written_even_if_the_store_still_shows_the_record() -> No
 
 def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
     log, key = claimed(max_attempts=3)
-    steps = [
+    steps: list[tuple[int, dict[str, Any]]] = [
         (T0 + 100, {"type": "job.failed", "error": {"message": "no attempt given"}}),
         (T0 + 200, {"type": "job.started"}),  # retryable but not yet due: refused
         (T0 + 60_000, {"type": "job.started"}),  # due by now: a fetch
@@ -402,7 +408,8 @@ def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
     seen: list[str | None] = []
     for at, fields in steps:
         out = log.event(key, at, unique_key=key, **fields)
-        seen.append((states(out) or [None])[-1])
+        got = states(out)
+        seen.append(got[-1] if got else None)
     expiry = LEASES.seen_at(T0 + 61_300)
     seen.append(states(log.tick(expiry))[-1])
     assert seen == ["retryable", None, "active", "discarded", "available", "active", "retryable"]
@@ -411,13 +418,13 @@ def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
     for source, _, value in log.records:
         position = (source.topic, source.partition, source.offset)
         decision = next(
-            (orjson.loads(o.value) for o, s in log.out if o.role == "decisions" and s == source),
+            (payload(o.value) for o, s in log.out if o.role == "decisions" and s == source),
             None,
         )
         if decision is not None:
             items.append(HistoryItem("decision", source.timestamp_ms, position, decision))
         elif source.is_job_event:
-            items.append(HistoryItem("event", source.timestamp_ms, position, orjson.loads(value)))
+            items.append(HistoryItem("event", source.timestamp_ms, position, payload(value)))
         else:
             items.append(HistoryItem("time", source.timestamp_ms, position, {}))
     lines = [line.strip() for line in explain_history(items)]

@@ -170,6 +170,7 @@ def test_every_event_in_every_state_follows_the_table(
         assert result.outcome is not EventOutcome.APPLIED and result.job == job
         return
     if revived:
+        assert result.job is not None
         assert result.job["attempt"] == 0
         return
     if result.outcome is EventOutcome.APPLIED:
@@ -177,6 +178,7 @@ def test_every_event_in_every_state_follows_the_table(
         allowed = {State.ACTIVE} if fields.get("type") == "job.failed" else ALLOWED_FROM[target]
         assert effective in allowed or state in allowed
         started = target is State.ACTIVE
+        assert result.job is not None
         assert result.job["attempt"] == attempt + (1 if started else 0)
     else:
         assert result.job == job  # nothing moves unless applied

@@ -4,7 +4,7 @@ what is missing in another."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
+from types import MethodType, SimpleNamespace
 
 import pytest
 from quixstreams import Application
@@ -39,7 +39,9 @@ def test_a_quixstreams_without_them_fails_at_start_naming_each(tmp_path: Path):
 def test_a_quixstreams_whose_recovery_loop_moved_fails_at_start(tmp_path: Path, monkeypatch):
     app, sdf = runtime(tmp_path)
     monkeypatch.delattr(RecoveryManager, "_rewind_data_partition")
-    del app._state_manager._recovery_manager._topic_manager
+    recovery = app._state_manager._recovery_manager
+    assert recovery is not None
+    del recovery._topic_manager
     with pytest.raises(
         quix.RuntimeMismatch,
         match=r"lacks RecoveryManager\._rewind_data_partition, RecoveryManager\._topic_manager;",
@@ -50,5 +52,8 @@ def test_a_quixstreams_whose_recovery_loop_moved_fails_at_start(tmp_path: Path, 
 def test_the_runtime_restores_through_the_chunked_loop(tmp_path: Path):
     app, _ = runtime(tmp_path)
     quix.restore_in_chunks(app)
-    loop = app._state_manager._recovery_manager._recovery_loop
-    assert loop.__func__ is quix._recovery_loop  # type: ignore[attr-defined]
+    recovery = app._state_manager._recovery_manager
+    assert recovery is not None
+    loop = recovery._recovery_loop
+    assert isinstance(loop, MethodType)  # a bound method, as the adapter sets it
+    assert loop.__func__ is quix._recovery_loop
