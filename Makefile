@@ -21,4 +21,4 @@ test: install
 
 lint: install
 	$(BIN)/ruff check gateway tests
-	$(BIN)/mypy gateway
+	$(BIN)/mypy gateway tests
