@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from gateway.broker.ports import free_port_block as _block
 from gateway.core import (
     DEFAULT_RETENTION_MS,
@@ -18,6 +20,12 @@ from gateway.core import (
 )
 from gateway.core.events import on_key
 from gateway.core.times import format_rfc3339
+
+
+def payload(value: bytes | None) -> Any:
+    """A record's JSON value (the record is not a tombstone)."""
+    assert value is not None
+    return orjson.loads(value)
 
 
 def free_port_block() -> int:

@@ -18,6 +18,7 @@ from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import JOB_EVENT, KIND_HEADER, Output, Source
 from gateway.processor.router import Router
+from tests.support import payload
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "topics" / "schemas"
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
@@ -27,12 +28,6 @@ HOUR = 3_600_000
 
 def schema(name: str) -> dict[str, Any]:
     return json.loads((SCHEMAS / name).read_text())
-
-
-def payload(value: bytes | None) -> Any:
-    """A record's JSON value (the record is not a tombstone)."""
-    assert value is not None
-    return orjson.loads(value)
 
 
 class Log:

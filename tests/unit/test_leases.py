@@ -43,6 +43,7 @@ from gateway.processor.records import (
 )
 from gateway.processor.schedule import LEASES
 from gateway.processor.ticks import TICK_KEY
+from tests.support import payload
 
 T0 = 1_770_000_000_000
 JOB_ID = "019b0a4c-1f00-7000-8000-000000000001"
@@ -295,12 +296,6 @@ class Partition:
 
 
 UNIQUE = {"type": "report.build", "args": [1], "unique": {"keys": ["type", "args"]}}
-
-
-def payload(value: bytes | None) -> Any:
-    """A record's JSON value (the record is not a tombstone)."""
-    assert value is not None
-    return orjson.loads(value)
 
 
 def states(outputs: list[Output]) -> list[str]:
