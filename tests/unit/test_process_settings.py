@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,13 +20,15 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _producer(linger_ms: int | None = None) -> dict[str, object]:
-    client = {"bootstrap.servers": "127.0.0.1:9"}
-    settings = (
-        runtime_settings(client, "g", "1", 0.1, Path("/x"))
-        if linger_ms is None
-        else runtime_settings(client, "g", "1", 0.1, Path("/x"), linger_ms=linger_ms)
-    )
+def _producer(
+    client_linger_ms: int | None = None, linger_ms: int | None = None
+) -> dict[str, object]:
+    """The transactional producer's settings (None: the setting is left out)."""
+    client: dict[str, object] = {"bootstrap.servers": "127.0.0.1:9"}
+    if client_linger_ms is not None:
+        client["linger.ms"] = client_linger_ms
+    own: dict[str, Any] = {} if linger_ms is None else {"linger_ms": linger_ms}
+    settings = runtime_settings(client, "g", "1", 0.1, Path("/x"), **own)
     return dict(settings["producer_extra_config"])
 
 
@@ -43,8 +46,4 @@ def test_linger_out_of_range_is_refused_before_kafka_is_asked(value: str) -> Non
 
 def test_linger_overrides_the_clients_shared_setting() -> None:
     # GATEWAY_KAFKA_LINGER_MS sets every client's linger; the processor's own flag wins.
-    settings = runtime_settings(
-        {"bootstrap.servers": "127.0.0.1:9", "linger.ms": 200}, "g", "1", 0.1, Path("/x"),
-        linger_ms=20,
-    )  # fmt: skip
-    assert settings["producer_extra_config"]["linger.ms"] == 20
+    assert _producer(client_linger_ms=200, linger_ms=20)["linger.ms"] == 20
