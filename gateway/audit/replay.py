@@ -24,11 +24,12 @@ from typing import Any
 
 import orjson
 
+from gateway import wire
 from gateway.audit.log import LogRecord, in_log_order
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import ID_REPORT, KIND_HEADER, Output, Source
+from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 
 Position = tuple[str, int, int]  # topic, partition, offset of the request record
@@ -123,9 +124,8 @@ def replay(
     def emit_dedup(output: Output, source: Source) -> None:
         emit(output, source)
         # Sent to be decided elsewhere; a report to the id stage is no request.
-        if output.role in ("intake", "requests", "job_ids") and (KIND_HEADER, ID_REPORT) not in (
-            output.headers or []
-        ):
+        report = (wire.KIND_HEADER, wire.ID_REPORT) in (output.headers or [])
+        if output.role in ("intake", "requests", "job_ids") and not report:
             rerouted.append((source.topic, source.partition, source.offset))
 
     metrics = Metrics()

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gateway import catalogue, logs
+from gateway import catalogue, logs, wire
 from gateway.catalogue import CatalogueError
 from gateway.cli.common import (
     CommandError,
@@ -112,7 +112,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         client_config=reachable_config(args.bootstrap),
         catalogue=cat,
         instance_id=args.instance_id,
-        group=f"{args.namespace}.gateway-dedup" if args.namespace else "gateway-dedup",
+        group=wire.group_name(args.namespace),
         state_dir=args.state_dir,
         limits=limits,
         reply_prefix=args.reply_prefix,

@@ -161,8 +161,8 @@ class JobEvent:
 
     @property
     def route(self) -> str:
-        """The record key the event travels under: the job's key, else its id."""
-        return self.unique_key or self.job_id
+        """The record key the event travels under: its job's route."""
+        return route_key(self.unique_key, self.job_id)
 
 
 class EventOutcome(StrEnum):
@@ -194,7 +194,8 @@ class EventResult:
 
 
 def route_key(unique_key: str | None, job_id: str) -> str:
-    """Where a job lives: events about it are keyed (and so partitioned) by this."""
+    """Where a job lives, the route rule's one statement (gateway.wire.route applies it to
+    a request): its unique key, else its id. Its requests and events are keyed by this."""
     return unique_key or job_id
 
 

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from gateway import catalogue, config
+from gateway import catalogue, config, wire
 from gateway.http import dead_letter, errors, events_route, health, jobs, workers
 from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
@@ -159,7 +159,7 @@ async def _health(request: Request) -> Response:
             health.not_ready,
             binding.admin,
             binding.requests_topic,
-            health.processor_group(settings.namespace),
+            wire.group_name(settings.namespace),
             settings.processor_url,
         )
     media_type = media_type_of(request)

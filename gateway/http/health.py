@@ -21,11 +21,6 @@ from confluent_kafka.admin import AdminClient
 TIMEOUT_S = 2.0
 
 
-def processor_group(namespace: str | None) -> str:
-    """The processor's consumer group, named as `gateway process` names it."""
-    return f"{namespace}.gateway-dedup" if namespace else "gateway-dedup"
-
-
 def not_ready(admin: AdminClient, topic: str, group: str, processor_url: str | None) -> str | None:
     """None when ready, else the reason; blocking (a few TIMEOUT_S at most), run it off the loop."""
     try:

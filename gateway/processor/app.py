@@ -1,16 +1,16 @@
-"""The dedup processor as a quixstreams Application, exactly-once.
+"""The dedup processor: settings, wiring, and a run of its loop.
 
 One consumer group reads `intake` and `job_events` (the router stage, which
 forwards both onto `requests`) and `requests` (the dedup stage, one RocksDB
-state per partition keyed by fingerprint). The dedup stage reads a single
-topic, so the order of each partition's log is the order of decisions: no
-merge of topics by timestamp, no buffering. It also reads `job_ids` (the id
-stage, a RocksDB state per partition keyed by job id), where client ids are
-claimed before their requests reach `requests`. Every record the stages write
-goes through the runtime's transactional producer, so outputs, state
-changelog and input offsets commit in one Kafka transaction; local state is
-written only after that commit. Replies to waiting callers are the exception
-when answers are early (the default): see replies.py.
+store per partition keyed by route). The dedup stage reads a single topic, so
+the order of each partition's log is the order of decisions: no merge of
+topics by timestamp, no buffering. It also reads `job_ids` (the id stage, a
+store per partition keyed by job id), where client ids are claimed before
+their requests reach `requests`. Every record the stages write goes through
+the loop's transactional producer, so outputs, state changelog and input
+offsets commit in one Kafka transaction; local state is written only after
+that commit (loop.py). Replies to waiting callers are the exception when
+answers are early (the default): see replies.py.
 """
 
 from __future__ import annotations
@@ -19,44 +19,40 @@ import gc
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
-from quixstreams import Application, message_context
-from quixstreams.state.rocksdb import RocksDBOptions
 
 from gateway.admin import check as check_topics
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_LINGER_MS
 from gateway.partitioner import PRODUCER_SETTING
-from gateway.processor import quix
-from gateway.processor.dedup import Dedup, Limits
-from gateway.processor.ids import IdStage
+from gateway.processor import changelogs
+from gateway.processor.dedup import Limits
+from gateway.processor.loop import Loop, Topics
 from gateway.processor.metrics import Metrics
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
-from gateway.processor.records import Output, Source, headers_of
+from gateway.processor.records import Output, Source
 from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
-from gateway.processor.router import Router
 from gateway.processor.shutdown import Shutdown
+from gateway.processor.stages import INPUTS, Stages, Stores
 from gateway.processor.state_identity import current, reconcile, state_root
 from gateway.processor.ticks import Ticker
 from gateway.processor.total import Emit
+from gateway.wire import group_name
 
 log = logging.getLogger("gateway.processor")
 
-# A partition's store starts without expiry stamps and switches to them at its
-# first write with a ttl; the records already there get this one. They were all
-# written without a ttl, meaning "until deleted", and the runtime's own default
-# (the triggering ttl) would make it forget live jobs and keys.
-NEVER = timedelta(days=100 * 365)
 # How long an idle fetch waits on the broker for data (see the consumer settings).
 FETCH_WAIT_MS = 10
 # How long start waits for the catalogue's topics to show in metadata: right after
 # `topics apply` a broker may not list them yet.
 STARTUP_WAIT_S = 10.0
+# The stores live under the state directory here; anything else there is a previous
+# version's (see state_identity.py).
+STORES = "stores"
 
 
 @dataclass(frozen=True)
@@ -66,7 +62,7 @@ class ProcessorSettings:
     instance_id: str = "1"
     # Consumer group and transactional-id prefix; the namespace keeps test
     # runs and side-by-side deployments apart.
-    group: str = "gateway-dedup"
+    group: str = group_name(None)
     state_dir: Path | None = None
     limits: Limits = field(default_factory=Limits)
     # Seconds between transaction commits: the floor of decision latency, and
@@ -88,92 +84,54 @@ def runtime_settings(
     client_config: dict[str, Any],
     group: str,
     instance_id: str,
-    commit_interval: float,
-    state_dir: Path,
     stats_cb: Callable[[str], None] | None = None,
     linger_ms: int = DEFAULT_LINGER_MS,
-) -> dict[str, Any]:
-    """The stream runtime's Application settings, the processor's and the bench floor's
-    (`gateway.bench.floor`), so the floor measures the runtime exactly as it runs here."""
-    client = dict(client_config)
-    bootstrap = client.pop("bootstrap.servers")
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loop's consumer and producer settings, the processor's and the bench floor's
+    (`gateway.bench.floor`), so the floor measures the loop exactly as it runs here."""
     statistics = (
         # Also how often the restore's progress is known (metrics.py).
         {"statistics.interval.ms": 1_000, "stats_cb": stats_cb} if stats_cb is not None else {}
     )
-    return dict(
-        broker_address=bootstrap,
-        consumer_group=group,
-        processing_guarantee="exactly-once",
-        auto_offset_reset="earliest",
-        commit_interval=commit_interval,
-        consumer_poll_timeout=0.01,
+    consumer = {
+        **client_config,
+        "group.id": group,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        # Static membership: a restarted instance takes its partitions back at
+        # once instead of after a rebalance round.
+        "group.instance.id": f"{group}-{instance_id}",
+        "session.timeout.ms": 10_000,
+        # A member learns of a rebalance from its next heartbeat. When processes
+        # start together, the first to join takes every partition and starts
+        # restoring them all; librdkafka's 3 s made the others wait that long.
+        "heartbeat.interval.ms": 500,
+        # An idle fetch waits this long on the broker for data; a fetch with data
+        # returns at once whatever this is.
+        "fetch.wait.max.ms": FETCH_WAIT_MS,
+        **statistics,
+    }
+    producer = {
+        **client_config,
+        **PRODUCER_SETTING,
         # A stable transactional id per instance: a restarted instance fences
         # its predecessor's open transaction at once instead of waiting for it
         # to time out.
-        producer_extra_config={
-            **client,
-            **PRODUCER_SETTING,
-            "transactional.id": f"{group}-{instance_id}",
-            "transaction.timeout.ms": 30_000,
-            "linger.ms": linger_ms,
-        },
-        # Static membership: a restarted instance takes its partitions back at
-        # once instead of after a rebalance round.
-        consumer_extra_config={
-            **client,
-            "isolation.level": "read_committed",
-            "group.instance.id": f"{group}-{instance_id}",
-            "session.timeout.ms": 10_000,
-            # A member learns of a rebalance from its next heartbeat. When processes
-            # start together, the first to join takes every partition and starts
-            # restoring them all; librdkafka's 3 s made the others wait that long.
-            "heartbeat.interval.ms": 500,
-            # On assignment the runtime asks the watermarks of every assigned
-            # partition, one at a time, on the connection that fetches: each
-            # query waits behind a fetch held open this long for lack of data.
-            # librdkafka's 500 ms made that 16 s of every start (32 partitions);
-            # a fetch with data returns at once whatever this is.
-            "fetch.wait.max.ms": FETCH_WAIT_MS,
-            **statistics,
-        },
-        state_dir=str(state_dir),
-        rocksdb_options=RocksDBOptions(legacy_records_ttl=NEVER),
-        loglevel=None,
-    )
+        "transactional.id": f"{group}-{instance_id}",
+        "transaction.timeout.ms": 30_000,
+        "linger.ms": linger_ms,
+    }
+    return consumer, producer
 
 
-def build(
-    settings: ProcessorSettings,
-) -> tuple[Application, Metrics, ReplyTopics, EarlyReplies | None]:
+def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, EarlyReplies | None]:
     cat = settings.catalogue
     metrics = Metrics()
-    app = Application(
-        **runtime_settings(
-            settings.client_config,
-            settings.group,
-            settings.instance_id,
-            settings.commit_interval,
-            state_dir_of(settings),
-            metrics.observe_consumer_stats,
-            settings.linger_ms,
-        ),
-        # Our topics exist (gateway topics apply); the runtime creates only its
-        # changelog topics.
-        auto_create_topics=True,
-        on_processing_error=_log_failure("processing"),
-        on_producer_error=_log_failure("producing"),
-        on_consumer_error=_log_failure("consuming"),
-    )
-    topics = {
-        role: app.topic(cat.name(role), key_deserializer="bytes", value_deserializer="bytes")
-        for role in ("intake", "requests", "job_events", "job_ids")
-    }
-    requests = app.dataframe(topics["requests"])
-    quix.check(app, requests)
-    quix.restore_in_chunks(app)
-    producer = quix.transactional_producer(requests)
-
+    consumer, producer = runtime_settings(
+        settings.client_config, settings.group, settings.instance_id,
+        metrics.observe_consumer_stats, settings.linger_ms,
+    )  # fmt: skip
     names = {t.role: t.name for t in cat.topics}
     replies = reply_topics(settings)
     early = (
@@ -182,35 +140,21 @@ def build(
         else None
     )
 
-    emit = emitter(names, replies, metrics, producer.produce, early.send if early else None)
+    def transactional(**record: Any) -> None:
+        loop.produce(**record)  # the loop is built below, before anything is emitted
 
-    def state_of(source: Source, key: bytes) -> Any:
-        return quix.state_of(requests, source.partition, key, source.timestamp_ms)
-
-    dedup = Dedup(
-        cat.by_role("requests").partitions, emit, metrics, settings.limits, state_of,
-        epoch=lambda: quix.checkpoint_of(requests),
+    emit = emitter(names, replies, metrics, transactional, early.send if early else None)
+    stages = Stages(cat, emit, metrics, settings.limits, Stores(state_dir_of(settings) / STORES))
+    topics = Topics(
+        inputs=[cat.name(role) for role in INPUTS],
+        roles={cat.name(role): role for role in INPUTS},
+        changelogs=changelogs.changelogs(cat, settings.group),
+    )
+    loop = Loop(
+        consumer, producer, settings.client_config, topics, stages,
+        settings.commit_interval, metrics,
     )  # fmt: skip
-    router = Router(emit, metrics, settings.limits)
-    ids = IdStage(cat.by_role("job_ids").partitions, emit, metrics, settings.limits)
-
-    def on_dedup(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
-        dedup.on_record(value, key, _source(timestamp, headers, metrics), state)
-
-    def on_intake(value: Any, key: Any, timestamp: int, headers: Any) -> None:
-        router.on_record(value, key, _source(timestamp, headers, metrics))
-
-    def on_job_event(value: Any, key: Any, timestamp: int, headers: Any) -> None:
-        router.on_event(value, key, _source(timestamp, headers, metrics))
-
-    def on_job_id(value: Any, key: Any, timestamp: int, headers: Any, state: Any) -> None:
-        ids.on_record(value, key, _source(timestamp, headers, metrics), state)
-
-    requests.update(on_dedup, stateful=True, metadata=True)
-    app.dataframe(topics["intake"]).update(on_intake, metadata=True)
-    app.dataframe(topics["job_events"]).update(on_job_event, metadata=True)
-    app.dataframe(topics["job_ids"]).update(on_job_id, stateful=True, metadata=True)
-    return app, metrics, replies, early
+    return loop, metrics, replies, early
 
 
 Produce = Callable[..., None]  # (topic=, key=, value=, headers=)
@@ -270,21 +214,22 @@ class StartupRefused(Exception):
 
 
 def run(settings: ProcessorSettings) -> None:
-    """Run until stopped; raise if the runtime fails (the supervisor restarts us), or
+    """Run until stopped; raise if the loop fails (the supervisor restarts us), or
     StartupRefused if the deployment is wrong (it does not)."""
     shutdown = Shutdown()
     shutdown.install_handlers()
     admin = AdminClient(settings.client_config)
     try:
         check_topics(settings.catalogue, admin, wait_s=STARTUP_WAIT_S)
-        app, metrics, replies, early = build(settings)
-    except (CatalogueError, quix.RuntimeMismatch) as exc:
+        changelogs.ensure(settings.catalogue, settings.group, admin)
+    except CatalogueError as exc:
         raise StartupRefused(str(exc)) from exc
-    # Before any partition's state is opened: drop state from another cluster.
-    reconcile(state_dir_of(settings), current(admin, settings.group))
+    # Before any partition's state is opened: drop state from another cluster or version.
+    reconcile(state_dir_of(settings), current(admin, settings.group), keep=STORES)
+    loop, metrics, replies, early = build(settings)
     replies.start()
-    shutdown.attach(app)
-    readiness = Readiness(app, shutdown)
+    shutdown.attach(loop)
+    readiness = Readiness(loop, shutdown)
     if settings.metrics_port is not None:
         serve_status(settings.metrics_port, metrics.registry, readiness)
     if shutdown.requested:
@@ -301,32 +246,12 @@ def run(settings: ProcessorSettings) -> None:
     gc.collect()
     gc.freeze()
     try:
-        app.run()
+        loop.run()
     finally:
         ticker.stop()
         replies.stop()
         if early is not None:
             early.close()
-
-
-def _log_failure(stage: str) -> Any:
-    """Log what went wrong with its traceback, then let the runtime fail as it would.
-
-    A failure here means the transaction is aborted and the record replayed;
-    the log is the only place its cause is kept.
-    """
-
-    def callback(exc: BaseException, *_: Any) -> bool:
-        log.error(f"{stage} failed", exc_info=exc)
-        return False
-
-    return callback
-
-
-def _source(timestamp: int, headers: Any, metrics: Metrics) -> Source:
-    ctx = message_context()
-    metrics.processed(ctx.topic, ctx.partition, ctx.offset)
-    return Source(ctx.topic, ctx.partition, ctx.offset, timestamp, headers_of(headers))
 
 
 def state_dir_of(settings: ProcessorSettings) -> Path:

@@ -9,7 +9,7 @@ past their retention get their tombstones. A tick record does only that. This
 module loads and stores a key's entries and job records, checks that a record
 sits on the partition its route belongs to, and hands records to `emit`.
 
-Routing. A job lives under its route (`core.route_key`): its unique_key, else
+Routing. A job lives under its route (`wire.route`): its unique_key, else
 its id. The SDK and the router give a job without a policy an id before it
 reaches `requests` and key it by that id, so its requests and events meet in
 one key's state like a fingerprint's; a request with neither that arrives on
@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from gateway import wire
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
@@ -56,7 +57,6 @@ from gateway.core import (
     parse_event_json,
     parse_request_json,
     requested_dialect,
-    route_key,
 )
 from gateway.core.engine import updated_record
 from gateway.core.events import cancelled_by_replace, follow, on_key
@@ -66,10 +66,6 @@ from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
 from gateway.partitioner import partition_for
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
-    CLAIMED_ID_HEADER,
-    ID_CLAIMED,
-    ID_HEADER,
-    ID_MINTED,
     Output,
     Source,
     cancellation,
@@ -145,13 +141,6 @@ def parse_event_record(value: bytes | None, key: bytes | None) -> JobEvent | Gat
     return event
 
 
-def request_route(request: Request) -> str | None:
-    """Where a request is decided: its fingerprint, else its id; None until it has an id."""
-    if request.unique_key is None and request.envelope.id is None:
-        return None
-    return route_key(request.unique_key, request.envelope.id or "")
-
-
 class Dedup:
     """Decides requests and applies job events for the partitions this instance owns."""
 
@@ -185,7 +174,7 @@ class Dedup:
         claimed = (
             not source.is_job_event
             and not is_tick(source, value)
-            and source.headers.get(ID_HEADER) == ID_CLAIMED
+            and source.headers.get(wire.ID_CLAIM_HEADER) == wire.ID_CLAIMED
         )
 
         def handle() -> None:
@@ -220,7 +209,7 @@ class Dedup:
 
     def _claim_report(self, source: Source, key: bytes | None) -> Output:
         """After a claimed request's decision: the job its route now holds under the id."""
-        job_id = source.header(CLAIMED_ID_HEADER) or ""
+        job_id = source.header(wire.CLAIMED_ID_HEADER) or ""
         job = self.state_of(source, key or b"").get_bytes(JOB + job_id)
         held = None if job is None else summary(orjson.loads(job))
         return id_report(job_id, (key or b"").decode(errors="replace"), held, decided=True)
@@ -275,7 +264,7 @@ class Dedup:
                 "request on the wrong partition re-routed",
                 extra={"source": source.as_dict()},
             )
-            route = request_route(request)
+            route = wire.route(request)
             headers = list(source.headers.items())
             again = (
                 Output(value or b"", key, role="intake", headers=headers)
@@ -322,13 +311,13 @@ class Dedup:
 
     @staticmethod
     def _unvouched(request: Request, source: Source) -> bool:
-        return request.envelope.id is not None and source.headers.get(ID_HEADER) not in (
-            ID_CLAIMED,
-            ID_MINTED,
+        return request.envelope.id is not None and source.headers.get(wire.ID_CLAIM_HEADER) not in (
+            wire.ID_CLAIMED,
+            wire.ID_MINTED,
         )
 
     def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
-        route = request_route(request)
+        route = wire.route(request)
         if route is None:
             return True  # no key and no id: the router gives it an id to route by
         wanted = route.encode()
@@ -355,7 +344,7 @@ class Dedup:
             job = job_record(decision.job, decision.unique_key, source.partition)
             route = job["route"]
             self._put_job(state, job, source)
-            if source.header(CLAIMED_ID_HEADER) != job_id:
+            if source.header(wire.CLAIMED_ID_HEADER) != job_id:
                 # An id the gateway minted: the id stage learns it is taken.
                 self.emit(id_report(job_id, route, summary(job), decided=False), source)
         for entry in decision.cancelled:

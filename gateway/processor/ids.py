@@ -15,18 +15,14 @@ import logging
 
 import orjson
 
+from gateway import wire
 from gateway.core import GatewayError, Request
 from gateway.core.ids import IdClaim, claim_id, report_id
 from gateway.core.limits import headers_refusal
 from gateway.partitioner import partition_for
-from gateway.processor.dedup import Emit, KeyState, Limits, dialect_of, parse_limited, request_route
+from gateway.processor.dedup import Emit, KeyState, Limits, dialect_of, parse_limited
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
-    CLAIMED_ID_HEADER,
-    ID_CLAIMED,
-    ID_HEADER,
-    ID_REPORT,
-    KIND_HEADER,
     Output,
     Source,
     decision_outputs,
@@ -51,7 +47,7 @@ class IdStage:
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
         staged = self._guard.stage(key, state)
-        if source.headers.get(KIND_HEADER) == ID_REPORT:
+        if source.headers.get(wire.KIND_HEADER) == wire.ID_REPORT:
             handle = lambda: self._on_report(value, key, staged)  # noqa: E731
             # A report the stage cannot read is the gateway's own fault: kept, not answered.
             self._guard.run("ids", source, value, key, handle, lambda *_: [])
@@ -93,7 +89,7 @@ class IdStage:
             # Claimed anywhere else, two partitions could each claim the id.
             self.emit(_forward(value, wanted, "job_ids", source, req_id), source)
             return
-        route = request_route(request)
+        route = wire.route(request)
         assert route is not None  # it has an id
         claim, refusal = claim_id(
             IdClaim.load(state.get_bytes(CLAIM)), request, route, source.timestamp_ms
@@ -118,11 +114,12 @@ def _forward(
     claimed: str | None = None,
 ) -> Output:
     """The request on its way, with its request id; marked claimed only by this stage."""
-    dropped = (ID_HEADER, CLAIMED_ID_HEADER, "request_id")
+    dropped = (wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER, wire.REQUEST_ID_HEADER)
     headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
-    headers.append(("request_id", req_id.encode()))
+    headers.append((wire.REQUEST_ID_HEADER, req_id.encode()))
     if claimed is not None:
-        headers += [(ID_HEADER, ID_CLAIMED), (CLAIMED_ID_HEADER, claimed.encode())]
+        headers.append((wire.ID_CLAIM_HEADER, wire.ID_CLAIMED))
+        headers.append((wire.CLAIMED_ID_HEADER, claimed.encode()))
     return Output(value or b"", key, role=role, headers=headers)
 
 

@@ -1,8 +1,8 @@
 """Whether this processor is ready, told by the processor itself over HTTP.
 
-Ready means: the runtime owns input partitions (its latest assignment, after
-any revoke) and no state partition is still being restored from the
-changelog. Only the process that runs the runtime knows both; the consumer
+Ready means: the loop owns input partitions (its latest assignment, after
+any revoke) and is not restoring a store from its changelog. Only the
+process that runs the loop knows both; the consumer
 group seen from outside cannot tell this run from the previous one, whose
 static member stays listed until its session times out. So the processor
 answers on its status port (with --metrics-port), and `gateway serve
@@ -22,57 +22,37 @@ from typing import Any
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from quixstreams import Application
 
-from gateway.processor import quix
+from gateway.processor.loop import Loop
 from gateway.processor.shutdown import Shutdown
 
 
 class Readiness:
-    """Follows the runtime's rebalances; answers from any thread."""
+    """Reads the loop's assignment and restore flag; answers from any thread."""
 
-    def __init__(self, app: Application, shutdown: Shutdown) -> None:
-        self._app = app
+    def __init__(self, loop: Loop, shutdown: Shutdown) -> None:
+        self._loop = loop
         self._shutdown = shutdown
-        self._owned: set[tuple[str, int]] = set()
-        self._inputs: set[str] = set()
-        # The runtime hands these to the consumer when it subscribes, in run();
-        # wrapping them here sees each rebalance after the runtime has handled it.
-        on_assign, on_revoke, on_lost = quix.rebalance_hooks(app)
-
-        def assigned(consumer: Any, partitions: list[Any]) -> None:
-            on_assign(consumer, partitions)
-            self._owned |= {(tp.topic, tp.partition) for tp in partitions}
-
-        def revoked(consumer: Any, partitions: list[Any]) -> None:
-            self._owned -= {(tp.topic, tp.partition) for tp in partitions}
-            on_revoke(consumer, partitions)
-
-        def lost(consumer: Any, partitions: list[Any]) -> None:
-            self._owned -= {(tp.topic, tp.partition) for tp in partitions}
-            on_lost(consumer, partitions)
-
-        quix.set_rebalance_hooks(app, assigned, revoked, lost)
 
     def owned(self, topic: str) -> list[int]:
         """The partitions of `topic` this run owns now (the ticks go to them)."""
-        return [p for t, p in list(self._owned) if t == topic]
+        return [p for t, p in list(self._loop.owned) if t == topic]
 
     def state(self) -> tuple[bool, dict[str, Any]]:
-        inputs = {tp for tp in self._owned if not tp[0].startswith("changelog__")}
         if self._shutdown.requested:
             return False, {"status": "starting", "reason": "the processor is stopping"}
-        if not inputs:
-            return False, {
-                "status": "starting",
-                "reason": "the processor owns no partitions yet (joining the consumer group)",
-            }
-        if quix.recovery_required(self._app):
+        if self._loop.restoring:
             return False, {
                 "status": "starting",
                 "reason": "the processor is restoring its state from the changelog",
             }
-        return True, {"status": "ready", "partitions": len(inputs)}
+        owned = len(self._loop.owned)
+        if not owned:
+            return False, {
+                "status": "starting",
+                "reason": "the processor owns no partitions yet (joining the consumer group)",
+            }
+        return True, {"status": "ready", "partitions": owned}
 
 
 def serve(port: int, registry: CollectorRegistry, readiness: Readiness) -> ThreadingHTTPServer:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from gateway import wire
 from gateway.core import (
     UNKNOWN_DIALECT,
     Decision,
@@ -23,29 +24,12 @@ from gateway.core import (
     audit_fields,
     cancellations,
     decide,
+    route_key,
 )
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
 
 Headers = list[tuple[str, bytes]]
-
-# The router forwards job events into `requests` with this header, so that each
-# partition's requests and events form one log in the order they are handled.
-KIND_HEADER = "kind"
-JOB_EVENT = b"job_event"
-# On `job_ids`: a route's report of the job it holds under an id (see core/ids.py).
-ID_REPORT = b"id_report"
-# On `requests`: how a request's client id was vouched for. `claimed`: the id stage
-# claimed it for this route; `minted`: the SDK or the router made it, fresh.
-ID_HEADER = "id_claim"
-ID_CLAIMED = b"claimed"
-ID_MINTED = b"minted"
-# Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
-CLAIMED_ID_HEADER = "claimed_id"
-# A record that only carries time: the processor writes one to each partition of
-# `requests` it owns twice a second, so that leases and tombstones fall due
-# on a partition without traffic (see ticks.py). It is decided on nothing.
-TICK = b"tick"
 
 
 # Source and Output are built for every record and every output: not frozen, since a
@@ -70,7 +54,7 @@ class Source:
 
     @property
     def is_job_event(self) -> bool:
-        return self.headers.get(KIND_HEADER) == JOB_EVENT
+        return self.headers.get(wire.KIND_HEADER) == wire.JOB_EVENT
 
     def header(self, name: str) -> str | None:
         value = self.headers.get(name)
@@ -91,7 +75,7 @@ class Output:
 def is_tick(source: Source, value: bytes | None) -> bool:
     """A tick: marked so, and empty. A marked record with a value is read as a request
     (and answered), so that no record with something in it goes unanswered."""
-    return source.headers.get(KIND_HEADER) == TICK and not value
+    return source.headers.get(wire.KIND_HEADER) == wire.TICK and not value
 
 
 def headers_of(raw: Any) -> dict[str, bytes]:
@@ -105,7 +89,7 @@ def headers_of(raw: Any) -> dict[str, bytes]:
 def request_id(source: Source, value: object) -> str:
     """The request_id header, else the request's own field, else its place in the log;
     an id longer than MAX_ID_BYTES is not taken (it would be copied into every output)."""
-    from_header = source.header("request_id")
+    from_header = source.header(wire.REQUEST_ID_HEADER)
     if from_header and len(from_header) <= MAX_ID_BYTES:
         return from_header
     given = value.get("request_id") if isinstance(value, dict) else None
@@ -117,7 +101,7 @@ def request_id(source: Source, value: object) -> str:
 def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: str) -> list[Output]:
     """Everything one decision writes: cancellations, the job, a rejection, the record."""
     key = decision.unique_key.encode() if decision.unique_key else None
-    key_header: Headers = [("unique_key", key)] if key else []
+    key_header: Headers = [(wire.UNIQUE_KEY_HEADER, key)] if key else []
     outputs = [
         Output(_json(c), key, role="cancellations", headers=key_header)
         for c in cancellations(decision)
@@ -125,7 +109,7 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
     job: bytes | None = None
     if decision.job is not None:
         job = _json(decision.job)
-        route = key or str(decision.job["id"]).encode()  # a job without a key: its id
+        route = route_key(decision.unique_key, str(decision.job["id"])).encode()
         outputs.append(Output(job, route, role="jobs", headers=key_header))
     if decision.error is not None:
         envelope = rejection(decision.error, req_id, source, _duplicate_details(decision))
@@ -134,13 +118,15 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
     if job is not None:
         record["job"] = orjson.Fragment(job)  # the same bytes, not encoded twice
     value = _json(record)
-    outputs.append(Output(value, key, role="decisions", headers=[("request_id", req_id.encode())]))
-    reply_to = source.header("reply_to")
+    id_header: Headers = [(wire.REQUEST_ID_HEADER, req_id.encode())]
+    outputs.append(Output(value, key, role="decisions", headers=id_header))
+    reply_to = source.header(wire.REPLY_TO_HEADER)
     if reply_to:
-        correlation = source.headers.get("correlation_id", req_id.encode())
+        correlation = source.headers.get(wire.CORRELATION_ID_HEADER, req_id.encode())
         # Never a null key: a compacted reply topic refuses one.
         outputs.append(Output(
-            value, key or req_id.encode(), topic=reply_to, headers=[("correlation_id", correlation)]
+            value, key or req_id.encode(), topic=reply_to,
+            headers=[(wire.CORRELATION_ID_HEADER, correlation)],
         ))  # fmt: skip
     return outputs
 
@@ -163,7 +149,7 @@ def id_report(job_id: str, route: str, job: dict[str, Any] | None, decided: bool
     """What a route tells the id stage: the job it holds under `job_id` now (None: none),
     and whether this follows a decision the stage's claim sent it."""
     record = {"job_id": job_id, "route": route, "job": job, "decided": decided}
-    headers = [(KIND_HEADER, ID_REPORT)]
+    headers = [(wire.KIND_HEADER, wire.ID_REPORT)]
     return Output(_json(record), job_id.encode(), role="job_ids", headers=headers)
 
 
@@ -197,7 +183,7 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
     A caller that waits for this knows the next decision on the key sees the
     event; `job` is the job as it stands after it (moved or not).
     """
-    reply_to = source.header("reply_to")
+    reply_to = source.header(wire.REPLY_TO_HEADER)
     if not reply_to:
         return None
     record = {
@@ -213,10 +199,11 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
         "deleted": result.deleted,
         "source": source.as_dict(),
     }
-    correlation = source.headers.get("correlation_id", b"")
+    correlation = source.headers.get(wire.CORRELATION_ID_HEADER, b"")
     # Never a null key: a compacted reply topic refuses one.
     key = (route or result.job_id or "").encode() or source.seed
-    return Output(_json(record), key, topic=reply_to, headers=[("correlation_id", correlation)])
+    headers = [(wire.CORRELATION_ID_HEADER, correlation)]
+    return Output(_json(record), key, topic=reply_to, headers=headers)
 
 
 def decision_record(

@@ -1,7 +1,7 @@
 """The router stage: raw requests from `intake` and job events from `job_events`, onto `requests`.
 
-Valid requests go on to the dedup stage keyed by their route (so they land on
-the partition that owns it): the fingerprint, else the job's id. A request
+Valid requests go on to the dedup stage keyed by their route (`wire.route`),
+so they land on the partition that owns it. A request
 with a client id goes to the id stage first (`job_ids`, keyed by the id),
 which claims the id and sends it on. A job with neither key nor id gets its
 id here, a UUIDv7 derived from the intake record (so replay gives the same
@@ -16,22 +16,12 @@ from __future__ import annotations
 
 import orjson
 
+from gateway import wire
 from gateway.core import GatewayError, Outcome, Request, uuid7
 from gateway.core.limits import event_size_refusal, headers_refusal
 from gateway.processor.dedup import Emit, Limits, dialect_of, parse_limited
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import (
-    CLAIMED_ID_HEADER,
-    ID_HEADER,
-    ID_MINTED,
-    JOB_EVENT,
-    KIND_HEADER,
-    Output,
-    Source,
-    refused_event,
-    refused_request,
-    request_id,
-)
+from gateway.processor.records import Output, Source, refused_event, refused_request, request_id
 from gateway.processor.total import Guard
 
 
@@ -66,8 +56,8 @@ class Router:
             return
         # The request keeps the id it was given on intake, wherever it is decided. Only
         # the gateway vouches for an id: a producer's own id_claim header is dropped.
-        headers = {**source.headers, "request_id": req_id.encode()}
-        for name in (KIND_HEADER, ID_HEADER, CLAIMED_ID_HEADER):
+        headers = {**source.headers, wire.REQUEST_ID_HEADER: req_id.encode()}
+        for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER):
             headers.pop(name, None)
         if request.envelope.id is not None:
             # A client id is claimed first, by the id stage (core/ids.py).
@@ -75,12 +65,12 @@ class Router:
                          headers=list(headers.items()))  # fmt: skip
             self.emit(out, source)
             return
-        route = request.unique_key
-        if route is None:
+        route = wire.route(request)
+        if route is None:  # neither a key nor an id: it gets its id here
             route = uuid7(source.timestamp_ms, None, source.seed)
             # Into the request as sent, whatever its dialect (the envelope's raw is OJS-shaped).
             value = orjson.dumps({**orjson.loads(value or b"{}"), "id": route})
-            headers[ID_HEADER] = ID_MINTED
+            headers[wire.ID_CLAIM_HEADER] = wire.ID_MINTED
         self.emit(
             Output(value or b"", route.encode(), role="requests", headers=list(headers.items())),
             source,
@@ -95,5 +85,5 @@ class Router:
                 self.emit(output, source)
             self.metrics.refused_inputs.labels("router", refusal.code).inc()
             return
-        headers = {**source.headers, KIND_HEADER: JOB_EVENT}
+        headers = {**source.headers, wire.KIND_HEADER: wire.JOB_EVENT}
         self.emit(Output(value or b"", key, role="requests", headers=list(headers.items())), source)

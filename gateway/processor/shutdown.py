@@ -1,16 +1,12 @@
-"""Stop the stream runtime on SIGTERM, always, within a deadline.
+"""Stop the loop on SIGTERM, always, within a deadline.
 
-The runtime's own handlers (installed by Application.run) call
-Application.stop(), which sets a threading.Event and so takes that Event's
-lock inside the handler. Ctrl-C sends SIGINT to the whole process group and
-the supervisor then sends SIGTERM; Python runs a handler between any two
-bytecodes of the main thread, including those of another handler, so when
-SIGTERM lands while the SIGINT handler holds the lock, the second handler
-waits for the first forever: the process hangs in the runtime's SIGTERM
-handler. So the supervisor starts the runtime with SIGINT ignored and stops
-it with SIGTERM alone, and our handler only sets a flag; a watchdog thread
-calls stop() outside any handler, and ends the process hard if the runtime is still running
-GRACE_S later. Exactly-once makes that safe: a successor fences our
+Ctrl-C sends SIGINT to the whole process group and the supervisor then sends
+SIGTERM; the supervisor starts each runtime with SIGINT ignored and stops it
+with SIGTERM alone. Our handler only sets a flag (a handler runs between any
+two bytecodes of the main thread, so it must take no lock); a watchdog thread
+asks the loop to stop outside any handler, and ends the process hard if it is
+still running GRACE_S later. A loop that failed gets FAILED_GRACE_S to close
+its clients. Exactly-once makes a hard end safe: a successor fences our
 transactional id and resumes from the last commit.
 """
 
@@ -21,18 +17,20 @@ import os
 import signal
 import threading
 import time
-from typing import Any
-
-from quixstreams import Application
-
-from gateway.processor import quix
+from typing import Any, Protocol
 
 log = logging.getLogger("gateway.processor")
 
-GRACE_S = 5.0  # an orderly stop: commit the checkpoint, close the clients
-FAILED_GRACE_S = 10.0  # a failed runtime's close can hang on a cluster moving leaders
+GRACE_S = 5.0  # an orderly stop: commit the transaction, close the clients
+FAILED_GRACE_S = 10.0  # a failed loop's close can hang on a cluster moving leaders
 EXIT_STUCK = 75  # EX_TEMPFAIL: after a failure, the supervisor restarts the runtime
 EXIT_CONFIG = 78  # EX_CONFIG: the deployment is wrong; restarting cannot help
+
+
+class Stoppable(Protocol):
+    failed: bool
+
+    def stop(self) -> None: ...
 
 
 class Shutdown:
@@ -47,23 +45,19 @@ class Shutdown:
     def _on_signal(self, _signum: int, _frame: Any) -> None:
         self.requested = True
 
-    def attach(self, app: Application) -> None:
-        """Keep the runtime from installing its handlers; watch it from a thread."""
-        # Application.run calls this first thing; ours are in place already.
-        quix.replace_signal_setup(app, self.install_handlers)
-        threading.Thread(target=self._watch, args=(app,), name="shutdown", daemon=True).start()
+    def attach(self, loop: Stoppable) -> None:
+        """Watch the loop from a thread."""
+        threading.Thread(target=self._watch, args=(loop,), name="shutdown", daemon=True).start()
 
-    def _watch(self, app: Application) -> None:
-        while not self.requested and not quix.has_failed(app):
+    def _watch(self, loop: Stoppable) -> None:
+        while not self.requested and not loop.failed:
             time.sleep(0.05)
         if self.requested:
-            app.stop()  # from this thread, its lock is only ever waited for, never re-entered
+            loop.stop()
             grace, code, why = GRACE_S, 1, "stopping"
         else:
-            # A failed runtime aborts its transaction and closes its consumer,
-            # and that close can hang.
             grace, code, why = FAILED_GRACE_S, EXIT_STUCK, "the failed"
         time.sleep(grace)
-        log.error(f"{why} runtime did not end within {grace:.0f}s; exiting")
+        log.error(f"{why} loop did not end within {grace:.0f}s; exiting")
         logging.shutdown()
         os._exit(code)

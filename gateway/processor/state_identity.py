@@ -6,7 +6,7 @@ changelog deleted and created again, it would decide from jobs that log never
 held: a first request refused as a duplicate of a job nobody can find. So the
 directory records where its state came from, the cluster id and each
 changelog's topic id, and when either differs the state is deleted before the
-runtime opens it; the runtime then restores it from the changelog.
+processor opens it; it then restores it from the changelog.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def state_root() -> Path:
 def current(admin: AdminClient, group: str) -> Identity:
     """The cluster's id and the topic ids of the group's changelogs, as the brokers say now.
 
-    The runtime names a group's changelogs `changelog__<group>--...` and has
-    created them by the time it is built.
+    A group's changelogs are named `changelog__<group>--...` (changelogs.py) and exist
+    by the time this is asked.
     """
     cluster = admin.describe_cluster(request_timeout=TIMEOUT_S).result()
     prefix = f"changelog__{group}--"
@@ -61,12 +61,15 @@ def recorded(state_dir: Path) -> Identity | None:
         return None
 
 
-def reconcile(state_dir: Path, identity: Identity) -> bool:
-    """Make `state_dir` belong to `identity`; True if it held state from elsewhere, now gone."""
+def reconcile(state_dir: Path, identity: Identity, keep: str | None = None) -> bool:
+    """Make `state_dir` belong to `identity`; True if it held state from elsewhere, now gone.
+
+    With `keep` (the processor's stores), only it and the identity file belong there:
+    anything else is a previous version's state, in a layout this one does not read."""
     before = recorded(state_dir)
-    if before == identity:
-        return False
-    stale = [p for p in state_dir.glob("*") if p.name != IDENTITY_FILE]
+    foreign = before != identity
+    kept = {IDENTITY_FILE} if foreign else {IDENTITY_FILE, keep}
+    stale = [p for p in state_dir.glob("*") if p.name not in kept and (foreign or keep)]
     for path in stale:
         if path.is_dir():
             shutil.rmtree(path)
@@ -74,14 +77,16 @@ def reconcile(state_dir: Path, identity: Identity) -> bool:
             path.unlink()
     if stale:
         log.warning(
-            "local state was built from another cluster or changelog; "
-            "deleted it, the runtime restores it from the changelog",
+            "local state was built from another cluster or changelog, or by a previous "
+            "version; deleted it, the processor restores it from the changelog",
             extra={
                 "state_dir": str(state_dir),
                 "was": asdict(before) if before else None,
                 "now": asdict(identity),
             },
         )
+    if not foreign:
+        return bool(stale)
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_dir / f".{IDENTITY_FILE}.tmp"
     tmp.write_bytes(orjson.dumps(asdict(identity)))

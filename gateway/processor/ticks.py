@@ -20,13 +20,9 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaException, Producer
 
-from gateway.processor.records import KIND_HEADER, TICK
+from gateway import wire
 
 log = logging.getLogger("gateway.processor")
-
-# Keyed apart from every route (no route starts with NUL); the key's own state
-# is never written.
-TICK_KEY = b"\x00tick"
 INTERVAL_S = 0.5
 
 
@@ -61,8 +57,8 @@ class Ticker:
             try:
                 for partition in sorted(self._owned()):
                     self._producer.produce(
-                        self._topic, b"", TICK_KEY, partition=partition,
-                        headers=[(KIND_HEADER, TICK)],
+                        self._topic, b"", wire.TICK_KEY, partition=partition,
+                        headers=[(wire.KIND_HEADER, wire.TICK)],
                     )  # fmt: skip
                 self._producer.poll(0)
             except (BufferError, KafkaException) as exc:

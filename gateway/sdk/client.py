@@ -23,10 +23,9 @@ from typing import Any, Literal, overload
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from gateway import catalogue, config
+from gateway import catalogue, config, wire
 from gateway.core import GatewayError
 from gateway.partitioner import PRODUCER_SETTING
-from gateway.processor.records import JOB_EVENT, KIND_HEADER
 from gateway.randomness import random_hex
 from gateway.sdk.errors import (
     INVALID_REPLY,
@@ -102,7 +101,7 @@ class Client:
         # Events go on `requests` beside the key's requests, marked as events, so
         # the processor applies them in the order this client sent them.
         self._events = _Kind(
-            prepare_event, InvalidEvent, EventAck.from_record, ((KIND_HEADER, JOB_EVENT),)
+            prepare_event, InvalidEvent, EventAck.from_record, ((wire.KIND_HEADER, wire.JOB_EVENT),)
         )
         self._replies_topic = cat.name("replies")
         # Jobs go to `requests`, or first to the id stage when they carry a client id
@@ -293,12 +292,12 @@ class Client:
     ) -> bool:
         """Produce one item; False (and nothing registered) if the local queue is full
         and the caller would rather not wait."""
-        headers = [("request_id", out.request_id.encode()), *kind.headers, *out.headers]
+        headers = [(wire.REQUEST_ID_HEADER, out.request_id.encode()), *kind.headers, *out.headers]
         if wait:
             correlation_id = random_hex()
             headers += [
-                ("reply_to", self._replies_topic.encode()),
-                ("correlation_id", correlation_id.encode()),
+                (wire.REPLY_TO_HEADER, self._replies_topic.encode()),
+                (wire.CORRELATION_ID_HEADER, correlation_id.encode()),
             ]
             ticket.correlation_ids.append(correlation_id)
             with self._lock:
@@ -328,7 +327,7 @@ class Client:
     def _forget(self, ticket: Ticket, headers: list[tuple[str, bytes]]) -> None:
         """Undo the registration of a reply that will not come: it was never produced."""
         for name, value in headers:
-            if name == "correlation_id":
+            if name == wire.CORRELATION_ID_HEADER:
                 correlation_id = value.decode()
                 ticket.correlation_ids.remove(correlation_id)
                 with self._lock:
@@ -438,7 +437,7 @@ class Client:
             log.warning("reading replies failed", extra={"error": msg.error().str()})
             return
         headers = dict(msg.headers() or [])
-        correlation_id = (headers.get("correlation_id") or b"").decode(errors="replace")
+        correlation_id = (headers.get(wire.CORRELATION_ID_HEADER) or b"").decode(errors="replace")
         with self._lock:
             entry = self._pending.pop(correlation_id, None)
         if entry is None:

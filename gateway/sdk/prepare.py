@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway import wire
 from gateway.core import (
     INVALID_EVENT,
     INVALID_REQUEST,
@@ -20,7 +21,6 @@ from gateway.core import (
     parse_request_json,
     uuid7,
 )
-from gateway.processor.records import ID_HEADER, ID_MINTED
 from gateway.randomness import random_bytes, random_hex
 
 
@@ -51,14 +51,16 @@ def prepare(job: Any) -> Outgoing | GatewayError:
     if request.envelope.id is not None:
         # A client id is claimed by the gateway's id stage before the job can exist.
         return Outgoing(value, request.envelope.id.encode(), request_id, key, "job_ids")
-    if key is not None:
-        return Outgoing(value, key.encode(), request_id, key)
-    # A job without a key is routed by its id, so it is given one here (see core.route_key),
+    route = wire.route(request)
+    if route is not None:
+        return Outgoing(value, route.encode(), request_id, key)
+    # A job without a key is routed by its id, so it is given one here (see wire.route),
     # fresh, which the processor takes as vouched for. Into the job as sent, whatever its
     # dialect (the envelope's raw is OJS-shaped).
     route = new_job_id()
     value = orjson.dumps({**job, "id": route})
-    return Outgoing(value, route.encode(), request_id, key, headers=((ID_HEADER, ID_MINTED),))
+    headers = ((wire.ID_CLAIM_HEADER, wire.ID_MINTED),)
+    return Outgoing(value, route.encode(), request_id, key, headers=headers)
 
 
 def new_job_id() -> str:
@@ -67,7 +69,7 @@ def new_job_id() -> str:
 
 
 def prepare_event(event: Any) -> Outgoing | GatewayError:
-    """A job-state event, validated by the core and keyed by its job's route (core.route_key)."""
+    """A job-state event, validated by the core and keyed by its job's route (wire.route)."""
     try:
         value = orjson.dumps(event)
     except TypeError as exc:

@@ -20,7 +20,7 @@ from gateway.catalogue import Catalogue
 from gateway.core import Request, parse_request
 from gateway.partitioner import PRODUCER_SETTING
 
-READY_LINE = "processing incoming messages"
+READY_LINE = "processing partitions"
 
 
 class Processor:

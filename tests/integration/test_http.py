@@ -318,7 +318,7 @@ def test_without_a_processor_health_is_503_and_a_post_times_out_with_504(
 
 def test_an_event_before_its_job_is_ignored_and_the_job_is_handed_out_once(stack: Stack):
     from gateway.core.jobs import uuid7
-    from gateway.processor.records import JOB_EVENT, KIND_HEADER
+    from gateway.wire import JOB_EVENT, KIND_HEADER
 
     queue = f"early-{uuid.uuid4().hex[:8]}"
     early = {**job(), "queue": queue}

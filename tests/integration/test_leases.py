@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.processor.records import JOB_EVENT, KIND_HEADER
+from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, Reader, apply_topics, producer, send, send_request
 

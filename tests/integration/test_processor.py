@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.catalogue import Catalogue
-from gateway.processor.records import JOB_EVENT, KIND_HEADER
+from gateway.processor.changelogs import changelog_name
+from gateway.wire import JOB_EVENT, KIND_HEADER, group_name
 from tests.integration.harness import (
     Processor,
     Reader,
@@ -319,7 +320,7 @@ def test_finished_keys_and_jobs_are_pruned_and_tombstoned(kafka_bootstrap, names
             if partition_for(fingerprint_of(j).encode(), cat.by_role("requests").partitions)
             == partition
         )
-        changelog = f"changelog__{namespace}.gateway-dedup--{cat.name('requests')}--default"
+        changelog = changelog_name(group_name(namespace), cat.name("requests"))
         consumer = Consumer(
             {
                 "bootstrap.servers": kafka_bootstrap,

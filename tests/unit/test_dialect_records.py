@@ -16,8 +16,9 @@ from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import JOB_EVENT, KIND_HEADER, Output, Source
+from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
+from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.support import payload
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "topics" / "schemas"

@@ -16,8 +16,9 @@ from gateway.processor import dedup as dedup_module
 from gateway.processor.app import emitter
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import JOB_EVENT, KIND_HEADER, Source
+from gateway.processor.records import Source
 from gateway.processor.replies import ReplyTopics
+from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.unit.test_total import JOB, PARTITIONS, REQ, T0, routed
 
 REPLIES = "gateway.replies"

@@ -337,7 +337,7 @@ def test_lifecycle_events_find_a_job_whose_lock_expired_and_whose_entry_is_gone(
     the job's record is kept apart (job/<id>), so its events still move it."""
     import orjson
 
-    from gateway.processor.records import JOB_EVENT, KIND_HEADER
+    from gateway.wire import JOB_EVENT, KIND_HEADER
 
     out: list[Any] = []
     state = _KeyState()

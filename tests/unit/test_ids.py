@@ -17,8 +17,9 @@ from gateway.partitioner import partition_for
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import ID_CLAIMED, ID_HEADER, Output, Source
+from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
+from gateway.wire import ID_CLAIM_HEADER, ID_CLAIMED
 
 T0 = 1_770_000_000_000
 JOB_ID = "019b0a4c-1f00-7000-8000-000000000001"
@@ -190,7 +191,7 @@ def test_in_any_interleaving_an_id_is_never_two_live_jobs(args: list[int | None]
 def test_a_forged_claim_header_on_intake_is_dropped():
     gateway = Gateway()
     gateway.send(job(1))
-    gateway.send(job(2), **{ID_HEADER: ID_CLAIMED})
+    gateway.send(job(2), **{ID_CLAIM_HEADER: ID_CLAIMED})
     gateway.run()
     assert len(gateway.accepted()) == 1
 

@@ -31,18 +31,18 @@ from gateway.core.limits import MAX_ERROR_BYTES, MAX_JOB_RECORD_BYTES
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.processor.dedup import ENTRIES, Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import (
+from gateway.processor.records import Output, Source
+from gateway.processor.schedule import LEASES
+from gateway.wire import (
     CLAIMED_ID_HEADER,
+    ID_CLAIM_HEADER,
     ID_CLAIMED,
-    ID_HEADER,
     JOB_EVENT,
     KIND_HEADER,
     TICK,
-    Output,
-    Source,
+    TICK_KEY,
+    route,
 )
-from gateway.processor.schedule import LEASES
-from gateway.processor.ticks import TICK_KEY
 from tests.support import payload
 
 T0 = 1_770_000_000_000
@@ -278,14 +278,16 @@ class Partition:
 
     def request(self, body: dict[str, Any], at: int) -> list[Output]:
         request = parse_request(body)
-        route = getattr(request, "unique_key", None) or body["id"]
+        assert isinstance(request, Request)
+        key = route(request)
+        assert key is not None
         # Its client id as the id stage sends it on: claimed for this route.
         claimed = (
-            {ID_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(body["id"]).encode()}
+            {ID_CLAIM_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(body["id"]).encode()}
             if "id" in body
             else {}
         )
-        return self.send(orjson.dumps(body), route.encode(), at, None, claimed)
+        return self.send(orjson.dumps(body), key.encode(), at, None, claimed)
 
     def event(self, key: str, at: int, **fields: Any) -> list[Output]:
         body = {"job_id": JOB_ID, **fields}

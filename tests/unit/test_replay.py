@@ -10,7 +10,8 @@ import orjson
 from gateway.audit import LogRecord, replay, replay_under_policy
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.processor.dedup import Limits
-from gateway.processor.records import JOB_EVENT, KIND_HEADER, decision_record, request_id
+from gateway.processor.records import decision_record, request_id
+from gateway.wire import JOB_EVENT, KIND_HEADER
 
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
 T0 = 1_760_000_000_000

@@ -10,16 +10,9 @@ from gateway.audit.replay import Store
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import (
-    CLAIMED_ID_HEADER,
-    ID_CLAIMED,
-    ID_HEADER,
-    JOB_EVENT,
-    KIND_HEADER,
-    Output,
-    Source,
-)
+from gateway.processor.records import Output, Source
 from gateway.processor.schedule import TOMBSTONES
+from gateway.wire import CLAIMED_ID_HEADER, ID_CLAIM_HEADER, ID_CLAIMED, JOB_EVENT, KIND_HEADER
 
 T0 = 1_770_000_000_000
 RETENTION = DEFAULT_RETENTION_MS
@@ -40,7 +33,7 @@ class Partition:
 
     def record(self, value: dict[str, Any], at: int, event: bool = False) -> list[Output]:
         # A request's client id as the id stage sends it on: claimed for this route.
-        claimed = {ID_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(value.get("id")).encode()}
+        claimed = {ID_CLAIM_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(value.get("id")).encode()}
         headers = {KIND_HEADER: JOB_EVENT} if event else claimed
         key = str(value.get("job_id") or value.get("id")).encode()
         self.store.at(at)

@@ -14,6 +14,7 @@ from gateway.cli.common import CommandError
 from gateway.processor import status, supervisor
 from gateway.processor.app import ProcessorSettings
 from gateway.processor.supervisor import children, default_processes
+from gateway.wire import group_name
 
 
 def settings(**changes: object) -> ProcessorSettings:
@@ -31,7 +32,7 @@ def test_each_process_gets_its_own_id_state_and_port():
     assert [c.instance_id for c in several] == ["7-1", "7-2", "7-3"]
     assert [c.state_dir for c in several] == [Path("/s/7-1"), Path("/s/7-2"), Path("/s/7-3")]
     assert [c.metrics_port for c in several] == [9001, 9002, 9003]
-    assert {c.group for c in several} == {"gateway-dedup"}
+    assert {c.group for c in several} == {group_name(None)}
 
 
 def test_derived_ids_are_the_same_on_every_start():

@@ -27,9 +27,10 @@ from gateway.partitioner import partition_for
 from gateway.processor import dedup as dedup_module
 from gateway.processor.dedup import Dedup, Limits
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import JOB_EVENT, KIND_HEADER, TICK, Output, Source, record_size
+from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
 from gateway.processor.router import Router
+from gateway.wire import JOB_EVENT, KIND_HEADER, TICK
 
 REQ, INTAKE, EVENTS = "gateway.requests", "gateway.intake", "gateway.job-events"
 PARTITIONS = 8

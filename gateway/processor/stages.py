@@ -1,0 +1,120 @@
+"""Which stage handles an input record, and over which partition's store.
+
+The processor's per-record path without Kafka: the loop (loop.py) hands each
+batch's records here in log order, and so can a test or a benchmark. `intake`
+and `job_events` go to the router (no state); `requests` to the dedup stage
+and `job_ids` to the id stage, each over the store of the record's partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from gateway.catalogue import Catalogue
+from gateway.processor.dedup import Dedup, Emit, Limits
+from gateway.processor.ids import IdStage
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import Source, headers_of
+from gateway.processor.router import Router
+from gateway.processor.store import PartitionStore
+
+# The inputs, by catalogue role.
+INPUTS = ("intake", "job_events", "requests", "job_ids")
+
+
+class Record(Protocol):
+    """What the stages read of an input record: confluent_kafka's Message has it all."""
+
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> Any: ...
+
+
+class Stores:
+    """The open stores of this runtime's partitions, under `root`/<role>/<partition>."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.open: dict[tuple[str, int], PartitionStore] = {}
+        # Changes whenever a store may have changed other than through the stages (a
+        # rebalance, an abandoned transaction): what the dedup stage remembers is forgotten.
+        self.epoch = object()
+
+    def get(self, role: str, partition: int) -> PartitionStore:
+        store = self.open.get((role, partition))
+        if store is None:
+            store = self.open[(role, partition)] = PartitionStore(self.root / role / str(partition))
+            self.epoch = object()
+        return store
+
+    def close(self, keys: Iterable[tuple[str, int]]) -> None:
+        for key in list(keys):
+            store = self.open.pop(key, None)
+            if store is not None:
+                store.close()
+        self.epoch = object()
+
+    def abandon(self) -> None:
+        for store in self.open.values():
+            store.abandon()
+        self.epoch = object()
+
+
+class Stages:
+    def __init__(
+        self, catalogue: Catalogue, emit: Emit, metrics: Metrics, limits: Limits, stores: Stores
+    ) -> None:
+        self.stores = stores
+        self.roles = {catalogue.name(role): role for role in INPUTS}
+        self.dedup = Dedup(
+            catalogue.by_role("requests").partitions, emit, metrics, limits,
+            lambda source, key: stores.get("requests", source.partition).state(key),
+            epoch=lambda: stores.epoch,
+        )  # fmt: skip
+        self.router = Router(emit, metrics, limits)
+        self.ids = IdStage(catalogue.by_role("job_ids").partitions, emit, metrics, limits)
+        self._handlers: dict[str, Callable[[Record, str, int], None]] = {
+            "intake": self._intake,
+            "job_events": self._job_event,
+            "requests": self._request,
+            "job_ids": self._job_id,
+        }
+
+    def handle(self, records: Iterable[Record]) -> None:
+        """Handle records in the order given (each partition's in log order)."""
+        roles, handlers = self.roles, self._handlers
+        for record in records:
+            topic = record.topic() or ""
+            handlers[roles[topic]](record, topic, record.partition() or 0)
+
+    def _source(self, record: Record, topic: str, partition: int) -> Source:
+        return Source(
+            topic, partition, record.offset() or 0, record.timestamp()[1],
+            headers_of(record.headers()),
+        )  # fmt: skip
+
+    def _intake(self, record: Record, topic: str, partition: int) -> None:
+        self.router.on_record(record.value(), record.key(), self._source(record, topic, partition))
+
+    def _job_event(self, record: Record, topic: str, partition: int) -> None:
+        self.router.on_event(record.value(), record.key(), self._source(record, topic, partition))
+
+    def _request(self, record: Record, topic: str, partition: int) -> None:
+        source = self._source(record, topic, partition)
+        store = self.stores.get("requests", partition)
+        store.at(source.timestamp_ms)
+        key = record.key()
+        self.dedup.on_record(record.value(), key, source, store.state(key or b""))
+
+    def _job_id(self, record: Record, topic: str, partition: int) -> None:
+        source = self._source(record, topic, partition)
+        store = self.stores.get("job_ids", partition)
+        store.at(source.timestamp_ms)
+        key = record.key()
+        self.ids.on_record(record.value(), key, source, store.state(key or b""))

@@ -1,0 +1,207 @@
+"""One input partition's state: a RocksDB store, its changelog, and event-time expiry.
+
+The processor is the single writer of each partition's store. Writes wait in
+memory (`pending`) while a transaction is open: reads see them first, then the
+store. When the transaction commits, the same writes have gone to the
+changelog inside it; only then are they written to RocksDB, in one batch with
+the changelog offset they reach and the partition's time. A crash before that
+batch loses nothing: the next start finds the store behind its changelog and
+restores the difference (restore.py). A transaction that does not commit is
+abandoned: its writes never reach the store.
+
+Layout (every key and value is what the changelog carries, byte for byte, so a
+restore copies records verbatim):
+    d<route>\\xff<name>  a key's named value. Names are UTF-8, which never holds
+                        0xff, so the last 0xff splits route from name: no two
+                        (route, name) pairs share a store key.
+    m<name>             the store's own facts: `time` (the partition's event
+                        time, a changelog record like data) and `offset` (the
+                        changelog offset the store reaches, local only).
+    x<stamp><key>       local only: a value with a ttl, by when it expires, so
+                        expired values are deleted (see sweep_expired).
+A value is 0x00 + bytes, or 0x01 + its expiry (8 bytes, event-time ms) + bytes.
+
+Expiry is event time, the processor's only clock: a value set with a ttl at a
+record's time reads as absent once the partition's time (the greatest record
+time it has handled) reaches its stamp. The replay's in-memory store
+(audit/replay.py) keeps the same rule, so a replay decides as the processor did.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch
+
+DATA = b"d"
+TIME = b"mtime"
+OFFSET = b"moffset"  # local only
+EXPIRY = b"x"
+_SEP = b"\xff"
+_PLAIN = b"\x00"
+_STAMPED = b"\x01"
+_STAMP = struct.Struct(">q")
+_MS = timedelta(milliseconds=1)
+# A commit deletes at most this many expired values per partition: time spent on a
+# backlog of them is spread over commits.
+SWEEP_LIMIT = 1_000
+
+
+def data_key(route: bytes, name: str) -> bytes:
+    return DATA + route + _SEP + name.encode()
+
+
+def stamp_of(value: bytes) -> int | None:
+    """The expiry of an encoded value, or None when it has none."""
+    return _STAMP.unpack_from(value, 1)[0] if value[:1] == _STAMPED else None
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    return options
+
+
+class PartitionStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = Rdict(str(path), _options())
+        offset = self._db.get(OFFSET)
+        # The last changelog offset the store holds; -1: none.
+        self.changelog_offset: int = -1 if offset is None else int(offset)
+        raw_time = self._db.get(TIME)
+        self.time_ms: int = 0 if raw_time is None else _STAMP.unpack(raw_time)[0]
+        self._committed_time = self.time_ms
+        self.now_ms = self.time_ms
+        # Written while the transaction is open: store key -> encoded value (None: deleted).
+        self.pending: dict[bytes, bytes | None] = {}
+
+    # -- the record being handled ----------------------------------------------
+
+    def at(self, timestamp_ms: int) -> None:
+        """Before each record: its time stamps writes, and moves the partition's time on."""
+        self.now_ms = timestamp_ms
+        if timestamp_ms > self.time_ms:
+            self.time_ms = timestamp_ms
+
+    def state(self, route: bytes) -> KeyState:
+        return KeyState(self, route + _SEP)
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self.pending[key] if key in self.pending else self._db.get(key)
+        if value is None:
+            return None
+        if value[:1] == _STAMPED:
+            if _STAMP.unpack_from(value, 1)[0] <= self.time_ms:
+                return None
+            return value[9:]
+        return value[1:]
+
+    def put(self, key: bytes, value: bytes, ttl: timedelta | None) -> None:
+        if ttl is None:
+            self.pending[key] = _PLAIN + value
+        else:
+            self.pending[key] = _STAMPED + _STAMP.pack(self.now_ms + ttl // _MS) + value
+
+    def delete(self, key: bytes) -> None:
+        self.pending[key] = None
+
+    # -- the transaction ---------------------------------------------------------
+
+    def changes(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """What the open transaction must carry to the changelog: every write, and the
+        partition's time when it moved."""
+        for key, value in self.pending.items():
+            if key[:1] != EXPIRY:
+                yield key, value
+        if self.time_ms != self._committed_time:
+            yield TIME, _STAMP.pack(self.time_ms)
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.pending) or self.time_ms != self._committed_time
+
+    def sweep_expired(self) -> None:
+        """Delete values whose expiry the partition's time has reached (they read as absent
+        already), so a store does not keep every key it ever expired. The deletes join the
+        open transaction like any write."""
+        end = EXPIRY + _STAMP.pack(self.time_ms + 1)
+        for swept, index in enumerate(self._db.keys(from_key=EXPIRY)):
+            assert isinstance(index, bytes)  # a raw-mode store
+            if index >= end or swept >= SWEEP_LIMIT:
+                break
+            key = index[9:]
+            value = self.pending[key] if key in self.pending else self._db.get(key)
+            if value is not None and stamp_of(value) == _STAMP.unpack_from(index, 1)[0]:
+                self.pending[key] = None
+            self.pending[index] = None  # local: changes() leaves it out of the changelog
+
+    def committed(self, changelog_offset: int) -> None:
+        """The transaction holding the pending writes committed, and with it the changelog up
+        to `changelog_offset`: write them, in one batch with that offset."""
+        batch = WriteBatch(raw_mode=True)
+        for key, value in self.pending.items():
+            _apply(batch, key, value)
+        batch.put(TIME, _STAMP.pack(self.time_ms))
+        batch.put(OFFSET, str(changelog_offset).encode())
+        self._db.write(batch)
+        self.changelog_offset = changelog_offset
+        self._committed_time = self.time_ms
+        self.pending.clear()
+
+    def abandon(self) -> None:
+        """The transaction did not commit: forget its writes and its time."""
+        self.pending.clear()
+        self.time_ms = self.now_ms = self._committed_time
+
+    # -- restore -----------------------------------------------------------------
+
+    def restore(self, records: list[tuple[bytes, bytes | None]], last_offset: int) -> None:
+        """Apply changelog records in order, in one batch with the offset of the last."""
+        batch = WriteBatch(raw_mode=True)
+        for key, value in records:
+            if key == TIME and value is not None:
+                self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
+            _apply(batch, key, value)
+        batch.put(OFFSET, str(last_offset).encode())
+        self._db.write(batch)
+        self.changelog_offset = last_offset
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _apply(batch: WriteBatch, key: bytes, value: bytes | None) -> None:
+    if key[:1] == EXPIRY:
+        if value is None:
+            batch.delete(key)
+        return
+    if value is None:
+        batch.delete(key)
+        return
+    batch.put(key, value)
+    if key[:1] == DATA and value[:1] == _STAMPED:
+        batch.put(EXPIRY + value[1:9] + key, b"")
+
+
+class KeyState:
+    """One route's values, by name: what a record's handling reads and writes."""
+
+    __slots__ = ("_store", "_prefix")
+
+    def __init__(self, store: PartitionStore, prefix: bytes) -> None:
+        self._store = store
+        self._prefix = DATA + prefix
+
+    def get_bytes(self, name: str) -> bytes | None:
+        return self._store.get(self._prefix + name.encode())
+
+    def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
+        self._store.put(self._prefix + name.encode(), value, ttl)
+
+    def delete(self, name: str) -> None:
+        self._store.delete(self._prefix + name.encode())

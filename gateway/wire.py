@@ -1,0 +1,58 @@
+"""Wire facts: what the SDK, router, processor and HTTP binding must agree on, in one place.
+
+Each writes records another reads, so the header names and marker values on
+those records, the processor's consumer group and the route a request is
+keyed by are defined here once and imported by all of them. Names only: the
+shapes of record values live in the modules that build them, and topic names
+in the topics/ catalogue.
+"""
+
+from __future__ import annotations
+
+from gateway.core import Request, route_key
+
+# Headers any producer may set. `request_id`: the request's id, copied into every
+# record about it. `reply_to` and `correlation_id`: where to send the answer and
+# what to mark it with (the answer carries `correlation_id` back).
+REQUEST_ID_HEADER = "request_id"
+REPLY_TO_HEADER = "reply_to"
+CORRELATION_ID_HEADER = "correlation_id"
+# On `jobs` and `cancellations`: the job's unique key, when it has one.
+UNIQUE_KEY_HEADER = "unique_key"
+
+# What a record on a stage's input is, when it is not a request.
+KIND_HEADER = "kind"
+# On `requests`: a job event the router (or the SDK) put beside the requests, so
+# that each partition's requests and events form one log in the order they are handled.
+JOB_EVENT = b"job_event"
+# On `job_ids`: a route's report of the job it holds under an id (see core/ids.py).
+ID_REPORT = b"id_report"
+# On `requests`: a record that only carries time, written to each owned partition
+# twice a second so that leases and tombstones fall due without traffic (see
+# processor/ticks.py). Empty, and keyed apart from every route (none starts with NUL):
+# the key's own state is never written.
+TICK = b"tick"
+TICK_KEY = b"\x00tick"
+
+# On `requests`: how a request's client id was vouched for. `claimed`: the id stage
+# claimed it for this route; `minted`: the SDK or the router made it, fresh. Only the
+# gateway sets these: the router drops a producer's own.
+ID_CLAIM_HEADER = "id_claim"
+ID_CLAIMED = b"claimed"
+ID_MINTED = b"minted"
+# Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
+CLAIMED_ID_HEADER = "claimed_id"
+
+
+def group_name(namespace: str | None) -> str:
+    """The processor's consumer group in a namespace (None: the default one)."""
+    return f"{namespace}.gateway-dedup" if namespace else "gateway-dedup"
+
+
+def route(request: Request) -> str | None:
+    """The key a request travels under and is decided in, where its job then lives: its
+    unique key, else its job id (`core.route_key`); None while it has neither, until the
+    SDK or the router gives it an id."""
+    if request.unique_key is None and request.envelope.id is None:
+        return None
+    return route_key(request.unique_key, request.envelope.id or "")
