@@ -171,6 +171,17 @@ class PartitionStore:
         self._db.write(batch)
         self.changelog_offset = last_offset
 
+    def live(self) -> Iterator[tuple[bytes, str, bytes]]:
+        """Every (route, name, value) the store holds, committed and not expired."""
+        for key, value in self._db.items(from_key=DATA):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # a raw-mode store
+            if key[:1] != DATA:
+                break
+            route, _, name = key[1:].rpartition(_SEP)
+            stamp = stamp_of(value)
+            if stamp is None or stamp > self.time_ms:
+                yield route, name.decode(), value[1:] if stamp is None else value[9:]
+
     def close(self) -> None:
         self._db.close()
 

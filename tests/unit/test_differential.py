@@ -1,0 +1,264 @@
+"""The processor's rewrite changes nothing but cost: a recorded log decided by the current code
+gives, record by record, byte-identical outputs (decisions, job records, rejections,
+cancellations, replies, forwards, id reports, dead letters) to those the code at commit
+fc7caa8 gave, and leaves the same stores.
+
+The log and its golden outputs are in tests/data/differential; tests/differential_log.py
+says what the log holds and how both were made.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.catalogue import Catalogue, TopicSpec
+from gateway.processor.dedup import Limits
+from gateway.processor.metrics import Metrics
+from gateway.processor.records import Output, Source
+from gateway.processor.stages import Stages, Stores
+from gateway.processor.store import PartitionStore
+from tests import differential_log as recorded
+from tests.differential_log import Out, Position, Record, RecordedLog, StoreContents
+
+# -- the driver: the one place that says which code decides the log -------------------------
+
+# The loop commits every so many records; halfway through, the runtime "crashes": its
+# stores are deleted and restored from the changelog its commits wrote.
+COMMIT_EVERY = 40
+
+
+class _Message:
+    """A recorded input record as the loop hands it to the stages (confluent's Message)."""
+
+    def __init__(self, record: Record, topic: str) -> None:
+        self._record, self._topic = record, topic
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._record.partition
+
+    def offset(self) -> int:
+        return self._record.offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return 2, self._record.timestamp_ms  # LogAppendTime
+
+    def key(self) -> bytes | None:
+        return self._record.key
+
+    def value(self) -> bytes | None:
+        return self._record.value
+
+    def headers(self) -> Any:
+        return list(self._record.headers) or None
+
+
+def decide_log(
+    log: RecordedLog, limits: Limits, states: StoreContents | None = None
+) -> dict[Position, list[Out]]:
+    """Every output the processor's stages emit for each input record, in order.
+
+    The processor's own stages (gateway/processor/stages.py) over real RocksDB stores,
+    each partition's records in offset order. Every COMMIT_EVERY records the stores commit
+    as the loop commits them (expired values swept, changes to a changelog, then the
+    store's batch); halfway the stores are deleted and restored from that changelog, as a
+    successor would after a crash, and the records since the last commit are decided again
+    (their outputs are those of the second time). `states`, if given, receives each store's live contents
+    once the log is decided.
+    """
+    outputs: dict[Position, list[Out]] = {}
+    current: list[Out] = []
+
+    def emit(output: Output, _source: Source) -> None:
+        current.append(recorded.output_of(output))
+
+    catalogue = Catalogue(
+        tuple(TopicSpec(role, log.topics[role], count, 1) for role, count in log.partitions.items())
+    )
+    root = Path(tempfile.mkdtemp(prefix="differential-"))
+    stores = Stores(root)
+    stages = Stages(catalogue, emit, Metrics(), limits, stores)
+    changelogs: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = {}
+
+    def commit() -> None:
+        for where, store in stores.open.items():
+            store.sweep_expired()
+            changelog = changelogs.setdefault(where, [])
+            changelog.extend(store.changes())
+            store.committed(len(changelog) - 1)
+
+    def crash_and_restore() -> None:
+        stores.close(list(stores.open))
+        shutil.rmtree(root / "requests", ignore_errors=True)
+        shutil.rmtree(root / "job_ids", ignore_errors=True)
+        for (role, partition), changelog in changelogs.items():
+            stores.get(role, partition).restore(changelog, len(changelog) - 1)
+
+    records = sorted(log.records, key=lambda r: r.position)
+    crash, n = len(records) // 2, 0
+    try:
+        while n < len(records):
+            record = records[n]
+            current = outputs[record.position] = []
+            stages.handle([_Message(record, log.topics[record.role])])
+            n += 1
+            if n % COMMIT_EVERY == 0:
+                commit()
+            elif n == crash:
+                # Uncommitted: the successor decides these records again, from the last commit.
+                crash_and_restore()
+                n, crash = n - n % COMMIT_EVERY, -1
+        commit()
+        if states is not None:
+            states.update(_live(stores.open))
+    finally:
+        stores.close(list(stores.open))
+        shutil.rmtree(root, ignore_errors=True)
+    return outputs
+
+
+def _live(stores: dict[tuple[str, int], PartitionStore]) -> StoreContents:
+    return {where: sorted(store.live()) for where, store in sorted(stores.items())}
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "differential"
+
+
+@pytest.fixture(scope="module")
+def log() -> RecordedLog:
+    return recorded.load(DATA)
+
+
+@pytest.fixture(scope="module")
+def decided(log: RecordedLog) -> tuple[dict[Position, list[Out]], StoreContents]:
+    states: StoreContents = {}
+    return decide_log(log, Limits(**log.limits), states), states
+
+
+def test_the_current_code_decides_every_record_as_fc7caa8_did(
+    log: RecordedLog, decided: tuple[dict[Position, list[Out]], StoreContents]
+) -> None:
+    outputs, _ = decided
+    assert log.meta["commit"].startswith("fc7caa8")
+    assert len(log.records) == log.meta["records"] > 1_000
+    for record in log.records:  # by topic role, partition and offset
+        want, got = log.outputs[record.position], outputs[record.position]
+        if got != want:
+            pytest.fail(_first_difference(record, want, got), pytrace=False)
+    assert outputs.keys() == log.outputs.keys()
+
+
+def test_the_stores_end_as_they_did(
+    log: RecordedLog, decided: tuple[dict[Position, list[Out]], StoreContents]
+) -> None:
+    _, states = decided
+    assert states.keys() == log.stores.keys()
+    for where, want in log.stores.items():
+        got = states[where]
+        if got != want:
+            only_want, only_got = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+            pytest.fail(
+                f"store {where}: recorded only {only_want[:1]}, decided only {only_got[:1]}",
+                pytrace=False,
+            )
+
+
+# Every outcome and event result the processor can give, and what time alone does.
+COVERED = [
+    *(f"decision {o}" for o in ("accepted", "rejected", "ignored", "replaced", "updated")),
+    "decision invalid",
+    *(f"dialect {d}" for d in ("ojs", "oban", "oban-py", "zizq", "faktory", "unknown")),
+    "error invalid invalid_payload",
+    "error invalid invalid_request",
+    "error invalid payload_too_large",
+    "error rejected duplicate",
+    "error rejected NOTUNIQUE",
+    "event applied",
+    "event ignored unknown_job",
+    "event ignored unchanged",
+    "event refused not_allowed",
+    "event refused already_terminal",
+    "event invalid invalid_event",
+    "event invalid payload_too_large",
+    *(f"job {s}" for s in recorded.ALL_STATES),
+    "job tombstone",
+    "tick retryable",
+    "tick discarded",
+    "tick tombstone",
+    *(f"output {r}" for r in ("cancellations", "rejections", "dead_letters", "reply")),
+    *(f"output {r}" for r in ("intake", "requests", "job_ids")),
+    "input intake request",
+    "input job_events request",
+    "input job_ids request",
+    "input job_ids id_report",
+    "input requests request",
+    "input requests job_event",
+    "input requests tick",
+]
+
+
+def test_the_log_covers_every_outcome_and_event_result(log: RecordedLog) -> None:
+    counts = recorded.coverage(log)
+    assert [name for name in COVERED if not counts[name]] == []
+    assert dict(sorted(counts.items())) == log.meta["coverage"]
+
+
+def test_the_log_speaks_the_wire_the_code_speaks() -> None:
+    from gateway import wire
+
+    assert (recorded.KIND, recorded.JOB_EVENT, recorded.TICK, recorded.ID_REPORT) == (
+        wire.KIND_HEADER,
+        wire.JOB_EVENT,
+        wire.TICK,
+        wire.ID_REPORT,
+    )
+    assert (recorded.ID_CLAIM, recorded.MINTED, recorded.CLAIMED, recorded.CLAIMED_ID) == (
+        wire.ID_CLAIM_HEADER,
+        wire.ID_MINTED,
+        wire.ID_CLAIMED,
+        wire.CLAIMED_ID_HEADER,
+    )
+    assert recorded.TICK_KEY == wire.TICK_KEY
+
+
+def _first_difference(record: recorded.Record, want: list[Out], got: list[Out]) -> str:
+    at = next(
+        (i for i, (w, g) in enumerate(zip(want, got, strict=False)) if w != g),
+        min(len(want), len(got)),
+    )
+    return (
+        f"input {record.position} (role {record.role}, t={record.timestamp_ms}, "
+        f"key {_text(record.key)}, headers {_pairs(record.headers)}):\n"
+        f"  value    {_text(record.value)}\n"
+        f"  output #{at} of {len(want)} recorded / {len(got)} decided\n"
+        f"  recorded {_show(want[at] if at < len(want) else None)}\n"
+        f"  decided  {_show(got[at] if at < len(got) else None)}"
+    )
+
+
+def _show(out: Out | None) -> str:
+    if out is None:
+        return "(none)"
+    role, topic, key, value, headers = out
+    return (
+        f"to {role or 'topic ' + str(topic)}, key {_text(key)}, "
+        f"headers {_pairs(headers or ())}, value {_text(value)}"
+    )
+
+
+def _pairs(headers: Iterable[tuple[str, bytes]]) -> str:
+    return "[" + ", ".join(f"{name}={_text(value)}" for name, value in headers) + "]"
+
+
+def _text(data: bytes | None) -> str:
+    return "None" if data is None else repr(data.decode(errors="backslashreplace")[:4_000])
