@@ -71,8 +71,8 @@ def decide_log(
     as the loop commits them (expired values swept, changes to a changelog, then the
     store's batch); halfway the stores are deleted and restored from that changelog, as a
     successor would after a crash, and the records since the last commit are decided again
-    (their outputs are those of the second time). `states`, if given, receives each store's live contents
-    once the log is decided.
+    (their outputs are those of the second time). `states`, if given, receives each store's
+    live contents once the log is decided.
     """
     outputs: dict[Position, list[Out]] = {}
     current: list[Out] = []
