@@ -139,25 +139,22 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
         if settings.early_answers
         else None
     )
-
-    def transactional(**record: Any) -> None:
-        loop.produce(**record)  # the loop is built below, before anything is emitted
-
-    emit = emitter(names, replies, metrics, transactional, early.send if early else None)
-    stages = Stages(cat, emit, metrics, settings.limits, Stores(state_dir_of(settings) / STORES))
+    stores = Stores(state_dir_of(settings) / STORES)
     topics = Topics(
         inputs=[cat.name(role) for role in INPUTS],
         roles={cat.name(role): role for role in INPUTS},
         changelogs=changelogs.changelogs(cat, settings.group),
     )
     loop = Loop(
-        consumer, producer, settings.client_config, topics, stages,
+        consumer, producer, settings.client_config, topics, stores,
         settings.commit_interval, metrics,
     )  # fmt: skip
+    emit = emitter(names, replies, metrics, loop.produce, early.send if early else None)
+    loop.stages = Stages(cat, emit, metrics, settings.limits, stores)
     return loop, metrics, replies, early
 
 
-Produce = Callable[..., None]  # (topic=, key=, value=, headers=)
+Produce = Callable[[str, bytes | None, bytes | None, Any], None]  # topic, key, value, headers
 
 
 def emitter(
@@ -184,14 +181,10 @@ def emitter(
             if early is not None:
                 # The guard hands over a record's outputs only once its handling has
                 # succeeded (or its `internal` answer): no reply leaves for a handling undone.
-                early(topic=output.topic, key=output.key, value=output.value,
-                      headers=output.headers)  # fmt: skip
+                early(output.topic, output.key, output.value, output.headers)
                 return
         transactional(
-            topic=output.topic or names[output.role or ""],
-            key=output.key,
-            value=output.value,
-            headers=output.headers,
+            output.topic or names[output.role or ""], output.key, output.value, output.headers
         )
 
     return emit

@@ -62,7 +62,7 @@ class Loop:
         producer_config: dict[str, Any],
         restore_config: dict[str, Any],
         topics: Topics,
-        stages: Stages,
+        stores: Stores,
         commit_interval: float,
         metrics: Metrics,
     ) -> None:
@@ -71,8 +71,9 @@ class Loop:
         self._restore_config = restore_config
         self._group = str(consumer_config["group.id"])
         self._topics = topics
-        self._stages = stages
-        self._stores: Stores = stages.stores
+        self._stores = stores
+        # Set once built (they emit through `produce`): they handle every record.
+        self.stages: Stages | None = None
         self._commit_interval = commit_interval
         self._metrics = metrics
         self._open = False
@@ -86,21 +87,15 @@ class Loop:
     # -- producing -----------------------------------------------------------------
 
     def produce(
-        self, *, topic: str, key: bytes | None, value: bytes | None, headers: Any = None,
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None,
         partition: int = -1, on_delivery: Callable[..., None] | None = None,
     ) -> None:  # fmt: skip
         """Produce into the open transaction, waiting while the local queue is full."""
-        while True:
-            try:
-                if on_delivery is None:
-                    self._producer.produce(topic, value, key, partition, headers=headers)
-                else:
-                    self._producer.produce(
-                        topic, value, key, partition, on_delivery=on_delivery, headers=headers
-                    )  # fmt: skip
-                return
-            except BufferError:
-                self._producer.poll(_FULL_WAIT_S)
+        try:
+            self._producer.produce(topic, value, key, partition, on_delivery, headers=headers)
+        except BufferError:
+            self._producer.poll(_FULL_WAIT_S)
+            self.produce(topic, key, value, headers, partition, on_delivery)
 
     # -- the loop ------------------------------------------------------------------
 
@@ -158,7 +153,8 @@ class Loop:
             self._producer.begin_transaction()
             self._open = True
             self._due = time.monotonic() + self._commit_interval
-        self._stages.handle(records)
+        assert self.stages is not None, "the loop runs with its stages"
+        self.stages.handle(records)
         processed = self._metrics.processed
         for (topic, partition), position in positions.items():
             processed(topic, partition, position - 1)
@@ -198,14 +194,14 @@ class Loop:
         topic = self._topics.changelogs[role]
         changes = list(store.changes())
         for key, value in changes[:-1]:
-            self.produce(topic=topic, key=key, value=value, partition=partition)
+            self.produce(topic, key, value, None, partition)
 
         def delivered(err: KafkaError | None, message: Message) -> None:
             if err is None:
                 reached[(role, partition)] = message.offset()  # type: ignore[assignment]
 
         key, value = changes[-1]
-        self.produce(topic=topic, key=key, value=value, partition=partition, on_delivery=delivered)
+        self.produce(topic, key, value, None, partition, delivered)
 
     # -- rebalances ------------------------------------------------------------------
 

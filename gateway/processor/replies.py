@@ -110,7 +110,7 @@ class EarlyReplies:
         )  # fmt: skip
         self._on_lost = on_lost
 
-    def send(self, *, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> None:
         while True:
             try:
                 self._producer.produce(

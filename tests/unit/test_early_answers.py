@@ -43,7 +43,7 @@ class Processor:
         metrics = Metrics()
 
         def into(sent: list[Sent]) -> Any:
-            def produce(*, topic: str, key: Any, value: Any, headers: Any) -> None:
+            def produce(topic: str, key: Any, value: Any, headers: Any) -> None:
                 sent.append((topic, key, value, headers))
 
             return produce
