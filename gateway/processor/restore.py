@@ -4,8 +4,8 @@ A store is a cache of its changelog partition (store.py): it holds the
 changelog offset it reaches, and when the changelog's end is past it (the
 store was lost, or a crash came between a commit and the store's write, or
 another runtime owned the partition meanwhile) the rest is read and copied in,
-a chunk at a time, each partition's share of a chunk one RocksDB batch with
-its offset. A crash mid-restore leaves a store at a batch's edge, and the next
+a chunk at a time, in RocksDB batches that each hold their last record's
+offset (PartitionStore.restore). A crash mid-restore leaves a store at a batch's edge, and the next
 restore goes on from there. Changelogs are read `read_committed`: records of
 an aborted transaction never reach a store.
 """
@@ -26,9 +26,6 @@ log = logging.getLogger("gateway.processor")
 
 CHUNK = 10_000  # records read at once
 WAIT_S = 0.1
-# A batch is written once it holds this many bytes of keys and values: large
-# records (up to a megabyte each) do not make a chunk's batch a gigabyte.
-BATCH_BYTES = 8 << 20
 TIMEOUT_S = 10.0
 
 
@@ -96,7 +93,7 @@ def restore(
                 chunks.setdefault((message.topic(), message.partition()), []).append(message)
             for where, chunk in chunks.items():
                 if (restoring := todo.get(where)) is not None:
-                    apply(restoring.store, chunk)
+                    restoring.store.restore((m.key(), m.value(), m.offset()) for m in chunk)
             if not messages or len(messages) < CHUNK:
                 _finished(consumer, todo)
         log.info(
@@ -106,21 +103,6 @@ def restore(
         )  # fmt: skip
     finally:
         consumer.close()
-
-
-def apply(store: PartitionStore, messages: list[Any]) -> None:
-    """Copy changelog records into the store, a batch at a time, each with its offset."""
-    batch: list[tuple[bytes, bytes | None]] = []
-    held = 0
-    for message in messages:
-        key, value = message.key(), message.value()
-        batch.append((key, value))
-        held += len(key) + len(value or b"")
-        if held >= BATCH_BYTES:
-            store.restore(batch, message.offset())
-            batch, held = [], 0
-    if batch:
-        store.restore(batch, messages[-1].offset())
 
 
 def _finished(consumer: Any, todo: dict[tuple[str, int], Restoring]) -> None:

@@ -30,7 +30,7 @@ time it has handled) reaches its stamp. The replay's in-memory store
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -45,6 +45,9 @@ _PLAIN = b"\x00"
 _STAMPED = b"\x01"
 _STAMP = struct.Struct(">q")
 _MS = timedelta(milliseconds=1)
+# A restore writes a batch once it holds this many bytes of keys and values: large
+# records (up to a megabyte each) do not make a chunk's batch a gigabyte.
+RESTORE_BYTES = 8 << 20
 # A commit deletes at most this many expired values per partition: time spent on a
 # backlog of them is spread over commits.
 SWEEP_LIMIT = 1_000
@@ -160,16 +163,32 @@ class PartitionStore:
 
     # -- restore -----------------------------------------------------------------
 
-    def restore(self, records: list[tuple[bytes, bytes | None]], last_offset: int) -> None:
-        """Apply changelog records in order, in one batch with the offset of the last."""
+    def restore(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        """Apply changelog records (key, value, offset) in order: one batch per RESTORE_BYTES
+        of keys and values, each with the offset of its last record, so a crash leaves the
+        store at a batch's edge and the next restore goes on from there."""
         batch = WriteBatch(raw_mode=True)
-        for key, value in records:
-            if key == TIME and value is not None:
+        held, offset = 0, None
+        for key, value, offset in records:
+            if value is None:
+                batch.delete(key)
+                continue
+            batch.put(key, value)
+            held += len(key) + len(value)
+            if value[:1] == _STAMPED and key[:1] == DATA:
+                batch.put(EXPIRY + value[1:9] + key, b"")
+            elif key == TIME:
                 self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
-            _apply(batch, key, value)
-        batch.put(OFFSET, str(last_offset).encode())
+            if held >= RESTORE_BYTES:
+                self._restored(batch, offset)
+                batch, held = WriteBatch(raw_mode=True), 0
+        if offset is not None:
+            self._restored(batch, offset)
+
+    def _restored(self, batch: WriteBatch, offset: int) -> None:
+        batch.put(OFFSET, str(offset).encode())
         self._db.write(batch)
-        self.changelog_offset = last_offset
+        self.changelog_offset = offset
 
     def live(self) -> Iterator[tuple[bytes, str, bytes]]:
         """Every (route, name, value) the store holds, committed and not expired."""

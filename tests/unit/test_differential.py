@@ -100,7 +100,7 @@ def decide_log(
         shutil.rmtree(root / "requests", ignore_errors=True)
         shutil.rmtree(root / "job_ids", ignore_errors=True)
         for (role, partition), changelog in changelogs.items():
-            stores.get(role, partition).restore(changelog, len(changelog) - 1)
+            stores.get(role, partition).restore((k, v, i) for i, (k, v) in enumerate(changelog))
 
     records = sorted(log.records, key=lambda r: r.position)
     crash, n = len(records) // 2, 0

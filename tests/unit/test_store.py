@@ -1,0 +1,107 @@
+"""A partition's store reads as the replay's in-memory store does, whatever is written, and
+a store restored from its changelog holds what the original held."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.audit.replay import Store as Model
+from gateway.processor import store as store_module
+from gateway.processor.store import PartitionStore
+
+ROUTES = [b"a", b"b\xff", b"", b"\x00tick"]
+NAMES = ["entries", "job/1", "job/\u00e9", "claim"]
+
+Op = tuple[str, int, int, int, int]  # kind, route, name, time step, ttl ms
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "put_ttl", "delete", "commit", "abandon", "sweep"]),
+        st.integers(0, len(ROUTES) - 1),
+        st.integers(0, len(NAMES) - 1),
+        st.integers(-5, 50),
+        st.integers(1, 80),
+    ),
+    max_size=60,
+)
+
+
+def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
+    store = PartitionStore(tmp / "a")
+    model, committed = Model(), Model()
+    changelog: list[tuple[bytes, bytes | None]] = []
+    now = 1_000
+    for n, (kind, r, k, step, ttl) in enumerate(script):
+        now += step
+        store.at(now)
+        model.at(now)
+        state, expected = store.state(ROUTES[r]), model.state(ROUTES[r])
+        value = f"{n}".encode()
+        if kind == "put":
+            state.set_bytes(NAMES[k], value)
+            expected.set_bytes(NAMES[k], value)
+        elif kind == "put_ttl":
+            state.set_bytes(NAMES[k], value, ttl=timedelta(milliseconds=ttl))
+            expected.set_bytes(NAMES[k], value, ttl=timedelta(milliseconds=ttl))
+        elif kind == "delete":
+            state.delete(NAMES[k])
+            expected.delete(NAMES[k])
+        elif kind == "sweep":
+            store.sweep_expired()  # deletes only what reads as absent already
+        elif kind == "commit":
+            store.sweep_expired()
+            changelog.extend(store.changes())
+            store.committed(len(changelog) - 1)
+            committed.items, committed.high_water_ms = dict(model.items), model.high_water_ms
+        else:  # abandon: back to the last commit
+            store.abandon()
+            model.items, model.high_water_ms = dict(committed.items), committed.high_water_ms
+            model.now_ms = committed.high_water_ms
+        for route in ROUTES:
+            for name in NAMES:
+                got = store.state(route).get_bytes(name)
+                assert got == model.state(route).get_bytes(name), (route, name)
+    store.abandon()
+    live = sorted(store.live())
+    store.close()
+    store_module.RESTORE_BYTES, before = restore_bytes, store_module.RESTORE_BYTES
+    try:
+        restored = PartitionStore(tmp / "b")
+        restored.restore((k, v, i) for i, (k, v) in enumerate(changelog))
+    finally:
+        store_module.RESTORE_BYTES = before
+    assert sorted(restored.live()) == live
+    assert restored.changelog_offset == len(changelog) - 1
+    restored.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(script=ops, restore_bytes=st.sampled_from([1, 40, 8 << 20]))
+def test_reads_follow_the_replay_store_and_a_restore_holds_the_same(
+    tmp_path_factory, script: list[Op], restore_bytes: int
+) -> None:
+    _check(tmp_path_factory.mktemp("store"), script, restore_bytes)
+
+
+def test_a_restore_interrupted_between_batches_goes_on_from_the_last_one(tmp_path: Path):
+    original = PartitionStore(tmp_path / "a")
+    original.at(10)
+    for n in range(100):
+        original.state(b"r").set_bytes(f"job/{n}", b"x" * 10)
+    changelog = list(original.changes())
+    store_module.RESTORE_BYTES, before = 50, store_module.RESTORE_BYTES
+    try:
+        half = PartitionStore(tmp_path / "b")
+        half.restore((k, v, i) for i, (k, v) in enumerate(changelog[:37]))
+        half.close()
+        again = PartitionStore(tmp_path / "b")  # a new start reads where the store got to
+        assert again.changelog_offset == 36
+        start = again.changelog_offset + 1
+        again.restore((k, v, i) for i, (k, v) in enumerate(changelog[start:], start))
+    finally:
+        store_module.RESTORE_BYTES = before
+    assert again.time_ms == 10
+    assert sorted(again.live()) == sorted((b"r", f"job/{n}", b"x" * 10) for n in range(100))
