@@ -50,8 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--state-dir", type=Path,
-        help="RocksDB state, a cache of the changelog topic, deleted and rebuilt when it came "
-        "from another cluster or changelog; with several processes, one subdirectory ID-n "
+        help="RocksDB state, a cache of the changelog topics, deleted and rebuilt when it came "
+        "from another cluster, changelog or version (anything there but stores/ and "
+        "identity.json is deleted at start); with several processes, one subdirectory ID-n "
         "each (default $GATEWAY_HOME/state/GROUP/INSTANCE_ID)",
     )  # fmt: skip
     p.add_argument(

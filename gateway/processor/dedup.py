@@ -154,7 +154,8 @@ class Dedup:
         epoch: Callable[[], object] | None = None,
     ) -> None:
         """`epoch`: an object that changes whenever the store may have changed other than
-        through this instance (the runtime's checkpoint); None: it never does."""
+        through this instance (the stores' epoch: a rebalance, an abandoned transaction); None:
+        it never does."""
         self.partitions = partitions
         self._known = Known(epoch)
         # Every record is handled all or nothing, and never raises (see total.py).

@@ -104,7 +104,8 @@ class Known:
     kept only as the store holds it once a record's handling succeeded (its writes applied;
     a failed handling's are dropped, and so is what it saw), a schedule that gets an entry
     is read again, and everything is forgotten when `epoch` changes (the processor passes
-    its checkpoint: after a commit, or a rebalance, the store may be another's).
+    its stores' epoch: after a rebalance the store may be another's, and an abandoned
+    transaction takes back what it wrote).
     """
 
     def __init__(self, epoch: Callable[[], object] | None = None) -> None:

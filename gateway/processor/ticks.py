@@ -6,10 +6,10 @@ like any other (it gets its LogAppendTime from the broker, sits in the log,
 and replay reads it back), on which the dedup stage does what its time made
 due and nothing else: no decision, no reply, nothing counted as a request.
 
-The runtime has no idle callback, so a thread of the processor process writes
+The loop waits for records, not for time, so a thread of the processor process writes
 them with a producer of its own. It needs no transaction: a tick carries no
 decision, and a tick lost or doubled only moves time a little later or twice.
-Which partitions it ticks follows the runtime's rebalances (readiness.py).
+Which partitions it ticks follows the loop's assignment (readiness.py).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class Guard:
         return staged
 
     def stage(self, key: bytes | None, state: Any) -> Staged:
-        """The record's own key's state, as the runtime handed it over."""
+        """The record's own key's state, as the stages handed it over."""
         staged = self._states.get(key or b"")
         if staged is None:
             staged = self._states[key or b""] = Staged(state)

@@ -122,7 +122,7 @@ def test_a_long_idle_partition_sweeps_its_backlog_over_several_records() -> None
 def test_what_a_schedule_is_known_to_hold_follows_the_store() -> None:
     """The memo that spares a record the schedule reads is exact: it keeps only what a
     handling that succeeded saw, reads again once an entry is added, and starts over when
-    the epoch (the runtime's checkpoint) changes."""
+    the epoch changes (the stores' epoch: a rebalance, an abandoned transaction)."""
     from gateway.processor.schedule import Known
 
     epoch = [object()]
@@ -144,5 +144,5 @@ def test_what_a_schedule_is_known_to_hold_follows_the_store() -> None:
     known.settle(True)
     assert known.nothing_due(TOMBSTONES, 0, T0)
     assert not known.nothing_due(TOMBSTONES, 0, T0 + TOMBSTONES.bucket_ms)  # a bucket ended
-    epoch[0] = object()  # a new checkpoint: the store may be another's now
+    epoch[0] = object()  # a rebalance: the store may be another's now
     assert not known.nothing_due(TOMBSTONES, 0, T0)
