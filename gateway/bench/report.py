@@ -74,8 +74,9 @@ def markdown(result: Row) -> str:
         "(processor tree, passthrough, redis-server, postgres, or processor + serve) and the "
         "Kafka broker's JVM, from /proc. Latency: request's broker timestamp to committed "
         "decision, at about half the measured rate; sdk answer: from handing the job to "
-        "the SDK to its answer, at half the first gateway row's rate or --answer-rate; "
-        "HTTP: the round trip at "
+        "the SDK to its answer, at half the first gateway row's rate or --answer-rate, "
+        "and in the paced row at a set pace, whatever the machine drains (their CPU: the "
+        "processor's per decision); HTTP: the round trip at "
         "full load (fetch: of the calls that claimed a job).",
         "",
         "| system | per second | × gateway | system CPU µs/req | broker CPU µs/req "

@@ -26,6 +26,8 @@ from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
 
 EXTRA_MODULES = {"redis": ["redis"], "postgres": ["psycopg"]}
+# The pace of the paced SDK answer row, requests per second.
+PACE = 1_000.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +85,7 @@ def run(plan: Plan, console: Console) -> dict[str, Any]:
             if "gateway" in plan.systems:
                 per_round += len(plan.processes) - 1
                 if plan.latency_seconds > 0:
-                    per_round += len(plan.answers)
+                    per_round += len(plan.answers) + 1  # and the paced row
             if "http" in plan.systems:
                 per_round += len(_http_loads(plan, 0)) - 1
                 per_round += sum(len(_http_loads(plan, i)) for i in range(1, len(plan.answers)))
@@ -180,6 +182,9 @@ def _measure(
                         row = {**dataclasses.asdict(a), "rate": a.rate}
                         rounds.append(row)
                         done(_line(row))
+                    row = _paced_answers(plan, number, broker, processes, opts, step)
+                    rounds.append(row)
+                    done(_line(row))
             elif system in ("redis", "postgres"):
                 service = services[system]
                 measure = stores.redis_round if system == "redis" else stores.postgres_round
@@ -204,6 +209,33 @@ def _measure(
                         rounds.append(row)
                         done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
     _other_figures(plan, broker, processes, opts, rounds, figures, step, done)
+
+
+def _paced_answers(
+    plan: Plan,
+    number: int,
+    broker: Broker,
+    processes: Processes,
+    opts: Options,
+    step: Callable[[str], None],
+) -> dict[str, Any]:
+    """The SDK answer row at a set pace (PACE), in the first answer mode: the answer rows'
+    pace follows what the machine drains, this one's processor CPU per decision and answer
+    latency compare from run to run and machine to machine."""
+    mode = plan.answers[0]
+    step(f"round {number}/{plan.rounds}: SDK answers, {mode}, {PACE:,.0f}/s")
+    a = answers.sdk_round(
+        mode, plan.processes[0], number, PACE, plan.latency_seconds, plan.duplicates,
+        plan.seed, broker, processes, opts,
+    )  # fmt: skip
+    a = dataclasses.replace(a, system=paced_name(mode))
+    return {**dataclasses.asdict(a), "rate": a.rate}
+
+
+def paced_name(mode: str) -> str:
+    """The paced SDK answer row's system. It does not end in the mode, so answer_ratios
+    leaves it out: it runs in the first mode only."""
+    return f"sdk answer {mode}, paced {PACE:,.0f}/s"
 
 
 def _http_loads(plan: Plan, mode_index: int) -> list[tuple[int, int]]:
@@ -251,6 +283,21 @@ def _other_figures(
         figures["records written per decision (outputs + changelog)"] = {
             "value": per, "text": report._fmt(per, 2),
         }  # fmt: skip
+    paced = [r for r in rounds if r["system"] == paced_name(plan.answers[0])]
+    if paced:
+        label = f"SDK answers {plan.answers[0]}, paced {PACE:,.0f}/s"
+        cpu = report.spread(
+            r["cpu_process_s"] / r["requests"] * 1e6
+            if r["cpu_process_s"] is not None and r["requests"] else None
+            for r in paced
+        )  # fmt: skip
+        figures[f"{label}: processor CPU µs per decision"] = {
+            "value": cpu, "text": report._fmt(cpu),
+        }  # fmt: skip
+        p50, p99 = (report.spread(r["latency_ms"].get(q) for r in paced) for q in ("p50", "p99"))
+        figures[f"{label}: answer p50 / p99 (ms)"] = {
+            "value": {"p50": p50, "p99": p99}, "text": f"{report._fmt(p50)} / {report._fmt(p99)}",
+        }  # fmt: skip
     for name, ratio in process_ratios(rounds).items():
         figures[name] = {"value": ratio, "text": report._fmt(ratio, 2)}
     for name, ratio in {**passthrough_ratio(rounds), **answer_ratios(rounds)}.items():
@@ -287,19 +334,19 @@ def _other_figures(
     if "floor" in plan.figures:
         from gateway.bench import floor
 
-        step("quixstreams' floor: an empty processor, same settings")
+        step("the loop's floor: the processor's loop, an empty decision")
         workload = generate(plan.requests, plan.duplicates, plan.seed, tag="floor-")
         rounds_of = 1 if plan.quick else plan.rounds
         measured = floor.measure(rounds_of, workload, broker, processes, opts)
         for f in measured:
             cpu = report.spread(f.cpu_us)
-            figures[f"quixstreams floor, {f.variant}: CPU µs per record"] = {
-                "value": cpu, "text": report._fmt(cpu),
+            figures[f"loop floor, {f.variant}: CPU µs per record"] = {
+                "value": cpu, "text": report._fmt(cpu, 1),
             }  # fmt: skip
-            figures[f"quixstreams floor, {f.variant}: records/s"] = {
+            figures[f"loop floor, {f.variant}: records/s"] = {
                 "value": report.spread(f.rates), "text": report._fmt(report.spread(f.rates)),
             }  # fmt: skip
-        done("quixstreams floor: " + "; ".join(f"{f.variant}: {f.text()}" for f in measured))
+        done("loop floor: " + "; ".join(f"{f.variant}: {f.text()}" for f in measured))
     if "cold-start" in plan.figures:
         colds = []
         for n in range(1 if plan.quick else plan.rounds):
@@ -474,7 +521,6 @@ def _machine() -> dict[str, Any]:
 
 def _versions() -> dict[str, Any]:
     import confluent_kafka
-    import quixstreams
 
     from gateway import __version__
 
@@ -483,7 +529,6 @@ def _versions() -> dict[str, Any]:
         "python": platform.python_version(),
         "confluent_kafka": confluent_kafka.version()[0],
         "librdkafka": confluent_kafka.libversion()[0],
-        "quixstreams": quixstreams.__version__,
     }  # fmt: skip
 
 

@@ -10,6 +10,10 @@ fall into the window), then:
   has seen one decision per request; CPU of the system's process tree (for
   the gateway: the supervisor and all its runtimes) and of the broker JVM
   over that window, from /proc;
+- the same CPU over the whole round too, from ready to the last decision: a
+  system that decides faster than the bench reads decisions (the floor) has
+  done much of its work before the window starts, so its CPU per request is
+  that over every request of the round;
 - records: counts the committed records the system wrote during the round on
   every topic of its namespace but the inputs (outputs and state changelog);
 - latency: new jobs paced at half the measured rate; each decision's latency
@@ -77,6 +81,9 @@ class StreamRound:
     startup_s: float  # from starting the process to ready (empty state)
     latency_rate: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
+    # The system's CPU from ready, just before the first request is sent, to its last
+    # decision: all its work on `inputs` (see run_round).
+    cpu_round_s: float | None = None
 
     @property
     def rate(self) -> float:
@@ -143,16 +150,7 @@ class Gateway(StreamSystem):
 
     def wait_ready(self, proc: Any, workdir: Path) -> None:
         # The supervisor's /ready: every process owns partitions, none restores.
-        deadline = time.monotonic() + DECIDE_TIMEOUT_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ready", timeout=5):
-                    return
-            except (urllib.error.URLError, OSError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                _fail("the processor never became ready", proc, workdir)
-            time.sleep(0.1)
+        wait_ready(self.port, proc, workdir, "the processor never became ready")
 
     def request_timestamp_ms(self, msg: Message) -> int:
         # Decision time is the request record's broker timestamp.
@@ -213,6 +211,21 @@ class Passthrough(StreamSystem):
         return "passed"
 
 
+def wait_ready(port: int, proc: Any, workdir: Path, failure: str) -> None:
+    """Return once http://127.0.0.1:`port`/ready answers 200; fail with `failure` if `proc`
+    ends first or it takes longer than DECIDE_TIMEOUT_S."""
+    deadline = time.monotonic() + DECIDE_TIMEOUT_S
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5):
+                return
+        except (urllib.error.URLError, OSError):
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _fail(failure, proc, workdir)
+        time.sleep(0.1)
+
+
 def fresh_namespace(
     letter: str, label: str, broker: Broker, parent: Path
 ) -> tuple[str, Path, Catalogue]:
@@ -260,6 +273,7 @@ def run_round(
     try:
         system.wait_ready(proc, workdir)
         startup = time.monotonic() - launched
+        cpu_ready = procfs.cpu_seconds(proc.pid)
         io.send(inputs)
         values: list[bytes] = []
         mark = max(1, len(inputs) // 100)
@@ -277,7 +291,8 @@ def run_round(
             if proc.poll() is not None or time.monotonic() > deadline:
                 _fail(f"{len(values)} of {len(inputs)} decisions arrived", proc, workdir)
         seconds = time.monotonic() - started
-        cpu_process = _delta(procfs.cpu_seconds(proc.pid), cpu_process)
+        cpu_end = procfs.cpu_seconds(proc.pid)
+        cpu_process = _delta(cpu_end, cpu_process)
         cpu_broker = _delta(procfs.cpu_seconds(broker.pid, children=False), cpu_broker)
         if len(values) != len(inputs):
             raise BenchError(f"{len(values)} decisions for {len(inputs)} requests")
@@ -286,7 +301,7 @@ def run_round(
         outcomes = Counter(system.outcome(v) for v in values)
         result = StreamRound(
             system.name, number, len(inputs), len(inputs) - at_mark, seconds, cpu_process,
-            cpu_broker, written, dict(outcomes), 0, startup,
+            cpu_broker, written, dict(outcomes), 0, startup, cpu_round_s=_delta(cpu_end, cpu_ready),
         )  # fmt: skip
         if opts.latency_seconds > 0:
             rate = max(1.0, result.rate / 2)

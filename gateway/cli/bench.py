@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "with apt-get (as root); the bench says which before it does")  # fmt: skip
     p.add_argument("--figures", default=",".join(FIGURES),
                    help="other figures to take, comma-separated subset of %(default)s "
-                   "('' for none)")  # fmt: skip
+                   "('' for none); floor: the processor's loop with an empty decision, "
+                   "without and with state")  # fmt: skip
     p.add_argument("--processes", default="1,2,N",
                    help="the gateway's processor processes, one row each, comma-separated; "
                    "N: `gateway process`'s default, one per core, at most the partitions "
@@ -55,11 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default %(default)s)")  # fmt: skip
     p.add_argument("--seed", type=int, default=7, help="workload seed (default %(default)s)")
     p.add_argument("--latency-seconds", type=float,
-                   help="paced latency phase per round at half the measured rate "
-                   "(default 10; quick 2; 0 skips it)")  # fmt: skip
+                   help="paced latency phase per round at half the measured rate, and the "
+                   "length of the SDK answer rows (default 10; quick 2; 0 skips them)")  # fmt: skip
     p.add_argument("--answer-rate", type=float,
                    help="jobs per second the SDK answer rows send (default: half the rate "
-                   "the first gateway row of the round decided)")  # fmt: skip
+                   "the first gateway row of the round decided); one more row, in the first "
+                   "of --answers, always sends 1,000/s and reports the processor's CPU per "
+                   "decision")  # fmt: skip
     p.add_argument("--commit-interval", type=float, default=0.1,
                    help="transaction commit interval of the gateway and the passthrough "
                    "(default %(default)s)")  # fmt: skip

@@ -29,14 +29,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from gateway.processor.changelogs import STATEFUL
 from gateway.processor.metrics import Metrics
 from gateway.processor.restore import restore
-from gateway.processor.stages import Stages, Stores
+from gateway.processor.stages import Stores
 from gateway.processor.store import PartitionStore
 
 log = logging.getLogger("gateway.processor")
@@ -44,6 +44,12 @@ log = logging.getLogger("gateway.processor")
 BATCH = 1_000  # records taken from the consumer at once
 IDLE_WAIT_S = 0.05  # how long an idle loop waits for a record
 _FULL_WAIT_S = 0.05  # the producer's queue is full: serve deliveries this long, then retry
+
+
+class Handler(Protocol):
+    """What decides a batch's records (stages.Stages; the bench floor's empty decision)."""
+
+    def handle(self, records: list[Message]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class Loop:
         self._topics = topics
         self._stores = stores
         # Set once built (they emit through `produce`): they handle every record.
-        self.stages: Stages | None = None
+        self.stages: Handler | None = None
         self._commit_interval = commit_interval
         self._metrics = metrics
         self._open = False

@@ -39,9 +39,7 @@ class Restoring:
 
 def behind(consumer: Any, topic: str, partition: int, store: PartitionStore) -> Restoring | None:
     """The restore `store` needs to reach its changelog's end, or None if it is there."""
-    low, high = consumer.get_watermark_offsets(
-        TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
-    )
+    low, high = _watermarks(consumer, TopicPartition(topic, partition))
     # The last record before `high` may be a transaction marker, which the store never sees.
     if low == high or store.changelog_offset >= high - 1:
         return None
@@ -103,6 +101,20 @@ def restore(
         )  # fmt: skip
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Any, tp: TopicPartition) -> tuple[int, int]:
+    """A partition's offsets, asked again for a while: a changelog created a moment ago,
+    or one whose leader is moving, answers NOT_LEADER_FOR_PARTITION for a moment."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT_S, cached=False)
+            return int(low), int(high)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _finished(consumer: Any, todo: dict[tuple[str, int], Restoring]) -> None:

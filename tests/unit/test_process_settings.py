@@ -1,9 +1,8 @@
-"""`gateway process` settings that reach the stream runtime's clients."""
+"""`gateway process` settings that reach the processor loop's clients."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +27,10 @@ def _producer(
     if client_linger_ms is not None:
         client["linger.ms"] = client_linger_ms
     own: dict[str, Any] = {} if linger_ms is None else {"linger_ms": linger_ms}
-    settings = runtime_settings(client, "g", "1", 0.1, Path("/x"), **own)
-    return dict(settings["producer_extra_config"])
+    _consumer, producer = runtime_settings(client, "g", "1", **own)
+    # The loop's one producer is the transactional one.
+    assert producer["transactional.id"] == "g-1"
+    return producer
 
 
 def test_linger_defaults_to_librdkafkas_and_reaches_the_transactional_producer() -> None:
