@@ -45,8 +45,6 @@ from gateway.wire import group_name
 
 log = logging.getLogger("gateway.processor")
 
-# How long an idle fetch waits on the broker for data (see the consumer settings).
-FETCH_WAIT_MS = 10
 # How long start waits for the catalogue's topics to show in metadata: right after
 # `topics apply` a broker may not list them yet.
 STARTUP_WAIT_S = 10.0
@@ -107,9 +105,6 @@ def runtime_settings(
         # start together, the first to join takes every partition and starts
         # restoring them all; librdkafka's 3 s made the others wait that long.
         "heartbeat.interval.ms": 500,
-        # An idle fetch waits this long on the broker for data; a fetch with data
-        # returns at once whatever this is.
-        "fetch.wait.max.ms": FETCH_WAIT_MS,
         **statistics,
     }
     producer = {
