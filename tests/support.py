@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,3 +76,28 @@ def record_of(entry: Entry) -> dict[str, Any]:
     if entry.scheduled_at is not None:
         job["scheduled_at"] = format_rfc3339(entry.scheduled_at)
     return job
+
+
+@dataclass(frozen=True)
+class Changelogged:
+    """A changelog record as the store's restore reads it (a Message's key, value, offset)."""
+
+    _key: bytes
+    _value: bytes | None
+    _offset: int
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+
+def changelogged(
+    records: Sequence[tuple[bytes, bytes | None]], start: int = 0
+) -> list[Changelogged]:
+    """Changelog records (key, value) at offsets from `start`."""
+    return [Changelogged(k, v, start + i) for i, (k, v) in enumerate(records)]

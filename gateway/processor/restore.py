@@ -88,10 +88,14 @@ def restore(
             for message in messages:
                 if message.error() is not None:
                     raise KafkaException(message.error())
-                chunks.setdefault((message.topic(), message.partition()), []).append(message)
+                where = (message.topic(), message.partition())
+                chunk = chunks.get(where)
+                if chunk is None:
+                    chunk = chunks[where] = []
+                chunk.append(message)
             for where, chunk in chunks.items():
                 if (restoring := todo.get(where)) is not None:
-                    restoring.store.restore((m.key(), m.value(), m.offset()) for m in chunk)
+                    restoring.store.restore(chunk)
             if not messages or len(messages) < CHUNK:
                 _finished(consumer, todo)
         log.info(

@@ -30,9 +30,10 @@ time it has handled) reaches its stamp. The replay's in-memory store
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 from rocksdict import Options, Rdict, WriteBatch
 
@@ -53,8 +54,12 @@ RESTORE_BYTES = 8 << 20
 SWEEP_LIMIT = 1_000
 
 
-def data_key(route: bytes, name: str) -> bytes:
-    return DATA + route + _SEP + name.encode()
+class Changelogged(Protocol):
+    """A changelog record as read (confluent_kafka's Message)."""
+
+    def key(self) -> bytes: ...
+    def value(self) -> bytes | None: ...
+    def offset(self) -> int: ...
 
 
 def stamp_of(value: bytes) -> int | None:
@@ -163,27 +168,31 @@ class PartitionStore:
 
     # -- restore -----------------------------------------------------------------
 
-    def restore(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
-        """Apply changelog records (key, value, offset) in order: one batch per RESTORE_BYTES
-        of keys and values, each with the offset of its last record, so a crash leaves the
-        store at a batch's edge and the next restore goes on from there."""
+    def restore(self, records: Sequence[Changelogged]) -> None:
+        """Apply changelog records in order: one batch per RESTORE_BYTES of keys and values,
+        each with the offset of its last record, so a crash leaves the store at a batch's edge
+        and the next restore goes on from there."""
         batch = WriteBatch(raw_mode=True)
-        held, offset = 0, None
-        for key, value, offset in records:
+        put, held = batch.put, 0
+        for n, record in enumerate(records):
+            key, value = record.key(), record.value()
             if value is None:
                 batch.delete(key)
-                continue
-            batch.put(key, value)
-            held += len(key) + len(value)
-            if value[:1] == _STAMPED and key[:1] == DATA:
-                batch.put(EXPIRY + value[1:9] + key, b"")
-            elif key == TIME:
-                self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
+            else:
+                put(key, value)
+                held += len(key) + len(value)
+                if value[:1] == _STAMPED and key[:1] == DATA:
+                    put(EXPIRY + value[1:9] + key, b"")
+                elif key == TIME:
+                    self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
             if held >= RESTORE_BYTES:
-                self._restored(batch, offset)
-                batch, held = WriteBatch(raw_mode=True), 0
-        if offset is not None:
-            self._restored(batch, offset)
+                self._restored(batch, record.offset())
+                batch = WriteBatch(raw_mode=True)
+                put, held = batch.put, 0
+                if n == len(records) - 1:
+                    return
+        if records:
+            self._restored(batch, records[-1].offset())
 
     def _restored(self, batch: WriteBatch, offset: int) -> None:
         batch.put(OFFSET, str(offset).encode())

@@ -25,6 +25,7 @@ from gateway.processor.stages import Stages, Stores
 from gateway.processor.store import PartitionStore
 from tests import differential_log as recorded
 from tests.differential_log import Out, Position, Record, RecordedLog, StoreContents
+from tests.support import changelogged
 
 # -- the driver: the one place that says which code decides the log -------------------------
 
@@ -100,7 +101,7 @@ def decide_log(
         shutil.rmtree(root / "requests", ignore_errors=True)
         shutil.rmtree(root / "job_ids", ignore_errors=True)
         for (role, partition), changelog in changelogs.items():
-            stores.get(role, partition).restore((k, v, i) for i, (k, v) in enumerate(changelog))
+            stores.get(role, partition).restore(changelogged(changelog))
 
     records = sorted(log.records, key=lambda r: r.position)
     crash, n = len(records) // 2, 0

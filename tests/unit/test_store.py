@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gateway.audit.replay import Store as Model
 from gateway.processor import store as store_module
 from gateway.processor.store import PartitionStore
+from tests.support import changelogged
 
 ROUTES = [b"a", b"b\xff", b"", b"\x00tick"]
 NAMES = ["entries", "job/1", "job/\u00e9", "claim"]
@@ -70,7 +71,7 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
     store_module.RESTORE_BYTES, before = restore_bytes, store_module.RESTORE_BYTES
     try:
         restored = PartitionStore(tmp / "b")
-        restored.restore((k, v, i) for i, (k, v) in enumerate(changelog))
+        restored.restore(changelogged(changelog))
     finally:
         store_module.RESTORE_BYTES = before
     assert sorted(restored.live()) == live
@@ -95,12 +96,12 @@ def test_a_restore_interrupted_between_batches_goes_on_from_the_last_one(tmp_pat
     store_module.RESTORE_BYTES, before = 50, store_module.RESTORE_BYTES
     try:
         half = PartitionStore(tmp_path / "b")
-        half.restore((k, v, i) for i, (k, v) in enumerate(changelog[:37]))
+        half.restore(changelogged(changelog[:37]))
         half.close()
         again = PartitionStore(tmp_path / "b")  # a new start reads where the store got to
         assert again.changelog_offset == 36
         start = again.changelog_offset + 1
-        again.restore((k, v, i) for i, (k, v) in enumerate(changelog[start:], start))
+        again.restore(changelogged(changelog[start:], start))
     finally:
         store_module.RESTORE_BYTES = before
     assert again.time_ms == 10
