@@ -97,11 +97,12 @@ class Loop:
         partition: int = -1, on_delivery: Callable[..., None] | None = None,
     ) -> None:  # fmt: skip
         """Produce into the open transaction, waiting while the local queue is full."""
-        try:
-            self._producer.produce(topic, value, key, partition, on_delivery, headers=headers)
-        except BufferError:
-            self._producer.poll(_FULL_WAIT_S)
-            self.produce(topic, key, value, headers, partition, on_delivery)
+        while True:
+            try:
+                self._producer.produce(topic, value, key, partition, on_delivery, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(_FULL_WAIT_S)
 
     # -- the loop ------------------------------------------------------------------
 
