@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.catalogue import Catalogue
 from gateway.partitioner import PRODUCER_SETTING
+from gateway.processor.changelogs import previous_name
+from gateway.wire import group_name
 from tests.integration.harness import Processor, Reader, apply_topics, fingerprint_of, send
 
 pytestmark = pytest.mark.kafka
@@ -244,4 +246,23 @@ def test_the_processor_refuses_topics_that_differ_from_the_catalogue(
     )  # fmt: skip
     assert done.returncode == 78, done.stderr[-3000:]
     assert "has 4 partitions, the catalogue says 8" in done.stderr
+    assert RESTARTED not in done.stderr
+
+
+def test_a_group_whose_state_a_previous_version_kept_is_refused_with_what_to_do(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+):
+    cat = apply_topics(kafka_bootstrap, namespace)
+    # What a gateway before 0.2 left: its changelog of `requests`, and none of this version's.
+    old = previous_name(group_name(namespace), cat.name("requests"))
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(old, 8, 1, config={"cleanup.policy": "compact"})])[old].result()
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "process", "--bootstrap", kafka_bootstrap,
+         "--namespace", namespace, "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 78, done.stderr[-3000:]
+    assert f"is in {old}, written by a gateway before 0.2" in done.stderr
+    assert "--namespace" in done.stderr and f"delete {old}" in done.stderr
     assert RESTARTED not in done.stderr
