@@ -8,6 +8,9 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# Decisions noted before they are counted anyway, whoever forgets to flush.
+FLUSH_AT = 10_000
+
 
 class Metrics:
     """One registry per processor, so several processors can share a process in tests."""
@@ -17,6 +20,9 @@ class Metrics:
         r = self.registry
         self._positions: dict[tuple[str, int], int] = {}
         self._decided: dict[tuple[str, str], Any] = {}
+        # Decisions since the last flush: counts by (outcome, dialect), and record times.
+        self._tally: dict[tuple[str, str], int] = {}
+        self._stamps: list[int] = []
         self._events: dict[tuple[str, str], Any] = {}
         self.decisions = Counter(
             "gateway_decisions", "Decisions by outcome and dialect", ["outcome", "dialect"],
@@ -77,12 +83,25 @@ class Metrics:
         )  # fmt: skip
 
     def decided(self, outcome: str, dialect: str, record_timestamp_ms: int) -> None:
-        """Count a decision and observe its latency (once per request: kept cheap)."""
-        child = self._decided.get((outcome, dialect))
-        if child is None:
-            child = self._decided[(outcome, dialect)] = self.decisions.labels(outcome, dialect)
-        child.inc()
-        self.decision_latency.observe(max(0.0, time.time() - record_timestamp_ms / 1000))
+        """Note a decision; `flush` counts it (once per batch: per request this stays cheap)."""
+        key = (outcome, dialect)
+        self._tally[key] = self._tally.get(key, 0) + 1
+        self._stamps.append(record_timestamp_ms)
+        if len(self._stamps) >= FLUSH_AT:  # a caller that never flushes (replay) keeps little
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the decisions noted since the last flush, and observe their latency."""
+        for key, count in self._tally.items():
+            child = self._decided.get(key)
+            if child is None:
+                child = self._decided[key] = self.decisions.labels(*key)
+            child.inc(count)
+        now = time.time()
+        for stamp in self._stamps:
+            self.decision_latency.observe(max(0.0, now - stamp / 1000))
+        self._tally.clear()
+        self._stamps.clear()
 
     def event(self, result: str, reason: str) -> None:
         """Count a job event by its result (once per event: its child is looked up once)."""

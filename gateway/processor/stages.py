@@ -71,6 +71,7 @@ class Stages:
         self, catalogue: Catalogue, emit: Emit, metrics: Metrics, limits: Limits, stores: Stores
     ) -> None:
         self.stores = stores
+        self.metrics = metrics
         self.roles = {catalogue.name(role): role for role in INPUTS}
         self.dedup = Dedup(
             catalogue.by_role("requests").partitions, emit, metrics, limits,
@@ -92,6 +93,7 @@ class Stages:
         for record in records:
             topic = record.topic() or ""
             handlers[roles[topic]](record, topic, record.partition() or 0)
+        self.metrics.flush()
 
     def _source(self, record: Record, topic: str, partition: int) -> Source:
         return Source(
