@@ -18,7 +18,7 @@ from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import Source, headers_of
 from gateway.processor.router import Router
-from gateway.processor.store import PartitionStore
+from gateway.processor.store import KeyState, PartitionStore
 
 # The inputs, by catalogue role.
 INPUTS = ("intake", "job_events", "requests", "job_ids")
@@ -108,15 +108,18 @@ class Stages:
         self.router.on_event(record.value(), record.key(), self._source(record, topic, partition))
 
     def _request(self, record: Record, topic: str, partition: int) -> None:
-        source = self._source(record, topic, partition)
-        store = self.stores.get("requests", partition)
-        store.at(source.timestamp_ms)
-        key = record.key()
-        self.dedup.on_record(record.value(), key, source, store.state(key or b""))
+        self._stateful(self.dedup.on_record, "requests", record, topic, partition)
 
     def _job_id(self, record: Record, topic: str, partition: int) -> None:
+        self._stateful(self.ids.on_record, "job_ids", record, topic, partition)
+
+    def _stateful(
+        self, stage: Callable[[bytes | None, bytes | None, Source, KeyState], None], role: str,
+        record: Record, topic: str, partition: int,
+    ) -> None:  # fmt: skip
+        """A record of a stateful input, over its key's state in its partition's store."""
         source = self._source(record, topic, partition)
-        store = self.stores.get("job_ids", partition)
+        store = self.stores.get(role, partition)
         store.at(source.timestamp_ms)
         key = record.key()
-        self.ids.on_record(record.value(), key, source, store.state(key or b""))
+        stage(record.value(), key, source, store.state(key or b""))

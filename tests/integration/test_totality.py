@@ -239,11 +239,7 @@ def test_the_processor_refuses_topics_that_differ_from_the_catalogue(
         [sys.executable, "-m", "gateway", "topics", "apply", "--bootstrap", kafka_bootstrap,
          "--namespace", namespace], env=env, check=True, capture_output=True,
     )  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway", "process", "--bootstrap", kafka_bootstrap,
-         "--namespace", namespace, "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = _process_once(kafka_bootstrap, namespace, tmp_path)
     assert done.returncode == 78, done.stderr[-3000:]
     assert "has 4 partitions, the catalogue says 8" in done.stderr
     assert RESTARTED not in done.stderr
@@ -257,12 +253,17 @@ def test_a_group_whose_state_a_previous_version_kept_is_refused_with_what_to_do(
     old = previous_name(group_name(namespace), cat.name("requests"))
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_topics([NewTopic(old, 8, 1, config={"cleanup.policy": "compact"})])[old].result()
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway", "process", "--bootstrap", kafka_bootstrap,
-         "--namespace", namespace, "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = _process_once(kafka_bootstrap, namespace, tmp_path)
     assert done.returncode == 78, done.stderr[-3000:]
     assert f"is in {old}, written by a gateway before 0.2" in done.stderr
     assert "--namespace" in done.stderr and f"delete {old}" in done.stderr
     assert RESTARTED not in done.stderr
+
+
+def _process_once(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> Any:
+    """`gateway process` in the namespace, until it ends (it is expected to refuse)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "process", "--bootstrap", kafka_bootstrap,
+         "--namespace", namespace, "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
