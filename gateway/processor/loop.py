@@ -17,8 +17,9 @@ offsets. The loop only decides:
 
 On revoke the open transaction is committed before the partitions go (the
 group waits for it); on a lost assignment it is aborted and its writes
-forgotten. On assign each stateful partition's store is restored from its
-changelog before any of its records is handled. Any Kafka error on the way
+forgotten. On assign each stateful partition whose store is behind its
+changelog is paused, and restored a chunk per step (restore.py), before any
+of its records is handled; the other partitions decide meanwhile. Any Kafka error on the way
 ends the run: the supervisor starts a successor, which fences this one and
 resumes from the last commit.
 """
@@ -35,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from gateway.processor.changelogs import STATEFUL
 from gateway.processor.metrics import Metrics
-from gateway.processor.restore import restore
+from gateway.processor.restore import Restorer
 from gateway.processor.stages import Stores
 from gateway.processor.store import PartitionStore
 
@@ -43,6 +44,9 @@ log = logging.getLogger("gateway.processor")
 
 BATCH = 1_000  # records taken from the consumer at once
 IDLE_WAIT_S = 0.05  # how long an idle loop waits for a record
+# How long a restore waits for changelog records: alone, or beside partitions that decide.
+RESTORE_WAIT_S = 0.1
+SHARED_WAIT_S = 0.005
 _FULL_WAIT_S = 0.05  # the producer's queue is full: serve deliveries this long, then retry
 
 
@@ -74,8 +78,11 @@ class Loop:
     ) -> None:
         self._consumer = Consumer(consumer_config)
         self._producer = Producer(producer_config)
-        self._restore_config = restore_config
-        self._group = str(consumer_config["group.id"])
+        self._restorer = Restorer(
+            restore_config, str(consumer_config["group.id"]), metrics.observe_consumer_stats
+        )
+        # Changelog partition -> the input partition paused until its store is restored.
+        self._paused: dict[tuple[str, int], TopicPartition] = {}
         self._topics = topics
         self._stores = stores
         # Set once built (they emit through `produce`): they handle every record.
@@ -86,7 +93,6 @@ class Loop:
         self._due = 0.0
         self._positions: dict[tuple[str, int], int] = {}
         self.owned: set[tuple[str, int]] = set()
-        self.restoring = False
         self.stopping = False
         self.failed = False
 
@@ -125,14 +131,21 @@ class Loop:
         finally:
             self._close()
 
+    @property
+    def restoring(self) -> bool:
+        """Whether a store of this run's partitions is still behind its changelog."""
+        return bool(self._restorer.pending)
+
     def stop(self) -> None:
         """End the run after the current batch (from any thread: a flag)."""
         self.stopping = True
 
     def _step(self) -> None:
         consumer = self._consumer
+        if self._restorer.pending:
+            self._restore_chunk()
         messages = consumer.consume(BATCH, 0)
-        if not messages:
+        if not messages and not self._restorer.pending:
             wait = IDLE_WAIT_S
             if self._open:
                 wait = max(0.0, min(wait, self._due - time.monotonic()))
@@ -212,23 +225,37 @@ class Loop:
 
     # -- rebalances ------------------------------------------------------------------
 
-    def _assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        stateful = []
+    def _restore_chunk(self) -> None:
+        """One chunk of the restore; resume the inputs whose stores it brought up to date."""
+        deciding = self.owned - self._paused_inputs()
+        done = self._restorer.step(SHARED_WAIT_S if deciding else RESTORE_WAIT_S)
+        resumed = [self._paused.pop(where) for where in done if where in self._paused]
+        if resumed:
+            self._consumer.resume(resumed)
+        if not self._restorer.pending:
+            log.info("processing partitions", extra={"partitions": len(self.owned)})
+
+    def _paused_inputs(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self._paused.values()}
+
+    def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Open the stores; pause each input whose store is behind until it is restored."""
+        consumer.assign(partitions)
+        stateful, inputs = [], {}
         for tp in partitions:
             role = self._topics.roles[tp.topic]
             if role in STATEFUL:
-                store = self._stores.get(role, tp.partition)
-                stateful.append((self._topics.changelogs[role], tp.partition, store))
-        self.restoring = True
-        try:
-            restore(
-                self._restore_config, self._group, stateful,
-                self._metrics.observe_consumer_stats,
-            )  # fmt: skip
-        finally:
-            self.restoring = False
+                changelog = (self._topics.changelogs[role], tp.partition)
+                stateful.append((*changelog, self._stores.get(role, tp.partition)))
+                inputs[changelog] = tp
+        self._restorer.add(stateful)
+        behind = [inputs[where] for where in self._restorer.pending if where in inputs]
+        if behind:
+            consumer.pause(behind)
+            self._paused |= {where: inputs[where] for where in self._restorer.pending}
         self.owned |= {(tp.topic, tp.partition) for tp in partitions}
-        log.info("processing partitions", extra={"partitions": len(partitions)})
+        if not self._restorer.pending:
+            log.info("processing partitions", extra={"partitions": len(self.owned)})
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """The group waits for this: finish the open transaction before the partitions go."""
@@ -248,13 +275,22 @@ class Loop:
         self._forget(partitions)
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
+        roles, changelogs = self._topics.roles, self._topics.changelogs
+        gone = [
+            (changelogs[roles[tp.topic]], tp.partition)
+            for tp in partitions
+            if roles[tp.topic] in STATEFUL
+        ]
+        self._restorer.drop(gone)
+        for where in gone:
+            self._paused.pop(where, None)
         for tp in partitions:
             self._positions.pop((tp.topic, tp.partition), None)
-        roles = self._topics.roles
         self._stores.close((roles[tp.topic], tp.partition) for tp in partitions)
 
     def _close(self) -> None:
         try:
             self._consumer.close()
         finally:
+            self._restorer.close()
             self._stores.close(list(self._stores.open))

@@ -5,9 +5,13 @@ changelog offset it reaches, and when the changelog's end is past it (the
 store was lost, or a crash came between a commit and the store's write, or
 another runtime owned the partition meanwhile) the rest is read and copied in,
 a chunk at a time, in RocksDB batches that each hold their last record's
-offset (PartitionStore.restore). A crash mid-restore leaves a store at a batch's edge, and the next
-restore goes on from there. Changelogs are read `read_committed`: records of
-an aborted transaction never reach a store.
+offset (PartitionStore.restore). A crash mid-restore leaves a store at a
+batch's edge, and the next restore goes on from there. Changelogs are read
+`read_committed`: records of an aborted transaction never reach a store.
+
+The loop reads a chunk between its own polls, with the input partitions
+whose stores are behind paused, so the other partitions go on deciding and a
+rebalance is never held up by a restore.
 """
 
 from __future__ import annotations
@@ -46,65 +50,92 @@ def behind(consumer: Any, topic: str, partition: int, store: PartitionStore) -> 
     return Restoring(topic, partition, store, high)
 
 
-def restore(
-    client_config: dict[str, Any],
-    group: str,
-    stores: list[tuple[str, int, PartitionStore]],
-    stats_cb: Callable[[str], None] | None = None,
-) -> None:
-    """Restore every store of (changelog topic, partition, store) that is behind."""
-    started = time.monotonic()
-    consumer = Consumer(
-        {
-            **client_config,
-            "group.id": f"{group}-restore",  # never joined: the partitions are assigned
-            "enable.auto.commit": False,
-            # A store behind the changelog's start (compaction moved it on): from the start.
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 10,
-            **({"statistics.interval.ms": 1_000, "stats_cb": stats_cb} if stats_cb else {}),
-        }
-    )
-    try:
-        todo = {
+class Restorer:
+    """The stores of this run's partitions that are behind their changelogs, read a chunk per
+    `step` beside the loop (so a rebalance is never held up by a restore), with a consumer of
+    its own assigned exactly those changelog partitions."""
+
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        group: str,
+        stats_cb: Callable[[str], None] | None = None,
+    ) -> None:
+        self._consumer = Consumer(
+            {
+                **client_config,
+                "group.id": f"{group}-restore",  # never joined: the partitions are assigned
+                "enable.auto.commit": False,
+                # A store behind the changelog's start (compaction moved it on): from the start.
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+                **({"statistics.interval.ms": 1_000, "stats_cb": stats_cb} if stats_cb else {}),
+            }
+        )
+        self.pending: dict[tuple[str, int], Restoring] = {}
+        self._started = 0.0
+        self._records = 0
+
+    def add(self, stores: list[tuple[str, int, PartitionStore]]) -> None:
+        """Restore these (changelog topic, partition, store) where they are behind."""
+        behind_now = {
             (r.topic, r.partition): r
             for topic, partition, store in stores
-            if (r := behind(consumer, topic, partition, store)) is not None
+            if (r := behind(self._consumer, topic, partition, store)) is not None
         }
-        if not todo:
-            return
-        consumer.assign(
+        if behind_now:
+            if not self.pending:
+                self._started, self._records = time.monotonic(), 0
+            self.pending |= behind_now
+            self._assign()
+
+    def drop(self, partitions: list[tuple[str, int]]) -> None:
+        """Stop restoring these changelog partitions (their input was revoked)."""
+        dropped = [self.pending.pop(where, None) for where in partitions]
+        if any(r is not None for r in dropped):
+            self._assign()
+
+    def step(self, wait_s: float = WAIT_S) -> list[tuple[str, int]]:
+        """Read and apply one chunk; the changelog partitions this finished."""
+        messages = self._consumer.consume(CHUNK, wait_s)
+        self._records += len(messages)
+        chunks: dict[tuple[str, int], list[Any]] = {}
+        for message in messages:
+            if message.error() is not None:
+                raise KafkaException(message.error())
+            where = (message.topic(), message.partition())
+            chunk = chunks.get(where)
+            if chunk is None:
+                chunk = chunks[where] = []
+            chunk.append(message)
+        for where, chunk in chunks.items():
+            if (restoring := self.pending.get(where)) is not None:
+                restoring.store.restore(chunk)
+        if len(messages) == CHUNK:
+            return []
+        done = _finished(self._consumer, self.pending)
+        if done:
+            self._assign()
+            if not self.pending:
+                log.info(
+                    "state restored",
+                    extra={"records": self._records,
+                           "seconds": round(time.monotonic() - self._started, 2)},
+                )  # fmt: skip
+        return done
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _assign(self) -> None:
+        """Read exactly the pending partitions, each from where its store is."""
+        self._consumer.assign(
             [
                 TopicPartition(r.topic, r.partition, r.store.changelog_offset + 1)
-                for r in todo.values()
+                for r in self.pending.values()
             ]
         )
-        records = 0
-        while todo:
-            messages = consumer.consume(CHUNK, WAIT_S)
-            records += len(messages)
-            chunks: dict[tuple[str, int], list[Any]] = {}
-            for message in messages:
-                if message.error() is not None:
-                    raise KafkaException(message.error())
-                where = (message.topic(), message.partition())
-                chunk = chunks.get(where)
-                if chunk is None:
-                    chunk = chunks[where] = []
-                chunk.append(message)
-            for where, chunk in chunks.items():
-                if (restoring := todo.get(where)) is not None:
-                    restoring.store.restore(chunk)
-            if not messages or len(messages) < CHUNK:
-                _finished(consumer, todo)
-        log.info(
-            "state restored",
-            extra={"partitions": len(stores), "records": records,
-                   "seconds": round(time.monotonic() - started, 2)},
-        )  # fmt: skip
-    finally:
-        consumer.close()
 
 
 def _watermarks(consumer: Any, tp: TopicPartition) -> tuple[int, int]:
@@ -121,10 +152,11 @@ def _watermarks(consumer: Any, tp: TopicPartition) -> tuple[int, int]:
             time.sleep(0.1)
 
 
-def _finished(consumer: Any, todo: dict[tuple[str, int], Restoring]) -> None:
-    """Drop from `todo` the partitions read to their end (past a final marker too)."""
-    positions = consumer.position([TopicPartition(t, p) for t, p in todo])
-    for tp in positions:
-        restoring = todo[(tp.topic, tp.partition)]
-        if tp.offset >= restoring.end:
-            del todo[(tp.topic, tp.partition)]
+def _finished(consumer: Any, pending: dict[tuple[str, int], Restoring]) -> list[tuple[str, int]]:
+    """Take from `pending` the partitions read to their end (past a final marker too)."""
+    done = []
+    for tp in consumer.position([TopicPartition(t, p) for t, p in pending]):
+        if tp.offset >= pending[(tp.topic, tp.partition)].end:
+            del pending[(tp.topic, tp.partition)]
+            done.append((tp.topic, tp.partition))
+    return done
