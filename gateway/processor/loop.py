@@ -185,8 +185,7 @@ class Loop:
         """Changelogs, offsets, commit; then the stores (see the module's docstring)."""
         reached: dict[tuple[str, int], int] = {}
         changed = [(key, store) for key, store in self._stores.open.items() if self._dirty(store)]
-        for (role, partition), store in changed:
-            self._log_changes(role, partition, store, reached)
+        logged = {key for key, store in changed if self._log_changes(*key, store, reached)}
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
         if offsets:
             self._producer.send_offsets_to_transaction(
@@ -197,7 +196,7 @@ class Loop:
         self._open = False
         self._positions.clear()
         for key, store in changed:
-            offset = reached.get(key)
+            offset = reached.get(key) if key in logged else store.changelog_offset
             if offset is None:
                 raise KafkaException(KafkaError(KafkaError._FAIL, "changelog offset unknown"))
             store.committed(offset)
@@ -209,10 +208,13 @@ class Loop:
 
     def _log_changes(
         self, role: str, partition: int, store: PartitionStore, reached: dict[tuple[str, int], int]
-    ) -> None:
-        """Produce a store's writes to its changelog; note the offset the last one gets."""
+    ) -> bool:
+        """Produce a store's writes to its changelog, and note the offset the last one gets;
+        False when it has none (a sweep that only tidied its local expiry index)."""
         topic = self._topics.changelogs[role]
         changes = list(store.changes())
+        if not changes:
+            return False
         for key, value in changes[:-1]:
             self.produce(topic, key, value, None, partition)
 
@@ -222,6 +224,7 @@ class Loop:
 
         key, value = changes[-1]
         self.produce(topic, key, value, None, partition, delivered)
+        return True
 
     # -- rebalances ------------------------------------------------------------------
 

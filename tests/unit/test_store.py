@@ -106,3 +106,29 @@ def test_a_restore_interrupted_between_batches_goes_on_from_the_last_one(tmp_pat
         store_module.RESTORE_BYTES = before
     assert again.time_ms == 10
     assert sorted(again.live()) == sorted((b"r", f"job/{n}", b"x" * 10) for n in range(100))
+
+
+def test_a_sweep_can_leave_only_local_work_which_a_commit_writes_without_a_changelog_record(
+    tmp_path: Path,
+):
+    store = PartitionStore(tmp_path / "s")
+    store.at(10)
+    for n in range(3):  # values with a ttl, then overwritten: their expiry entries go stale
+        store.state(b"r").set_bytes(f"job/{n}", b"x", ttl=timedelta(milliseconds=5))
+    store.committed(0)
+    for n in range(3):
+        store.state(b"r").set_bytes(f"job/{n}", b"y")
+    store.committed(1)
+    store.at(20)
+    store.committed(2)  # the time moved
+    store_module.SWEEP_LIMIT, before = 2, store_module.SWEEP_LIMIT
+    try:
+        for _ in range(2):  # two entries a sweep: nothing for the changelog, work for the store
+            store.sweep_expired()
+            assert store.dirty and list(store.changes()) == []
+            store.committed(2)  # the loop writes it under the offset the store already has
+        store.sweep_expired()
+    finally:
+        store_module.SWEEP_LIMIT = before
+    assert store.changelog_offset == 2 and not store.dirty
+    assert sorted(store.live()) == [(b"r", f"job/{n}", b"y") for n in range(3)]
