@@ -24,6 +24,11 @@ def _changelog(bootstrap: str, topic: str, partitions: int) -> None:
     new = NewTopic(topic, partitions, 1, config={"cleanup.policy": "compact"})
     admin.create_topics([new])[topic].result()
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+    deadline = time.monotonic() + 30
+    # A topic created a moment ago: produce to an explicit partition once it is known.
+    while len(producer.list_topics(topic, timeout=10).topics[topic].partitions) < partitions:
+        assert time.monotonic() < deadline, f"{topic} has no metadata"
+        time.sleep(0.1)
     producer.init_transactions(30)
     for start in range(0, KEYS, KEYS // 3):
         producer.begin_transaction()
