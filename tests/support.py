@@ -101,3 +101,37 @@ def changelogged(
 ) -> list[Changelogged]:
     """Changelog records (key, value) at offsets from `start`."""
     return [Changelogged(k, v, start + i) for i, (k, v) in enumerate(records)]
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """An input record as the loop hands it to the stages (a Message's accessors)."""
+
+    _topic: str
+    _partition: int
+    _offset: int
+    _timestamp_ms: int
+    _key: bytes | None
+    _value: bytes | None
+    _headers: list[tuple[str, bytes]] | None = None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return 2, self._timestamp_ms  # LogAppendTime
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers

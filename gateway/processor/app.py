@@ -37,7 +37,7 @@ from gateway.processor.readiness import serve as serve_status
 from gateway.processor.records import Output, Source
 from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
 from gateway.processor.shutdown import Shutdown
-from gateway.processor.stages import INPUTS, Stages, Stores
+from gateway.processor.stages import Stages, Stores, input_roles
 from gateway.processor.state_identity import current, reconcile, state_root
 from gateway.processor.ticks import Ticker
 from gateway.processor.total import Emit
@@ -102,8 +102,8 @@ def runtime_settings(
         "group.instance.id": f"{group}-{instance_id}",
         "session.timeout.ms": 10_000,
         # A member learns of a rebalance from its next heartbeat. When processes
-        # start together, the first to join takes every partition and starts
-        # restoring them all; librdkafka's 3 s made the others wait that long.
+        # start together, the first to join takes every partition; librdkafka's
+        # 3 s made the others wait that long for their share.
         "heartbeat.interval.ms": 500,
         **statistics,
     }
@@ -135,9 +135,10 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
         else None
     )
     stores = Stores(state_dir_of(settings) / STORES)
+    roles = input_roles(cat)
     topics = Topics(
-        inputs=[cat.name(role) for role in INPUTS],
-        roles={cat.name(role): role for role in INPUTS},
+        inputs=list(roles),
+        roles=roles,
         changelogs=changelogs.changelogs(cat, settings.group),
     )
     loop = Loop(

@@ -184,7 +184,9 @@ class Loop:
     def _commit(self) -> None:
         """Changelogs, offsets, commit; then the stores (see the module's docstring)."""
         reached: dict[tuple[str, int], int] = {}
-        changed = [(key, store) for key, store in self._stores.open.items() if self._dirty(store)]
+        for store in self._stores.open.values():
+            store.sweep_expired()
+        changed = [(key, store) for key, store in self._stores.open.items() if store.dirty]
         logged = {key for key, store in changed if self._log_changes(*key, store, reached)}
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
         if offsets:
@@ -200,11 +202,6 @@ class Loop:
             if offset is None:
                 raise KafkaException(KafkaError(KafkaError._FAIL, "changelog offset unknown"))
             store.committed(offset)
-
-    @staticmethod
-    def _dirty(store: PartitionStore) -> bool:
-        store.sweep_expired()
-        return store.dirty
 
     def _log_changes(
         self, role: str, partition: int, store: PartitionStore, reached: dict[tuple[str, int], int]

@@ -24,6 +24,11 @@ from gateway.processor.store import KeyState, PartitionStore
 INPUTS = ("intake", "job_events", "requests", "job_ids")
 
 
+def input_roles(catalogue: Catalogue) -> dict[str, str]:
+    """Each input topic's catalogue role."""
+    return {catalogue.name(role): role for role in INPUTS}
+
+
 class Record(Protocol):
     """What the stages read of an input record: confluent_kafka's Message has it all."""
 
@@ -72,7 +77,7 @@ class Stages:
     ) -> None:
         self.stores = stores
         self.metrics = metrics
-        self.roles = {catalogue.name(role): role for role in INPUTS}
+        self.roles = input_roles(catalogue)
         self.dedup = Dedup(
             catalogue.by_role("requests").partitions, emit, metrics, limits,
             lambda source, key: stores.get("requests", source.partition).state(key),

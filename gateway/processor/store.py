@@ -172,27 +172,24 @@ class PartitionStore:
         """Apply changelog records in order: one batch per RESTORE_BYTES of keys and values,
         each with the offset of its last record, so a crash leaves the store at a batch's edge
         and the next restore goes on from there."""
-        batch = WriteBatch(raw_mode=True)
-        put, held = batch.put, 0
-        for n, record in enumerate(records):
+        batch, held, last = WriteBatch(raw_mode=True), 0, None
+        for record in records:
             key, value = record.key(), record.value()
+            last = record
             if value is None:
                 batch.delete(key)
-            else:
-                put(key, value)
-                held += len(key) + len(value)
-                if value[:1] == _STAMPED and key[:1] == DATA:
-                    put(EXPIRY + value[1:9] + key, b"")
-                elif key == TIME:
-                    self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
+                continue
+            batch.put(key, value)
+            held += len(key) + len(value)
+            if value[:1] == _STAMPED and key[:1] == DATA:
+                batch.put(EXPIRY + value[1:9] + key, b"")
+            elif key == TIME:
+                self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
             if held >= RESTORE_BYTES:
                 self._restored(batch, record.offset())
-                batch = WriteBatch(raw_mode=True)
-                put, held = batch.put, 0
-                if n == len(records) - 1:
-                    return
-        if records:
-            self._restored(batch, records[-1].offset())
+                batch, held, last = WriteBatch(raw_mode=True), 0, None
+        if last is not None:
+            self._restored(batch, last.offset())
 
     def _restored(self, batch: WriteBatch, offset: int) -> None:
         batch.put(OFFSET, str(offset).encode())

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,41 +24,13 @@ from gateway.processor.stages import Stages, Stores
 from gateway.processor.store import PartitionStore
 from tests import differential_log as recorded
 from tests.differential_log import Out, Position, Record, RecordedLog, StoreContents
-from tests.support import changelogged
+from tests.support import Consumed, changelogged
 
 # -- the driver: the one place that says which code decides the log -------------------------
 
 # The loop commits every so many records; halfway through, the runtime "crashes": its
 # stores are deleted and restored from the changelog its commits wrote.
 COMMIT_EVERY = 40
-
-
-class _Message:
-    """A recorded input record as the loop hands it to the stages (confluent's Message)."""
-
-    def __init__(self, record: Record, topic: str) -> None:
-        self._record, self._topic = record, topic
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._record.partition
-
-    def offset(self) -> int:
-        return self._record.offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return 2, self._record.timestamp_ms  # LogAppendTime
-
-    def key(self) -> bytes | None:
-        return self._record.key
-
-    def value(self) -> bytes | None:
-        return self._record.value
-
-    def headers(self) -> Any:
-        return list(self._record.headers) or None
 
 
 def decide_log(
@@ -109,7 +80,7 @@ def decide_log(
         while n < len(records):
             record = records[n]
             current = outputs[record.position] = []
-            stages.handle([_Message(record, log.topics[record.role])])
+            stages.handle([_consumed(record, log.topics[record.role])])
             n += 1
             if n % COMMIT_EVERY == 0:
                 commit()
@@ -124,6 +95,13 @@ def decide_log(
         stores.close(list(stores.open))
         shutil.rmtree(root, ignore_errors=True)
     return outputs
+
+
+def _consumed(record: Record, topic: str) -> Consumed:
+    return Consumed(
+        topic, record.partition, record.offset, record.timestamp_ms, record.key, record.value,
+        list(record.headers) or None,
+    )  # fmt: skip
 
 
 def _live(stores: dict[tuple[str, int], PartitionStore]) -> StoreContents:
