@@ -23,11 +23,13 @@ from gateway.broker import launcher
 
 _PREFIX = "GATEWAY_KAFKA_"
 # The processor's transactional producer: how long it holds records to send them
-# together (librdkafka's linger.ms and its default). More sends fewer, larger
-# produce requests, which costs the broker and librdkafka less per record, and
-# leaves more for each commit to send while the processor waits (README, Speed).
-# Past a commit interval it only leaves everything to the commit: a second is plenty.
-DEFAULT_LINGER_MS = 5
+# together (librdkafka's linger.ms). Its records are readable only once their
+# transaction commits, so with early answers holding them up to a commit interval
+# delays no caller, and fewer, larger produce requests cost librdkafka and the broker
+# less per record. Answers sent with the commit (`--answers committed`) wait for
+# what it then sends: librdkafka's 5 ms answers them sooner (README, Linger).
+DEFAULT_LINGER_MS = 100
+COMMITTED_LINGER_MS = 5
 MAX_LINGER_MS = 1_000
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}
 KAFKA_LOGGER = logging.getLogger("librdkafka")

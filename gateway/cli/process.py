@@ -15,7 +15,7 @@ from gateway.cli.common import (
     add_log_level_argument,
     reachable_config,
 )
-from gateway.config import DEFAULT_LINGER_MS, MAX_LINGER_MS
+from gateway.config import COMMITTED_LINGER_MS, DEFAULT_LINGER_MS, MAX_LINGER_MS
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor.dedup import Limits
 
@@ -80,10 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between transaction commits (default %(default)s)",
     )  # fmt: skip
     p.add_argument(
-        "--linger-ms", type=int, default=DEFAULT_LINGER_MS,
+        "--linger-ms", type=int,
         help="milliseconds the processor holds output records to send them together "
-        f"(0..{MAX_LINGER_MS}; default %(default)s, librdkafka's): more costs the broker "
-        "less CPU per decision and answers a little more latency",
+        f"(0..{MAX_LINGER_MS}; default {DEFAULT_LINGER_MS} with early answers, "
+        f"{COMMITTED_LINGER_MS} with committed ones): more costs the broker less CPU "
+        "per decision and delays committed answers",
     )  # fmt: skip
     p.add_argument(
         "--answers", choices=("early", "committed"), default="early",
@@ -94,13 +95,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_log_level_argument(p)
 
 
+def linger_ms_of(args: argparse.Namespace) -> int:
+    """The transactional producer's linger: as given, else the default for the answer mode."""
+    if args.linger_ms is None:
+        return DEFAULT_LINGER_MS if args.answers == "early" else COMMITTED_LINGER_MS
+    if not 0 <= args.linger_ms <= MAX_LINGER_MS:
+        raise CommandError(f"--linger-ms must be from 0 to {MAX_LINGER_MS}")
+    return int(args.linger_ms)
+
+
 def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported lazily
     from gateway.processor.app import ProcessorSettings
 
     if args.retention_seconds < 1 or args.commit_interval <= 0:
         raise CommandError("--retention-seconds and --commit-interval must be positive")
-    if not 0 <= args.linger_ms <= MAX_LINGER_MS:
-        raise CommandError(f"--linger-ms must be from 0 to {MAX_LINGER_MS}")
+    early = args.answers == "early"
+    linger_ms = linger_ms_of(args)
     try:
         limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
     except ValueError as exc:
@@ -118,8 +128,8 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         limits=limits,
         reply_prefix=args.reply_prefix,
         commit_interval=args.commit_interval,
-        linger_ms=args.linger_ms,
-        early_answers=args.answers == "early",
+        linger_ms=linger_ms,
+        early_answers=early,
         metrics_port=args.metrics_port,
     )
 

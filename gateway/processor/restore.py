@@ -70,6 +70,10 @@ class Restorer:
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
                 "fetch.wait.max.ms": 10,
+                # A changelog is read from its start at full speed: librdkafka's 1 MiB a
+                # partition per fetch made a restore wait on round trips (300,000 keys: 6.3 s
+                # against 3.3 s with 16 MiB).
+                "max.partition.fetch.bytes": 16 << 20,
                 **({"statistics.interval.ms": 1_000, "stats_cb": stats_cb} if stats_cb else {}),
             }
         )

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.cli import process
 from gateway.cli.common import CommandError
-from gateway.config import DEFAULT_LINGER_MS, MAX_LINGER_MS
+from gateway.config import COMMITTED_LINGER_MS, DEFAULT_LINGER_MS, MAX_LINGER_MS
 from gateway.processor.app import runtime_settings
 
 
@@ -33,8 +33,12 @@ def _producer(
     return producer
 
 
-def test_linger_defaults_to_librdkafkas_and_reaches_the_transactional_producer() -> None:
-    assert _args().linger_ms == DEFAULT_LINGER_MS == 5
+def test_linger_defaults_by_answer_mode_and_reaches_the_transactional_producer() -> None:
+    # Early answers leave no caller waiting for the commit: outputs wait a commit interval.
+    assert process.linger_ms_of(_args()) == DEFAULT_LINGER_MS == 100
+    # Committed answers wait for what the commit sends: librdkafka's own 5 ms.
+    assert process.linger_ms_of(_args("--answers", "committed")) == COMMITTED_LINGER_MS == 5
+    assert process.linger_ms_of(_args("--answers", "committed", "--linger-ms", "0")) == 0
     assert _producer()["linger.ms"] == DEFAULT_LINGER_MS
     assert _producer(linger_ms=50)["linger.ms"] == 50
 
