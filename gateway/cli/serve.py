@@ -15,8 +15,7 @@ from gateway.cli.common import (
 )
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
-
-GRACEFUL_SHUTDOWN_S = 3
+from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,8 +61,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "after it ended (default %(default)s)",
     )  # fmt: skip
     add_json_responses_argument(p)
+    add_workers_argument(p, "--workers", 1)
+    # A worker of `--workers N`: the listening socket and its board byte, by descriptor.
+    p.add_argument("--worker-socket", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker-board", help=argparse.SUPPRESS)
     add_log_level_argument(p)
     p.set_defaults(func=_serve)
+
+
+def add_workers_argument(p: argparse.ArgumentParser, flag: str, default: int | None) -> None:
+    """Shared with `gateway up` (`--http-workers`), which passes it on to serve."""
+    p.add_argument(
+        flag, type=int, default=default,
+        help="serve processes answering on the one port, each with its own producer, reply "
+        "consumer and job view; one uses at most one core (default %(default)s)",
+    )  # fmt: skip
 
 
 def add_json_responses_argument(p: argparse.ArgumentParser) -> None:
@@ -71,21 +83,52 @@ def add_json_responses_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json-responses", action="store_true",
         help="answer every response as application/json, whatever Accept says, for clients "
-        "that read no other type (the official OJS Python SDK 0.4); OJS's own type, "
-        "application/openjobspec+json, is the default",
+        "that read no other type; the default is OJS's own type, "
+        "application/openjobspec+json, except for the official OJS Python SDK (httpx's "
+        "User-Agent with an OJS-Version header), which gets application/json without it",
     )  # fmt: skip
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.http import HttpSettings, create_app
-    from gateway.http.view import default_view_dir
+    from gateway.http import serving
 
     if args.max_body_bytes < 1 or args.timeout <= 0 or args.retention_seconds < 1:
         raise CommandError("--max-body-bytes, --timeout and --retention-seconds must be positive")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise CommandError(f"--workers must be from 1 to {MAX_WORKERS}")
     logs.configure(args.log_level)
+    if args.worker_socket is None and args.workers > 1:
+        reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
+        try:
+            sock = serving.bind(args.host, args.port)
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+        board = serving.Board.create(args.workers)
+        return serving.supervise(serving.worker_command(), args.workers, sock, board)
+    return _serve_one(args)
+
+
+def _serve_one(args: argparse.Namespace) -> int:
+    """One binding: the only serve process, or one worker of several."""
+    import socket
+
+    import uvicorn
+
+    from gateway.http import HttpSettings, create_app
+    from gateway.http.serving import Board
+    from gateway.http.view import default_view_dir
+
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
+    board, view_dir = None, args.view_dir or default_view_dir(args.namespace, f"port-{args.port}")
+    if args.worker_board is not None:
+        fd, index = (int(part) for part in args.worker_board.split(":"))
+        board = Board(fd, args.workers, index)
+        # Each worker its own view.
+        view_dir = (
+            args.view_dir / f"worker-{index + 1}"
+            if args.view_dir
+            else default_view_dir(args.namespace, f"port-{args.port}-worker-{index + 1}")
+        )
     settings = HttpSettings(
         bootstrap=bootstrap,
         namespace=args.namespace,
@@ -93,11 +136,12 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
         processor_url=args.processor_url,
-        view_dir=args.view_dir or default_view_dir(args.namespace, f"port-{args.port}"),
+        view_dir=view_dir,
         retention_ms=args.retention_seconds * 1000,
         json_responses=args.json_responses,
+        board=board,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings), host=args.host, port=args.port,
         log_level=args.log_level.lower(), log_config=None,
         # The C event loop and HTTP parser: each takes a large share of the CPU an
@@ -108,4 +152,6 @@ def _serve(args: argparse.Namespace) -> int:
         # Requests still waiting for a decision get this long after Ctrl-C.
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )  # fmt: skip
+    sockets = None if args.worker_socket is None else [socket.socket(fileno=args.worker_socket)]
+    uvicorn.Server(config).run(sockets=sockets)
     return 0

@@ -158,11 +158,16 @@ def _option(raw: Mapping[str, Any], options: Mapping[str, Any], name: str) -> An
     return top if top is not None else nested
 
 
+def is_uuid7(value: str) -> bool:
+    """Whether `value` is a lowercase UUIDv7, the form of every job id."""
+    return _UUID7.fullmatch(value) is not None
+
+
 def job_id_or_raise(value: object) -> str | None:
     """A client-supplied job id, in every dialect: the gateway's ids are lowercase UUIDv7."""
     if value is None:
         return None
-    if isinstance(value, str) and _UUID7.fullmatch(value):
+    if isinstance(value, str) and is_uuid7(value):
         return value
     raise invalid_request(
         "id must be a lowercase UUIDv7 such as 019078a3-b5c7-7def-8a12-3456789abcde, "

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.envelope import Envelope
+from gateway.core.envelope import Envelope, is_uuid7
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -43,6 +43,13 @@ def uuid7(ms: int, unique_key: str | None, seed: bytes) -> str:
     value = ((ms & 0xFFFF_FFFF_FFFF) << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def uuid7_ms(job_id: str) -> int | None:
+    """The time a lowercase UUIDv7 carries (ms since the epoch), else None."""
+    if not is_uuid7(job_id):
+        return None
+    return int(job_id[:8] + job_id[9:13], 16)
 
 
 def initial_state(scheduled_at: int | None, now_ms: int) -> State:

@@ -56,7 +56,13 @@ def create_app(settings: HttpSettings) -> Direct:
         state_identity.reconcile(view_dir, identity)
         view = JobView(view_dir, settings.retention_ms)
         feed = EventFeed()
-        follower = Follower(view, cat, kafka, on_change=feed.add)
+        board = settings.board
+        if board is not None:
+            board.mark(False)  # a worker started again is not live until its view is
+        follower = Follower(
+            view, cat, kafka, on_change=feed.add,
+            on_live=None if board is None else lambda: board.mark(True),
+        )  # fmt: skip
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
         # Serving starts at once; health says 503 (and every route waits, then 503) until
         # the view follows every partition and has read what was there.
@@ -149,11 +155,13 @@ async def _manifest(request: Request) -> Response:
 
 async def _health(request: Request) -> Response:
     """Readiness: 200 once this process's view is live (it follows every partition of
-    job_states and has read what was there) and the processor owns its partitions and
-    has restored its state."""
+    job_states and has read what was there), and every other serve worker's, and the
+    processor owns its partitions and has restored its state."""
     binding: Binding = request.app.state.binding
     settings = binding.settings
     reason = binding.view_not_live()
+    if reason is None and settings.board is not None:
+        reason = settings.board.not_live()
     if reason is None:
         reason = await asyncio.to_thread(
             health.not_ready,

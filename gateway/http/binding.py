@@ -14,16 +14,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core import DEFAULT_RETENTION_MS
+from gateway.core.jobs import uuid7_ms
 from gateway.http import errors
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
 from gateway.http.events import EventFeed
+from gateway.http.serving import Board
 from gateway.http.view import Follower, JobView
 from gateway.sdk import AsyncClient
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # How long a request waits for this process's view to be live before answering 503.
 VIEW_LIVE_WAIT_S = 10.0
+# How long a job the view lacks is waited for, counted from the time its id carries: one
+# made moments ago through another serve worker is on its way to this one's view.
+RECENT_JOB_WAIT_S = 2.0
+_RECENT_POLL_S = 0.02
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "conformance.json"
 
 
@@ -46,6 +52,9 @@ class HttpSettings:
     retention_ms: int = DEFAULT_RETENTION_MS
     # Every response as application/json, whatever Accept says (`serve --json-responses`).
     json_responses: bool = False
+    # One of `serve --workers N`: where this worker says its view is live, and health
+    # reads whether every worker's is (serving.py).
+    board: Board | None = None
 
 
 @dataclass
@@ -59,6 +68,22 @@ class Binding:
     feed: EventFeed = field(default_factory=EventFeed)
     # Job id -> until when (monotonic) this process's own claim of it is pending.
     claims: dict[str, float] = field(default_factory=dict)
+
+    async def job(self, job_id: str) -> dict[str, Any] | None:
+        """The job as the view holds it. A job this process has not seen, whose id says it
+        was made within RECENT_JOB_WAIT_S, is waited for until then: enqueued through
+        another serve worker (or answered there before its commit), its record is on its
+        way here. Every other missing job is None at once."""
+        job = self.view.get(job_id)
+        made_ms = uuid7_ms(job_id) if job is None else None
+        if made_ms is None:
+            return job
+        now = time.time()
+        until = min(made_ms / 1000 + RECENT_JOB_WAIT_S, now + RECENT_JOB_WAIT_S)
+        while job is None and now < until:
+            await asyncio.sleep(_RECENT_POLL_S)
+            job, now = self.view.get(job_id), time.time()
+        return job
 
     def view_not_live(self) -> str | None:
         """None once the view follows every partition and has caught up; else why not."""

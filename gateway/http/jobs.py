@@ -81,7 +81,7 @@ async def enqueue_batch(
 
 async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
     job_id = request.path_params["job_id"]
-    job = binding.view.get(job_id)
+    job = await binding.job(job_id)
     if job is None:
         return transitions.not_found(job_id)
     return Answer(200, {"job": shown(job)})
@@ -90,7 +90,7 @@ async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer | Ap
 async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
     """Ask the processor to cancel; it writes the cancellation for the job's worker."""
     job_id = request.path_params["job_id"]
-    job = binding.view.get(job_id)
+    job = await binding.job(job_id)
     if job is None:
         return transitions.not_found(job_id)
     ack = await transitions.ask(binding, job, "job.cancelled")

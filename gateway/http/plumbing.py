@@ -32,12 +32,14 @@ def request_id_of(request: Request) -> str:
 
 
 def media_type_of(request: Request) -> str:
-    """The type the caller asked for (Accept): the OJS type, or plain application/json;
-    always the latter when the deployment says so (`serve --json-responses`)."""
+    """The type the caller reads (Accept, and its User-Agent: see `negotiate`): the OJS
+    type, or plain application/json; always the latter when the deployment says so
+    (`serve --json-responses`)."""
     binding = getattr(request.app.state, "binding", None)
     if binding is not None and binding.settings.json_responses:
         return JSON_TYPE
-    return negotiate(request.headers.get("accept"))
+    headers = request.headers
+    return negotiate(headers.get("accept"), headers.get("user-agent"), headers.get("ojs-version"))
 
 
 def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:

@@ -51,7 +51,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -451,8 +451,10 @@ class Follower:
         settings: Mapping[str, Any],
         on_change: Any = None,
         consumer: _Reader | None = None,
+        on_live: Callable[[], None] | None = None,
     ) -> None:
         self._view = view
+        self._on_live = on_live
         self._topic = cat.name("job_states")
         self._expected = cat.by_role("job_states").partitions
         self._consumer: _Reader = consumer or Consumer(
@@ -573,6 +575,8 @@ class Follower:
             return
         self.reason = ""
         self.live.set()
+        if self._on_live is not None:
+            self._on_live()
 
     def _record(self, msg: Message) -> tuple[int, int, bytes, bytes | None] | None:
         if msg.error() is not None:

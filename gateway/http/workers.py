@@ -205,7 +205,7 @@ def _heartbeat_job_ids(body: dict[str, Any]) -> list[str] | ApiError:
 
 
 async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[str, Any]:
-    job = binding.view.get(job_id)
+    job = await binding.job(job_id)
     if job is None:
         error = transitions.not_found(job_id)
         return {"job_id": job_id, "extended": False, "error": _error_of(error)}
@@ -282,7 +282,7 @@ async def _settle(
     binding: Binding, job_id: str, event_type: str, action: str, fields: dict[str, Any]
 ) -> dict[str, Any] | ApiError:
     """Ask the processor to end an attempt; the job as it moved (this view shows it so)."""
-    job = binding.view.get(job_id)
+    job = await binding.job(job_id)
     if job is None:
         return transitions.not_found(job_id)
     answer = await transitions.ask(binding, job, event_type, **fields)

@@ -184,8 +184,12 @@ class Loop:
     def _commit(self) -> None:
         """Changelogs, offsets, commit; then the stores (see the module's docstring)."""
         reached: dict[tuple[str, int], int] = {}
+        # A store still restoring is written by its restore alone: a sweep's deletes would
+        # move its changelog offset past records it has yet to read.
+        restoring = {r.store for r in self._restorer.pending.values()}
         for store in self._stores.open.values():
-            store.sweep_expired()
+            if store not in restoring:
+                store.sweep_expired()
         changed = [(key, store) for key, store in self._stores.open.items() if store.dirty]
         logged = {key for key, store in changed if self._log_changes(*key, store, reached)}
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]

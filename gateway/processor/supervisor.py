@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway import logs
+from gateway.children import ignore_sigint
 from gateway.processor.app import ProcessorSettings
 from gateway.processor.shutdown import EXIT_CONFIG, GRACE_S
 
@@ -165,15 +166,6 @@ def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[byte
     with child.stdin:
         child.stdin.write(pickle.dumps((settings, log_level)))
     return child
-
-
-def ignore_sigint() -> None:
-    """In the forked child, before exec: an ignored signal stays ignored across exec.
-
-    The signal mask is inherited too, so clear what a parent may hold blocked.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:

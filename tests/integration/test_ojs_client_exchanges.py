@@ -1,6 +1,7 @@
 """The HTTP exchanges the official OJS Python SDK (0.4) makes, as it makes them: its
-headers, its bodies, and the fields it reads back, against a binding run with
-`--json-responses` (the SDK parses only bodies typed application/json)."""
+headers (httpx's User-Agent among them), its bodies, and the fields it reads back,
+against a binding run as `gateway up` runs it (the SDK parses only bodies typed
+application/json, which the binding gives httpx callers: http/responses.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def http(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         kafka_bootstrap, namespace, tmp_path_factory.mktemp("sdkx"), "1",
         "--commit-interval", "0.02",
     ).start()  # fmt: skip
-    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60, json_responses=True)
+    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60)
     try:
         with (
             Served(settings) as served,
