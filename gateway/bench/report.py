@@ -109,13 +109,14 @@ def markdown(result: Row) -> str:
             "HTTP CPU per job enqueued (fetch: per job claimed), each process with its "
             "descendants:",
             "",
-            "| load | per second | serve CPU µs/req | processor CPU µs/decision |",
-            "|---|---|---|---|",
+            "| load | per second | serve CPU µs/req | processor CPU µs/decision "
+            "| broker CPU µs/req |",
+            "|---|---|---|---|---|",
         ]
         for name, s in http.items():
             lines.append(
                 f"| {name} | {_fmt(s['rate'])} | {_fmt(s['cpu_serve_us'])} "
-                f"| {_fmt(s['cpu_processor_us'])} |"
+                f"| {_fmt(s['cpu_processor_us'])} | {_fmt(s['cpu_broker_us'])} |"
             )
     lines += ["", "| figure | value |", "|---|---|"]
     for name, value in result.get("figures", {}).items():

@@ -48,6 +48,7 @@ class Plan:
     http_concurrency: tuple[int, ...]
     http_batch_concurrency: tuple[int, ...]
     http_seconds: float
+    http_workers: tuple[int, ...]
     fetch_jobs: int  # jobs put in a queue for the fetch load (0: no fetch load)
     restore_keys: int
     records_per_input: float
@@ -87,7 +88,7 @@ def run(plan: Plan, console: Console) -> dict[str, Any]:
                 if plan.latency_seconds > 0:
                     per_round += len(plan.answers) + 1  # and the paced row
             if "http" in plan.systems:
-                per_round += len(_http_loads(plan, 0)) - 1
+                per_round += len(_http_loads(plan, 0)) * len(plan.http_workers) - 1
                 per_round += sum(len(_http_loads(plan, i)) for i in range(1, len(plan.answers)))
             steps = per_round * plan.rounds + len(plan.figures)
             task = progress.add_task("starting", total=steps)
@@ -195,19 +196,24 @@ def _measure(
                 done(_line(row))
             elif system == "http":
                 for index, mode in enumerate(plan.answers):
-                    loads = _http_loads(plan, index)
-                    workloads = [
-                        generate(
-                            plan.requests, plan.duplicates, plan.seed, tag=f"h{number}-{mode}-{i}-"
-                        )
-                        for i in range(len(loads))
-                    ]
-                    for h in web.run_round(number, loads, workloads, plan.http_seconds, broker,
-                                           processes, workdir, plan.commit_interval, mode,
-                                           plan.fetch_jobs):  # fmt: skip
-                        row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
-                        rounds.append(row)
-                        done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
+                    # The first mode's loads run once per serve worker count, the others' once.
+                    for workers in plan.http_workers if index == 0 else plan.http_workers[:1]:
+                        loads = _http_loads(plan, index)
+                        workloads = [
+                            generate(
+                                plan.requests,
+                                plan.duplicates,
+                                plan.seed,
+                                tag=f"h{number}-{mode}-{workers}-{i}-",
+                            )  # fmt: skip
+                            for i in range(len(loads))
+                        ]
+                        for h in web.run_round(number, loads, workloads, plan.http_seconds,
+                                               broker, processes, workdir, plan.commit_interval,
+                                               mode, plan.fetch_jobs, workers):  # fmt: skip
+                            row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
+                            rounds.append(row)
+                            done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
     _other_figures(plan, broker, processes, opts, rounds, figures, step, done)
 
 

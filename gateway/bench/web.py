@@ -1,15 +1,16 @@
 """HTTP: `POST /ojs/v1/jobs` (and the batch endpoint) against `gateway serve`, load from wrk,
 then `POST /ojs/v1/workers/fetch` claiming jobs from a queue.
 
-A processor and one `gateway serve` run on a fresh namespace per round and
-answer mode (`gateway process --answers`: early, before the commit, or after
-it). wrk (Debian package wrk) sends the workload's jobs on loopback from C
-connections for S seconds. The batch load sends 100 of the workload's jobs
-per call. The fetch load first puts J jobs in a queue of their own (batch
-calls), then FETCH_WORKERS workers, each on one keep-alive connection, fetch
-one job per call until the queue is empty or S seconds are up; the latency
-is of the fetches that claimed a job. CPU is read from /proc per load for the
-serve process and the processor separately, each with its descendants.
+A processor and one `gateway serve` (with `--workers` W) run on a fresh
+namespace per round, worker count and answer mode (`gateway process
+--answers`: early, before the commit, or after it). wrk (Debian package wrk)
+sends the workload's jobs on loopback from C connections for S seconds. The
+batch load sends 100 of the workload's jobs per call. The fetch load first
+puts J jobs in a queue of their own (batch calls), then FETCH_WORKERS
+workers, each on one keep-alive connection, fetch one job per call until the
+queue is empty or S seconds are up; the latency is of the fetches that
+claimed a job. CPU is read from /proc per load for the serve process and the
+processor separately, each with its descendants (serve's workers among them).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ FETCH_WORKERS = 4
 
 @dataclass
 class HttpRound:
-    system: str  # "http c=64 early", "http batch c=16 early" or "http fetch committed"
+    system: str  # "http c=64 early", "http batch c=16 w=2 early" or "http fetch committed"
     round: int
     answers: str  # the processor's --answers
     concurrency: int
@@ -87,9 +88,12 @@ def run_round(
     commit_interval: float,
     answers: str = "early",
     fetch_jobs: int = 0,
+    workers: int = 1,
 ) -> list[HttpRound]:
     wrk = TOOLS["http"].path()
-    namespace, rounddir, cat = fresh_namespace("h", f"http-{number}-{answers}", broker, workdir)
+    namespace, rounddir, cat = fresh_namespace(
+        "h", f"http-{number}-{answers}-w{workers}", broker, workdir
+    )
     # Its status port, and one for each of its processes: serve's health asks it, so the
     # load starts once every process owns partitions (no rebalance in the window).
     status = free_port_block(default_processes(cat.by_role("requests").partitions,
@@ -105,7 +109,7 @@ def run_round(
     serve = processes.start(
         [sys.executable, "-m", "gateway", "serve", "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--port", str(port), "--log-level", "warning",
-         "--processor-url", f"http://127.0.0.1:{status}"],
+         "--processor-url", f"http://127.0.0.1:{status}", "--workers", str(workers)],
         rounddir / "serve.log",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -117,15 +121,17 @@ def run_round(
             if per_call == FETCH:
                 _fill_queue(url, fetch_jobs)
             cpu = _Cpu(serve.pid, processor.pid, broker.pid)
+            # One serve worker keeps the names rows had before serve had workers.
+            served = f"w={workers} " if workers > 1 else ""
             if per_call == FETCH:
                 out = _fetch(url, concurrency, seconds)
-                name = f"http fetch {answers}"
+                name = f"http fetch {served}{answers}"
             else:
                 script = rounddir / f"load-{concurrency}-{per_call}.lua"
                 script.write_text(_lua(workload, per_call, _threads(concurrency)))
                 out = _wrk(wrk, url, script, concurrency, seconds)
                 batch = "batch " if per_call > 1 else ""
-                name = f"http {batch}c={concurrency} {answers}"
+                name = f"http {batch}c={concurrency} {served}{answers}"
             serve_s, processor_s, broker_s = cpu.spent()
             results.append(HttpRound(
                 name, number, answers, concurrency, per_call, out.calls, out.seconds,

@@ -18,6 +18,7 @@ DEFAULTS = {
     "http_concurrency": ("16,64,256,1024", "64"),
     "http_batch_concurrency": ("4,16", "4"),
     "http_seconds": (10.0, 2.0),
+    "http_workers": ("1,2,N", "1"),
     "fetch_jobs": (2_000, 200),
     "answers": ("early,committed", "early"),
     "restore_keys": (1_000_000, 2_000),
@@ -75,6 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 16,64,256,1024; quick 64)")  # fmt: skip
     p.add_argument("--http-batch-concurrency", help="connections for the batch endpoint, "
                    "100 jobs per call (default 4,16; quick 4; '' for none)")  # fmt: skip
+    p.add_argument("--http-workers",
+                   help="serve workers (`gateway serve --workers`), comma-separated: the "
+                   "HTTP loads of the first answer mode run once per count; N: one per core "
+                   "(default 1,2,N; quick 1)")  # fmt: skip
     p.add_argument("--http-seconds", type=float,
                    help="run per HTTP load (default 10; quick 2)")  # fmt: skip
     p.add_argument("--fetch-jobs", type=int,
@@ -128,6 +133,7 @@ def _bench(args: argparse.Namespace) -> int:
         http_concurrency=_ints(str(setting("http_concurrency"))),
         http_batch_concurrency=_ints(str(setting("http_batch_concurrency"))),
         http_seconds=float(setting("http_seconds")),  # type: ignore[arg-type]
+        http_workers=_workers(str(setting("http_workers"))),
         fetch_jobs=max(0, int(setting("fetch_jobs"))),  # type: ignore[call-overload]
         restore_keys=int(setting("restore_keys")),  # type: ignore[call-overload]
         records_per_input=args.records_per_input,
@@ -215,6 +221,19 @@ def _processes(text: str) -> tuple[int, ...]:
     counts = _ints(",".join(default if x.strip() == "N" else x for x in text.split(",")))
     if not counts or max(counts) > partitions:
         raise CommandError(f"--processes: counts from 1 to {partitions}, the partitions")
+    return tuple(dict.fromkeys(counts))
+
+
+def _workers(text: str) -> tuple[int, ...]:
+    """The counts in --http-workers, N (one per core) resolved, each once, in order."""
+    import os
+
+    from gateway.http.serving import MAX_WORKERS
+
+    cores = str(os.cpu_count() or 1)
+    counts = _ints(",".join(cores if x.strip() == "N" else x for x in text.split(",")))
+    if not counts or max(counts) > MAX_WORKERS:
+        raise CommandError(f"--http-workers: counts from 1 to {MAX_WORKERS}")
     return tuple(dict.fromkeys(counts))
 
 
