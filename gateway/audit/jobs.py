@@ -20,8 +20,8 @@ from gateway.core import (
     EventResult,
     GatewayError,
     JobEvent,
-    attempt_deadline,
     expire_job,
+    job_deadline,
 )
 from gateway.core.events import on_key
 from gateway.processor.schedule import LEASES
@@ -52,7 +52,7 @@ class JobBook:
         """The attempts a record at `now_ms` ends, failed as the processor fails them."""
         expired = []
         for job in list(self.jobs.values()):
-            deadline = attempt_deadline(job)
+            deadline = job_deadline(job)
             if deadline is None or LEASES.seen_at(deadline) > now_ms:
                 continue
             result = expire_job(job, now_ms)

@@ -3,7 +3,8 @@
 No I/O, no clock, no Kafka. The processor calls, per request record,
 `parse_request_json` (any dialect) then `decide`, and per job-state event
 `parse_event_json` then `apply_job_event` (the key's entries `follow` the job),
-and `expire_job` when event time passes an active job's `attempt_deadline`.
+and `expire_job` when event time passes a job's `job_deadline` (an active job's
+lease or timeout, a waiting job's expires_at).
 """
 
 from gateway.core.dialects import (
@@ -49,10 +50,12 @@ from gateway.core.events import (
     apply_job_event,
     attempt_deadline,
     expire_job,
+    job_deadline,
     job_effective_state,
     job_record,
     parse_event,
     parse_event_json,
+    past_expiry,
     ready_at,
     route_key,
 )
@@ -107,6 +110,8 @@ __all__ = [
     "apply_job_event",
     "attempt_deadline",
     "expire_job",
+    "job_deadline",
+    "past_expiry",
     "job_effective_state",
     "ready_at",
     "job_record",

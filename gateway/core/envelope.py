@@ -2,7 +2,7 @@
 
 Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
-retry, scheduled_at (`options.delay_until` is its HTTP name), timeout_ms (how
+retry, scheduled_at (`options.delay_until` is its HTTP name), expires_at, timeout_ms (how
 long one attempt may run), visibility_timeout_ms (its claims' lease) and tags;
 a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
@@ -51,6 +51,8 @@ class Envelope:
     id: str | None = None
     meta: dict[str, Any] | None = None
     scheduled_at: int | None = None
+    # After this the job is never handed out: discarded, if no worker took it (events.py).
+    expires_at: int | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     priority: int | None = None
     retry: RetryPolicy = RetryPolicy()
@@ -116,7 +118,10 @@ def envelope_or_raise(raw: object) -> Envelope:
         args=args,
         id=job_id_or_raise(raw.get("id")),
         meta=meta,
-        scheduled_at=_scheduled_at(scheduled_at if scheduled_at is not None else delay_until),
+        scheduled_at=_instant(
+            scheduled_at if scheduled_at is not None else delay_until, "scheduled_at"
+        ),  # fmt: skip
+        expires_at=_instant(_option(raw, options, "expires_at"), "expires_at"),
         max_attempts=retry.max_attempts,
         priority=_priority(_option(raw, options, "priority")),
         retry=retry,
@@ -175,16 +180,15 @@ def job_id_or_raise(value: object) -> str | None:
     )
 
 
-def _scheduled_at(value: object) -> int | None:
+def _instant(value: object, name: str) -> int | None:
     if value is None:
         return None
     ms = parse_rfc3339(value) if isinstance(value, str) else None
     if ms is None:
         raise invalid_request(
-            "scheduled_at must be an RFC 3339 date-time with a time zone, "
-            'e.g. "2026-02-12T10:00:00Z"'
+            f'{name} must be an RFC 3339 date-time with a time zone, e.g. "2026-02-12T10:00:00Z"'
         )
-    problem = instant_problem(ms, "scheduled_at")
+    problem = instant_problem(ms, name)
     if problem is not None:
         raise invalid_request(problem)
     return ms

@@ -439,6 +439,8 @@ def apply_job_event(
         return _heartbeat(job, event, stored, now_ms)
     if event.event_type == DELETED:
         return _deleted(job, stored)
+    if event.state is State.ACTIVE and past_expiry(job, now_ms):
+        return _expired(job, now_ms)  # never handed out: discarded instead (OJS core)
     effective = job_effective_state(job, now_ms)
     attempt = int(job.get("attempt") or 0)
     target = event.state
@@ -472,11 +474,16 @@ def _anothers_claim(job: Mapping[str, Any], stored: State, target: State, event:
 
 
 def expire_job(job: Mapping[str, Any], now_ms: int) -> EventResult | None:
-    """An active job past its lease or its attempt's timeout at `now_ms`; None if it is not
-    due. Past its timeout the attempt failed, as a nack would fail it (retryable by its
-    policy). Past its lease the worker is gone: retryable with no backoff, so available
-    again at once (OJS's worker protocol), with a `visibility_timeout` error. Either way
-    the attempt counts: at max attempts the job is discarded."""
+    """A job whose `job_deadline` has come at `now_ms`; None if it is not due.
+
+    A waiting job past its expires_at is discarded with an `expired` error. An active
+    one past its lease or its attempt's timeout: past its timeout the attempt failed, as
+    a nack would fail it (retryable by its policy); past its lease the worker is gone:
+    retryable with no backoff, so available again at once (OJS's worker protocol), with
+    a `visibility_timeout` error. Either way the attempt counts: at max attempts the job
+    is discarded."""
+    if past_expiry(job, now_ms):
+        return _expired(job, now_ms)
     if job.get("state") != State.ACTIVE:
         return None
     deadline = attempt_deadline(job)
@@ -500,6 +507,36 @@ def expire_job(job: Mapping[str, Any], now_ms: int) -> EventResult | None:
         result.job["next_attempt_at"] = format_rfc3339(now_ms)
         result.job["retry_delay_ms"] = 0
     return result
+
+
+def job_deadline(job: Mapping[str, Any]) -> int | None:
+    """When event time next changes the job by itself (`expire_job`): a waiting job's
+    expires_at, an active one's `attempt_deadline`; None for any other."""
+    if job.get("state") in WAITING_STATES:
+        return expires_at_ms(job)
+    return attempt_deadline(job)
+
+
+def expires_at_ms(job: Mapping[str, Any]) -> int | None:
+    at = job.get("expires_at")
+    return parse_rfc3339(at) if isinstance(at, str) else None
+
+
+def past_expiry(job: Mapping[str, Any], now_ms: int) -> bool:
+    """A job no worker has taken yet (waiting) whose expires_at has come: OJS core says
+    it MUST be discarded, never handed out."""
+    if job.get("state") not in WAITING_STATES:
+        return False
+    at = expires_at_ms(job)
+    return at is not None and at <= now_ms
+
+
+def _expired(job: Mapping[str, Any], now_ms: int) -> EventResult:
+    failure = {"type": "expired", "message": f"the job passed its expires_at ({job['expires_at']}) "
+               "before a worker took it", "retryable": False}  # fmt: skip
+    event = JobEvent(str(job["id"]), job.get("unique_key"), None, FAILED, failure=failure)
+    stored = State(job["state"])
+    return _applied(job, stored, State.DISCARDED, event, now_ms, int(job.get("attempt") or 0))
 
 
 def attempt_deadline(job: Mapping[str, Any]) -> int | None:

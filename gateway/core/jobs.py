@@ -68,8 +68,8 @@ def job_record(
     """The accepted job: the request's fields, unknown ones included, plus the gateway's.
 
     The gateway sets id, queue, state, priority, attempt, max_attempts, retry,
-    timeout_ms, created_at, enqueued_at (once the job is available), scheduled_at
-    and unique_key; values for these in the request are replaced, and the
+    timeout_ms, created_at, enqueued_at (once the job is available), scheduled_at,
+    expires_at and unique_key; values for these in the request are replaced, and the
     lifecycle fields a job gains later (started_at, completed_at, result, ...)
     are dropped from it.
     """
@@ -98,6 +98,8 @@ def job_record(
         job.pop("scheduled_at", None)
     else:
         job["scheduled_at"] = format_rfc3339(scheduled_at)
+    if envelope.expires_at is not None:
+        job["expires_at"] = format_rfc3339(envelope.expires_at)  # wherever it was sent
     return job
 
 

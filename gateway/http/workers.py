@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.core import EventOutcome, State, job_effective_state
+from gateway.core import EventOutcome, State, job_effective_state, past_expiry
 from gateway.core.times import format_rfc3339
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
@@ -108,7 +108,11 @@ def _candidates(
             if job_id in tried or job_id in recent:
                 continue
             job = binding.view.get(job_id)
-            if job is not None and job_effective_state(job, at) is State.AVAILABLE:
+            if (
+                job is not None
+                and job_effective_state(job, at) is State.AVAILABLE
+                and not past_expiry(job, at)
+            ):
                 found.append(job)
     return found
 
@@ -130,7 +134,8 @@ async def _claim(
         if ack.outcome != "applied" or not isinstance(moved, dict):
             return None
         transitions.answered(binding, moved)
-        return moved
+        # Past its expires_at the claim discarded the job instead (core.apply_job_event).
+        return moved if moved.get("state") == State.ACTIVE else None
     finally:
         binding.claims.pop(job["id"], None)
 

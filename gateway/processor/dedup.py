@@ -4,8 +4,9 @@ No rule of uniqueness or of the job lifecycle lives here: requests go to
 `core.decide`, job events to `core.apply_job_event` (the key's entries follow
 the job's new state), and the results become records (see records.py). Before
 any record is handled, what its time made due is done (see schedule.py): active
-jobs past their lease or timeout go through `core.expire_job`, finished jobs
-past their retention get their tombstones. A tick record does only that. This
+jobs past their lease or timeout and waiting ones past their expires_at go
+through `core.expire_job`, finished jobs past their retention get their
+tombstones. A tick record does only that. This
 module loads and stores a key's entries and job records, checks that a record
 sits on the partition its route belongs to, and hands records to `emit`.
 
@@ -47,11 +48,11 @@ from gateway.core import (
     Outcome,
     Request,
     State,
-    attempt_deadline,
     decide,
     dump_entries,
     expire_job,
     expires_at,
+    job_deadline,
     job_record,
     load_entries,
     parse_event_json,
@@ -367,7 +368,7 @@ class Dedup:
         if due is not None:
             TOMBSTONES.add(self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due)
             self._known.forget(TOMBSTONES, source.partition)
-        deadline = attempt_deadline(job)
+        deadline = job_deadline(job)
         if deadline is not None:
             LEASES.add(self.state_of(source, LEASES.key), job_route(job), job["id"], deadline)
             self._known.forget(LEASES, source.partition)
@@ -396,21 +397,22 @@ class Dedup:
             self.emit(id_report(job_id, route, None, decided=False), source)
 
     def _expire_attempts(self, source: Source) -> None:
-        """Active jobs whose lease or timeout has passed are failed, as a nack would be."""
+        """Jobs whose deadline has passed: an active one past its lease or timeout fails as
+        a nack would fail it; a waiting one past its expires_at is discarded."""
         for route, job_id in self._take_due(LEASES, source):
             state = self.state_of(source, route.encode())
             job = self._load_job(state, job_id)
             # A heartbeat, an ack or a new attempt since made the entry stale: the job
             # is judged as it is now, and only once its own deadline's bucket has ended
             # (so its expiry time is a function of the job alone: see audit/jobs.py).
-            deadline = None if job is None else attempt_deadline(job)
+            deadline = None if job is None else job_deadline(job)
             if job is None or deadline is None or LEASES.seen_at(deadline) > source.timestamp_ms:
                 continue
             result = expire_job(job, source.timestamp_ms)
             if result is not None and result.job is not None:
                 self._follow(result.job, result, state, source)
                 log.info(
-                    "job attempt expired",
+                    "job expired",
                     extra={"job_id": job_id, "state": str(result.state),
                            "error": result.job.get("error"), "source": source.as_dict()},
                 )  # fmt: skip

@@ -8,8 +8,9 @@ than when a record about them arrives:
   The store deletes it without a word, so the processor writes the job's
   tombstone to `job_states` once time has passed it: compaction then drops the
   job from the topic, and every view reading it drops the job too.
-- LEASES: an active job's attempt ends at its lease or its timeout
-  (`core.attempt_deadline`); then the core's `expire_job` fails it.
+- LEASES: an active job's attempt ends at its lease or its timeout, and a
+  waiting job's chance to run at its expires_at (`core.job_deadline`); then
+  the core's `expire_job` fails the attempt, or discards the job.
 
 Each is a schedule of (route, job id) by due time, swept on every record of
 the partition (a tick carries time when no other record does). An entry only

@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from gateway.catalogue import Catalogue
+from gateway.core.times import format_rfc3339
 from gateway.http import HttpSettings, create_app
 from tests.integration.harness import Processor, apply_topics, fingerprint_of, producer, send
 
@@ -374,3 +375,40 @@ def test_one_client_id_under_two_keys_racing_through_http_and_the_sdk_is_one_job
         assert http_won != sdk_won, (ids[i], responses[i].text, sdk_results[i])
         if not http_won:
             assert responses[i].status_code == 409, responses[i].text
+
+
+def test_a_job_past_its_expires_at_is_never_handed_out_but_discarded(stack: Stack):
+    queue = f"ttl-{uuid.uuid4().hex[:8]}"
+    soon = format_rfc3339(time.time_ns() // 1_000_000 + 2_000)
+    posted = stack.http.post(
+        "/ojs/v1/jobs",
+        json={"type": "ttl.soon", "args": [], "options": {"queue": queue, "expires_at": soon}},
+    )
+    assert posted.status_code == 201 and posted.json()["job"]["expires_at"] == soon
+    later = stack.http.post(
+        "/ojs/v1/jobs",
+        json={
+            "type": "ttl.later",
+            "args": [],
+            "queue": queue,
+            "expires_at": "2099-12-31T23:59:59Z",
+        },
+    )
+    assert later.status_code == 201
+    time.sleep(3)
+    fetched = stack.http.post("/ojs/v1/workers/fetch", json={"queues": [queue], "count": 5})
+    assert [j["id"] for j in fetched.json()["jobs"]] == [later.json()["job"]["id"]]
+    # A tick past expires_at discards it: twice a second, however loaded the machine.
+    deadline = time.monotonic() + 30
+    while (job := stack.http.get(f"/ojs/v1/jobs/{posted.json()['job']['id']}").json()["job"])[
+        "state"
+    ] != "discarded":
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    assert job["error"]["type"] == "expired" and job["expires_at"] == soon
+    assert (
+        stack.http.post(
+            "/ojs/v1/jobs", json={"type": "ttl.bad", "args": [], "expires_at": "+PT2S"}
+        ).json()["error"]["code"]
+        == "invalid_request"
+    )
