@@ -25,7 +25,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import catalogue, config, wire
-from gateway.http import dead_letter, errors, events_route, health, jobs, workers
+from gateway.http import dead_letter, errors, events_route, health, jobs, queues, workers
 from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
 from gateway.http.events import EventFeed
@@ -96,7 +96,8 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/health/live", _live, methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.cancel_job), methods=["DELETE"]),
-        Route("/ojs/v1/queues", endpoint(dead_letter.list_queues), methods=["GET"]),
+        Route("/ojs/v1/queues", endpoint(queues.list_queues), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}/stats", endpoint(queues.queue_stats), methods=["GET"]),
         Route("/ojs/v1/dead-letter", endpoint(dead_letter.list_dead), methods=["GET"]),
         Route("/ojs/v1/dead-letter/{job_id}/retry", endpoint(dead_letter.retry), methods=["POST"]),
         Route("/ojs/v1/dead-letter/{job_id}", endpoint(dead_letter.delete), methods=["DELETE"]),

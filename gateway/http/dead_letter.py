@@ -1,4 +1,4 @@
-"""The dead letter and queue routes: lists read from the view, changes asked of the processor.
+"""The dead letter routes: lists read from the view, changes asked of the processor.
 
 A dead letter job is a `discarded` one (its retries exhausted, or a failure
 that was not retryable). The list reads the view's state index; retry asks
@@ -103,24 +103,3 @@ def _dead(binding: Binding, job_id: str) -> dict[str, Any] | ApiError:
             details=details,
         )  # fmt: skip
     return job
-
-
-async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """Every queue the view has seen a job of, by name: `status` (always active: this
-    gateway has no pause), `created_at` (its first job's) and `counts` per state now."""
-    page = page_of(request)
-    if isinstance(page, ApiError):
-        return page
-    limit, offset = page
-    known = binding.view.queues()
-    names = sorted(known)
-    queues = [
-        {
-            "name": name,
-            "status": "active",
-            "created_at": known[name]["created_at"],
-            "counts": {s: n for s, n in known[name]["counts"].items() if n},
-        }  # fmt: skip
-        for name in names[offset : offset + limit]
-    ]
-    return Answer(200, {"queues": queues, "pagination": pagination(len(names), limit, offset)})

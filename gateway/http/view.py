@@ -25,6 +25,7 @@ Layout (one RocksDB under the gateway home per serve process):
     s/<state>\0<queue>\0<id>        -> b"" for every job, by state then queue (dead letters:
                                       the discarded ones)
     c/<queue>\0<state>              -> how many jobs of the queue are in the state
+    r/<queue>\0<minute>             -> what the queue's jobs did in the minute (queue_stats.py)
     n/<queue>                      -> when the queue's first job was created (RFC 3339)
     o/<partition>                  -> the next offset to read
     meta/layout                    -> this layout's version; a view of another is read anew
@@ -74,6 +75,7 @@ from gateway.core import DEFAULT_RETENTION_MS, ready_at
 from gateway.core.events import WAITING_STATES
 from gateway.core.jobs import job_expires_at
 from gateway.core.times import parse_rfc3339
+from gateway.http import queue_stats
 from gateway.processor.state_identity import Identity
 
 log = logging.getLogger("gateway.http.view")
@@ -85,7 +87,7 @@ _SWEEP_EVERY_S = 1.0
 _ADMIN_TIMEOUT_S = 10.0
 _METADATA_RETRY_S = 0.5
 _METADATA_TIMEOUT_S = 5.0
-LAYOUT = b"2"
+LAYOUT = b"3"
 _LAYOUT_KEY = b"meta/layout"
 # How long a provisional entry waits for its committed record at most: a crashed
 # processor's successor takes over and commits well within it.
@@ -252,6 +254,7 @@ class JobView:
             staged: dict[bytes, bytes | None] = {}
             ends: dict[int, int] = {}
             counts: dict[bytes, int] = {}
+            activity: dict[bytes, list[int]] = {}
             first_seen: dict[bytes, str] = {}
             changes: list[Change] = []
             read: list[tuple[str, Any]] = []
@@ -285,6 +288,9 @@ class JobView:
                 batch.put(job_key, value)
                 staged[job_key] = value
                 changes.append((partition, offset, before, job))
+                for bucket, did in queue_stats.activity(before, job).items():
+                    sums = activity.setdefault(bucket, [0] * 5)
+                    sums[:] = [a + b for a, b in zip(sums, did, strict=True)]
                 new_rank = _queue_key(job)
                 if new_rank is not None:
                     batch.put(new_rank, b"")
@@ -304,6 +310,11 @@ class JobView:
                     batch.put(count, str(max(now, 0)).encode())
             for queue_key, created in first_seen.items():
                 batch.put(queue_key, created.encode())
+            for bucket, sums in activity.items():
+                stored = self._db.get(bucket)
+                batch.put(
+                    bucket, queue_stats.merged(None if stored is None else bytes(stored), sums)
+                )
             for partition, end in ends.items():
                 batch.put(f"o/{partition}".encode(), str(end).encode())
             self._db.write(batch)
@@ -330,7 +341,8 @@ class JobView:
         return job_expires_at(job, self.retention_ms)
 
     def sweep(self, now_ms: int) -> int:
-        """Drop the terminal jobs whose expiry has passed; how many."""
+        """Drop the terminal jobs whose expiry has passed, and activity older than
+        queue_stats.KEEP_MINUTES; how many entries."""
         with self._lock:
             batch = WriteBatch(raw_mode=True)
             dropped = 0
@@ -352,6 +364,14 @@ class JobView:
                 raw_count = self._db.get(count)
                 now = (0 if raw_count is None else int(bytes(raw_count))) + delta  # type: ignore[arg-type]
                 batch.put(count, str(max(now, 0)).encode())
+            oldest = now_ms // queue_stats.MINUTE_MS - queue_stats.KEEP_MINUTES
+            for raw in self._db.keys(from_key=queue_stats.PREFIX):
+                key = bytes(raw)  # type: ignore[arg-type]
+                if not key.startswith(queue_stats.PREFIX):
+                    break
+                if queue_stats.minute_of(key) < oldest:
+                    batch.delete(key)
+                    dropped += 1
             if dropped:
                 self._db.write(batch)
             return dropped
@@ -399,6 +419,26 @@ class JobView:
         for job_id, job in sorted(answered.items()):
             if job is not None and job.get("state") == state and queue in (None, job.get("queue")):
                 yield job_id
+
+    def queue_activity(self, queue: str, now_ms: int) -> dict[str, Any]:
+        """The queue's last hour (queue_stats.py)."""
+        prefix = queue_stats.bucket_key(queue, 0)[:-8]
+        buckets = []
+        for raw_key, raw_value in self._db.items(from_key=prefix):
+            key = bytes(raw_key)  # type: ignore[arg-type]
+            if not key.startswith(prefix):
+                break
+            buckets.append((key, bytes(raw_value)))  # type: ignore[arg-type]
+        return queue_stats.last_hour(buckets, now_ms)
+
+    def answered_pending(self, queue: str) -> bool:
+        """Whether a job of `queue` this process answered for is not in the view yet (its
+        committed record on its way): listings that count wait for it."""
+        now = time.monotonic()
+        return any(
+            job is not None and job.get("queue") == queue and until > now
+            for job, until, _ in list(self._provisional.values())
+        )
 
     def queues(self) -> dict[str, dict[str, Any]]:
         """Every queue the view has seen a job of: when its first job was created, and

@@ -412,3 +412,34 @@ def test_a_job_past_its_expires_at_is_never_handed_out_but_discarded(stack: Stac
         ).json()["error"]["code"]
         == "invalid_request"
     )
+
+
+def test_queue_stats_count_what_this_client_just_did(stack: Stack):
+    queue = f"stats-{uuid.uuid4().hex[:8]}"
+    for n in range(3):
+        posted = stack.http.post(
+            "/ojs/v1/jobs", json={"type": "stats.job", "args": [n], "options": {"queue": queue}}
+        )
+        assert posted.status_code == 201
+
+    def stats() -> dict[str, Any]:
+        answer = stack.http.get(f"/ojs/v1/queues/{queue}/stats")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    first = stats()
+    assert first["queue"]["name"] == queue
+    assert (first["queue"]["available"], first["queue"]["active"]) == (3, 0)
+    assert first["status"] == "active" and first["stats"]["available"] == 3
+    fetched = stack.http.post("/ojs/v1/workers/fetch", json={"queues": [queue]}).json()["jobs"]
+    assert (stats()["queue"]["available"], stats()["queue"]["active"]) == (2, 1)
+    acked = stack.http.post("/ojs/v1/workers/ack", json={"job_id": fetched[0]["id"]})
+    assert acked.status_code == 200
+    after = stats()
+    assert (after["queue"]["active"], after["queue"]["completed"]) == (0, 1)
+    assert after["stats"]["completed_last_hour"] == 1
+    assert (
+        after["stats"]["avg_duration_ms"] is not None and after["stats"]["avg_wait_ms"] is not None
+    )
+    assert stack.http.get("/ojs/v1/queues/never-seen-queue/stats").status_code == 404
+    assert stack.http.get("/ojs/v1/queues/Bad%20Name/stats").status_code == 400

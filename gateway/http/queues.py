@@ -1,0 +1,76 @@
+"""The queue routes: every queue the view has seen, and one queue's stats.
+
+Counts come from the view's per-queue, per-state counters and the last hour's
+activity from its per-minute buckets (queue_stats.py). The view follows
+committed records, so a count asked right after this process answered for a
+job of the queue waits (QUEUE_SETTLE_S at most) until the view has that job's
+record: a client that enqueues, fetches or acks and then asks sees its own
+changes counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.core import State
+from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
+from gateway.core.times import format_rfc3339
+from gateway.http import errors
+from gateway.http.answers import Answer
+from gateway.http.binding import Binding
+from gateway.http.dead_letter import page_of, pagination
+from gateway.http.errors import ApiError
+
+QUEUE_SETTLE_S = 2.0
+_SETTLE_POLL_S = 0.02
+
+
+async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """Every queue the view has seen a job of, by name: `status` (always active: this
+    gateway has no pause), `created_at` (its first job's) and `counts` per state now."""
+    page = page_of(request)
+    if isinstance(page, ApiError):
+        return page
+    limit, offset = page
+    known = binding.view.queues()
+    names = sorted(known)
+    queues = [
+        {
+            "name": name,
+            "status": "active",
+            "created_at": known[name]["created_at"],
+            "counts": {s: n for s, n in known[name]["counts"].items() if n},
+        }  # fmt: skip
+        for name in names[offset : offset + limit]
+    ]
+    return Answer(200, {"queues": queues, "pagination": pagination(len(names), limit, offset)})
+
+
+async def queue_stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """OJS level 4's queue stats: jobs per state now, and the last hour's completions,
+    failures, mean run and wait times and throughput. The shape holds both OJS's
+    documents: the HTTP binding's top-level `status` and `stats`, and the conformance
+    suite's `queue` object with the name and the counts."""
+    name = request.path_params["name"]
+    if not is_valid_queue_name(name):
+        return ApiError(400, errors.INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+    deadline = time.monotonic() + QUEUE_SETTLE_S
+    while binding.view.answered_pending(name) and time.monotonic() < deadline:
+        await asyncio.sleep(_SETTLE_POLL_S)
+    known = binding.view.queues().get(name)
+    if known is None:
+        return ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
+    now_ms = time.time_ns() // 1_000_000
+    counts: dict[str, Any] = {str(s): known["counts"].get(str(s), 0) for s in State}
+    stats = {**counts, **binding.view.queue_activity(name, now_ms)}
+    status = "active"
+    return Answer(200, {
+        "queue": {"name": name, "status": status, "paused": False, **counts},
+        "status": status,
+        "stats": stats,
+        "computed_at": format_rfc3339(now_ms),
+    })  # fmt: skip

@@ -1,0 +1,63 @@
+"""A queue's last hour: what each job_states record shows a job did, counted by minute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.core.times import format_rfc3339
+from gateway.http import queue_stats
+from gateway.http.view import JobView
+
+T0 = 1_770_000_000_000
+JOB_ID = "019b0a4c-1f00-7000-8000-000000000001"
+
+
+def job(state: str, **fields: Any) -> dict[str, Any]:
+    return {"id": JOB_ID, "type": "a.b", "queue": "q", "state": state, **fields}
+
+
+STARTED = job("active", enqueued_at=format_rfc3339(T0), started_at=format_rfc3339(T0 + 400))
+DONE = {**STARTED, "state": "completed", "completed_at": format_rfc3339(T0 + 1_400)}
+FAILED = {**STARTED, "state": "retryable",
+          "error": {"type": "x", "occurred_at": format_rfc3339(T0 + 900)}}  # fmt: skip
+
+
+def totals(*records: dict[str, Any], now_ms: int = T0 + 60_000) -> dict[str, Any]:
+    buckets: dict[bytes, bytes] = {}
+    before = None
+    for record in records:
+        for key, delta in queue_stats.activity(before, record).items():
+            buckets[key] = queue_stats.merged(buckets.get(key), delta)
+        before = record
+    return queue_stats.last_hour(sorted(buckets.items()), now_ms)
+
+
+def test_a_run_counts_its_wait_and_its_duration_once():
+    stats = totals(job("available"), STARTED, STARTED, DONE)  # STARTED twice: a heartbeat
+    assert stats["completed_last_hour"] == 1 and stats["failed_last_hour"] == 0
+    assert (stats["avg_wait_ms"], stats["avg_duration_ms"]) == (400, 1_000)
+    assert stats["throughput_per_second"] == round(1 / 3600, 4)
+
+
+def test_a_failed_attempt_counts_where_its_error_occurred():
+    assert totals(job("available"), STARTED, FAILED)["failed_last_hour"] == 1
+
+
+def test_only_the_last_hour_counts():
+    assert totals(STARTED, DONE, now_ms=T0 + 61 * 60_000)["completed_last_hour"] == 0
+    empty = totals()
+    assert empty["avg_duration_ms"] is None and empty["avg_wait_ms"] is None
+
+
+def test_the_view_keeps_the_buckets_and_sweeps_old_ones(tmp_path):
+    view = JobView(tmp_path / "view")
+    records = [job("available"), STARTED, DONE]
+    for offset, record in enumerate(records):
+        view.apply([(0, offset, JOB_ID.encode(), orjson.dumps(record))], T0)
+    assert view.queue_activity("q", T0 + 60_000)["completed_last_hour"] == 1
+    assert view.queue_activity("other", T0 + 60_000)["completed_last_hour"] == 0
+    view.sweep(T0 + (queue_stats.KEEP_MINUTES + 2) * 60_000)
+    assert view.queue_activity("q", T0 + 60_000)["completed_last_hour"] == 0
+    view.close()
