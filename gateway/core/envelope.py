@@ -2,9 +2,9 @@
 
 Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
-retry, scheduled_at (`options.delay_until` is its HTTP name), expires_at, timeout_ms (how
-long one attempt may run), visibility_timeout_ms (its claims' lease) and tags;
-a field given in both places must agree.
+retry, scheduled_at (`options.delay_until` is its HTTP name), expires_at,
+timeout_ms (how long one attempt may run), visibility_timeout_ms (its claims'
+lease) and tags; a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
 job unchanged.
 
@@ -120,7 +120,7 @@ def envelope_or_raise(raw: object) -> Envelope:
         meta=meta,
         scheduled_at=_instant(
             scheduled_at if scheduled_at is not None else delay_until, "scheduled_at"
-        ),  # fmt: skip
+        ),
         expires_at=_instant(_option(raw, options, "expires_at"), "expires_at"),
         max_attempts=retry.max_attempts,
         priority=_priority(_option(raw, options, "priority")),

@@ -532,8 +532,8 @@ def past_expiry(job: Mapping[str, Any], now_ms: int) -> bool:
 
 
 def _expired(job: Mapping[str, Any], now_ms: int) -> EventResult:
-    failure = {"type": "expired", "message": f"the job passed its expires_at ({job['expires_at']}) "
-               "before a worker took it", "retryable": False}  # fmt: skip
+    message = f"the job passed its expires_at ({job['expires_at']}) before a worker took it"
+    failure = {"type": "expired", "message": message, "retryable": False}
     event = JobEvent(str(job["id"]), job.get("unique_key"), None, FAILED, failure=failure)
     stored = State(job["state"])
     return _applied(job, stored, State.DISCARDED, event, now_ms, int(job.get("attempt") or 0))

@@ -6,9 +6,9 @@ the job's new state), and the results become records (see records.py). Before
 any record is handled, what its time made due is done (see schedule.py): active
 jobs past their lease or timeout and waiting ones past their expires_at go
 through `core.expire_job`, finished jobs past their retention get their
-tombstones. A tick record does only that. This
-module loads and stores a key's entries and job records, checks that a record
-sits on the partition its route belongs to, and hands records to `emit`.
+tombstones. A tick record does only that. This module loads and stores a key's
+entries and job records, checks that a record sits on the partition its route
+belongs to, and hands records to `emit`.
 
 Routing. A job lives under its route (`wire.route`): its unique_key, else
 its id. The SDK and the router give a job without a policy an id before it
