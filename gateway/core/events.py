@@ -15,10 +15,11 @@ job's route: its unique_key, else its id (see `route_key`). Optional fields:
 `attempt`, `max_attempts`, `scheduled_at` (RFC 3339), `result` (any JSON, kept
 by job.completed), `error` (an object with a `message`, kept by job.failed;
 `retryable: false` discards at once), `visibility_timeout_ms` (job.started,
-job.heartbeat: the lease) and `claim_id` (below). Other fields are allowed and
-ignored.
+job.heartbeat: the lease), `claim_id` and `worker_id` (below). Other fields are
+allowed and ignored.
 
-Claims. A start may carry a `claim_id`, kept with the active job. A requeue
+Claims. A start may carry a `claim_id` and the `worker_id` of the worker that took
+the job, kept with the active job (the admin API counts workers by it). A requeue
 (job.enqueued) of an active job that carries a `claim_id` applies only to that
 claim: a fetch that gave up waiting can undo its own claim, never another's.
 
@@ -158,6 +159,7 @@ class JobEvent:
     failure: Mapping[str, Any] | None = None
     visibility_timeout_ms: int | None = None
     claim_id: str | None = None
+    worker_id: str | None = None  # who took the job (job.started): kept while it is active
 
     @property
     def route(self) -> str:
@@ -273,14 +275,13 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
         return _bad("visibility_timeout_ms must be an integer of at least 1 (milliseconds)")
     if lease is not None and (problem := duration_problem(lease, "visibility_timeout_ms")):
         return _bad(problem)
-    claim_id = raw.get("claim_id")
-    if claim_id is not None and not (
-        isinstance(claim_id, str) and 0 < len(claim_id) <= MAX_ID_BYTES
-    ):
-        return _bad(f"claim_id must be a non-empty string of at most {MAX_ID_BYTES} characters")
+    for name in ("claim_id", "worker_id"):
+        value = raw.get(name)
+        if value is not None and not (isinstance(value, str) and 0 < len(value) <= MAX_ID_BYTES):
+            return _bad(f"{name} must be a non-empty string of at most {MAX_ID_BYTES} characters")
     return JobEvent(
         job_id, key, state, event_type, attempt, max_attempts, scheduled_ms, result, failure,
-        lease, claim_id,
+        lease, raw.get("claim_id"), raw.get("worker_id"),
     )  # fmt: skip
 
 
@@ -635,8 +636,8 @@ def _moved(
     now = format_rfc3339(now_ms)
     job["state"] = str(target)
     if target is not State.ACTIVE:
-        job.pop("lease_expires_at", None)
-        job.pop("claim_id", None)
+        for name in ("lease_expires_at", "claim_id", "worker_id"):
+            job.pop(name, None)
     if event.attempt is not None:
         job["attempt"] = event.attempt
     if event.max_attempts is not None:
@@ -647,10 +648,11 @@ def _moved(
         job["started_at"] = now
         # The fetch's lease, else the job's own (its option, or its last attempt's).
         _lease(job, event.visibility_timeout_ms or job.get("visibility_timeout_ms"), now_ms)
-        if event.claim_id is None:
-            job.pop("claim_id", None)
-        else:
-            job["claim_id"] = event.claim_id
+        for name, value in (("claim_id", event.claim_id), ("worker_id", event.worker_id)):
+            if value is None:
+                job.pop(name, None)
+            else:
+                job[name] = value
         job.setdefault("enqueued_at", ready_at({**job, "state": str(stored)}) or now)
         job.pop("next_attempt_at", None)
     elif target is State.COMPLETED:

@@ -25,7 +25,16 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import catalogue, config, wire
-from gateway.http import dead_letter, errors, events_route, health, jobs, queues, workers
+from gateway.http import (
+    admin,
+    dead_letter,
+    errors,
+    events_route,
+    health,
+    jobs,
+    queues,
+    workers,
+)
 from gateway.http.binding import Binding, HttpSettings
 from gateway.http.errors import ApiError
 from gateway.http.events import EventFeed
@@ -97,11 +106,32 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.cancel_job), methods=["DELETE"]),
         Route("/ojs/v1/queues", endpoint(queues.list_queues), methods=["GET"]),
-        Route("/ojs/v1/queues/{name}/stats", endpoint(queues.queue_stats), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}/stats", endpoint(queues.stats), methods=["GET"]),
         Route("/ojs/v1/dead-letter", endpoint(dead_letter.list_dead), methods=["GET"]),
         Route("/ojs/v1/dead-letter/{job_id}/retry", endpoint(dead_letter.retry), methods=["POST"]),
         Route("/ojs/v1/dead-letter/{job_id}", endpoint(dead_letter.delete), methods=["DELETE"]),
         Route("/ojs/v1/events", endpoint(events_route.events), methods=["GET"]),
+        # The admin API the official OJS Admin UI reads (admin.py).
+        Route("/ojs/v1/admin/stats", endpoint(admin.stats), methods=["GET"]),
+        Route("/ojs/v1/admin/queues", endpoint(admin.queues), methods=["GET"]),
+        Route("/ojs/v1/admin/queues/{name}", endpoint(admin.queue), methods=["GET"]),
+        Route("/ojs/v1/admin/jobs", endpoint(admin.list_jobs), methods=["GET"]),
+        Route("/ojs/v1/admin/jobs/bulk/{action}", endpoint(admin.bulk), methods=["POST"]),
+        Route("/ojs/v1/admin/jobs/{job_id}", endpoint(admin.job_detail), methods=["GET"]),
+        Route("/ojs/v1/admin/jobs/{job_id}/retry", endpoint(dead_letter.retry), methods=["POST"]),
+        Route("/ojs/v1/admin/jobs/{job_id}/cancel", endpoint(jobs.cancel_job), methods=["POST"]),
+        Route("/ojs/v1/admin/dead-letter", endpoint(admin.list_dead), methods=["GET"]),
+        Route("/ojs/v1/admin/dead-letter/stats", endpoint(admin.dead_stats), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/dead-letter/{job_id}/retry",
+            endpoint(dead_letter.retry),
+            methods=["POST"],
+        ),  # fmt: skip
+        Route(
+            "/ojs/v1/admin/dead-letter/{job_id}", endpoint(dead_letter.delete), methods=["DELETE"]
+        ),
+        Route("/ojs/v1/admin/workers", endpoint(admin.workers), methods=["GET"]),
+        Route("/ojs/v1/unique-jobs", endpoint(admin.unique_jobs), methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -25,7 +25,7 @@ HOUR_MINUTES = 60
 # Buckets older than this are swept; an hour is read.
 KEEP_MINUTES = 2 * HOUR_MINUTES
 _COUNTERS = struct.Struct(">5q")
-_STARTED, _WAITED, _COMPLETED, _RAN, _FAILED = range(5)
+_STARTED, _WAITED, _COMPLETED, _RAN, _FAILED = range(5)  # the counters, in order
 
 
 def bucket_key(queue: str, minute: int) -> bytes:
@@ -71,19 +71,34 @@ def merged(raw: bytes | None, delta: list[int]) -> bytes:
 
 def last_hour(buckets: Iterable[tuple[bytes, bytes]], now_ms: int) -> dict[str, Any]:
     """OJS's queue stats over the hour to `now_ms` from a queue's buckets."""
-    since = now_ms // MINUTE_MS - HOUR_MINUTES
+    started, waited, completed, ran, failed = _totals(buckets, now_ms, HOUR_MINUTES)
+    return {
+        "completed_last_hour": completed,
+        "failed_last_hour": failed,
+        "avg_duration_ms": round(ran / completed) if completed else None,
+        "avg_wait_ms": round(waited / started) if started else None,
+        "throughput_per_second": round(completed / 3600, 4),
+    }
+
+
+def per_minute(
+    buckets: Iterable[tuple[bytes, bytes]], now_ms: int, minutes: int = 5
+) -> dict[str, float]:
+    """Completions and failed attempts per minute over the last `minutes` to `now_ms`."""
+    _, _, completed, _, failed = _totals(buckets, now_ms, minutes)
+    return {
+        "processed_per_minute": round(completed / minutes, 2),
+        "failed_per_minute": round(failed / minutes, 2),
+    }
+
+
+def _totals(buckets: Iterable[tuple[bytes, bytes]], now_ms: int, minutes: int) -> list[int]:
+    since = now_ms // MINUTE_MS - minutes
     totals = [0] * 5
     for key, raw in buckets:
         if minute_of(key) > since:
             totals = [a + b for a, b in zip(totals, _COUNTERS.unpack(raw), strict=True)]
-    started, completed = totals[_STARTED], totals[_COMPLETED]
-    return {
-        "completed_last_hour": completed,
-        "failed_last_hour": totals[_FAILED],
-        "avg_duration_ms": round(totals[_RAN] / completed) if completed else None,
-        "avg_wait_ms": round(totals[_WAITED] / started) if started else None,
-        "throughput_per_second": round(completed / 3600, 4),
-    }
+    return totals
 
 
 def _between(start: object, end: object) -> int | None:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from gateway.core import State
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.times import format_rfc3339
-from gateway.http import errors
+from gateway.http import errors, queue_stats
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.dead_letter import page_of, pagination
@@ -50,7 +50,7 @@ async def list_queues(request: Request, binding: Binding, _: str) -> Answer | Ap
     return Answer(200, {"queues": queues, "pagination": pagination(len(names), limit, offset)})
 
 
-async def queue_stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """OJS level 4's queue stats: jobs per state now, and the last hour's completions,
     failures, mean run and wait times and throughput. The shape holds both OJS's
     documents: the HTTP binding's top-level `status` and `stats`, and the conformance
@@ -66,7 +66,7 @@ async def queue_stats(request: Request, binding: Binding, _: str) -> Answer | Ap
         return ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
     now_ms = time.time_ns() // 1_000_000
     counts: dict[str, Any] = {str(s): known["counts"].get(str(s), 0) for s in State}
-    stats = {**counts, **binding.view.queue_activity(name, now_ms)}
+    stats = {**counts, **queue_stats.last_hour(binding.view.queue_activity(name), now_ms)}
     status = "active"
     return Answer(200, {
         "queue": {"name": name, "status": status, "paused": False, **counts},

@@ -420,8 +420,8 @@ class JobView:
             if job is not None and job.get("state") == state and queue in (None, job.get("queue")):
                 yield job_id
 
-    def queue_activity(self, queue: str, now_ms: int) -> dict[str, Any]:
-        """The queue's last hour (queue_stats.py)."""
+    def queue_activity(self, queue: str) -> list[tuple[bytes, bytes]]:
+        """The queue's per-minute buckets, oldest first (queue_stats.py)."""
         prefix = queue_stats.bucket_key(queue, 0)[:-8]
         buckets = []
         for raw_key, raw_value in self._db.items(from_key=prefix):
@@ -429,7 +429,7 @@ class JobView:
             if not key.startswith(prefix):
                 break
             buckets.append((key, bytes(raw_value)))  # type: ignore[arg-type]
-        return queue_stats.last_hour(buckets, now_ms)
+        return buckets
 
     def answered_pending(self, queue: str) -> bool:
         """Whether a job of `queue` this process answered for is not in the view yet (its

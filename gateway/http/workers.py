@@ -24,6 +24,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import EventOutcome, State, job_effective_state, past_expiry
+from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
@@ -59,7 +60,14 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
     lease = _visibility_timeout(body)
     if isinstance(lease, ApiError):
         return lease
-    fields = {} if lease is None else {"visibility_timeout_ms": lease}
+    fields: dict[str, Any] = {} if lease is None else {"visibility_timeout_ms": lease}
+    worker_id = body.get("worker_id")
+    if worker_id is not None:
+        if not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_ID_BYTES:
+            return _bad(
+                f"worker_id must be a non-empty string of at most {MAX_ID_BYTES} characters"
+            )
+        fields["worker_id"] = worker_id  # kept on each job it takes: who runs it
     claimed: list[dict[str, Any]] = []
     problems: list[ApiError] = []
     tried: set[str] = set()
