@@ -7,7 +7,9 @@ It starts with the events after `Last-Event-ID` (or the `after` query
 parameter) still kept, else with the next event. Otherwise: JSON
 `{"events": [...], "last_id": n}`, the last `limit` (default 100) kept events
 after `after`, oldest first. Both filter by `types` and `queues`
-(comma-separated).
+(comma-separated). With `page` or `per_page`, the paged shape the OJS Admin UI
+reads: `{"items": [...], "pagination": {"total", "page", "per_page"}}`, newest
+first, each envelope with its `time` also as `timestamp`; `type` filters too.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ async def events(
     after = int_param(resume or query.get("after"), "after", -1, 0, 2**62)
     if isinstance(after, ApiError):
         return after
+    if not streaming and ("page" in query or "per_page" in query):
+        return _page(binding, request, types or _set(query.get("type")), queues)
     if not streaming:
         since = max(after, 0)
         kept = [e for n, e in binding.feed.after(since) if matches(e, types, queues)]
@@ -83,3 +87,19 @@ async def events(
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
         },
     )  # fmt: skip
+
+
+def _page(
+    binding: Binding, request: Request, types: frozenset[str] | None, queues: frozenset[str] | None
+) -> Answer | ApiError:
+    query = request.query_params
+    page = int_param(query.get("page"), "page", 1, 1, 2**31 - 1)
+    if isinstance(page, ApiError):
+        return page
+    per_page = int_param(query.get("per_page"), "per_page", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    if isinstance(per_page, ApiError):
+        return per_page
+    kept = [e for _, e in binding.feed.after(0) if matches(e, types, queues)][::-1]
+    items = [{**e, "timestamp": e.get("time")} for e in kept[(page - 1) * per_page :][:per_page]]
+    pagination = {"total": len(kept), "page": page, "per_page": per_page}
+    return Answer(200, {"items": items, "pagination": pagination})

@@ -123,3 +123,11 @@ def test_the_admin_ui_core_pages_read_what_happened(http: httpx.Client):
     assert http.get(f"/ojs/v1/jobs/{report['id']}").json()["job"]["state"] == "available"
     cancel = http.post(f"/ojs/v1/admin/jobs/{report['id']}/cancel")
     assert cancel.status_code == 200 and cancel.json()["job"]["state"] == "cancelled"
+
+    events = http.get("/ojs/v1/events?page=1&per_page=50").json()
+    assert events["pagination"]["page"] == 1 and events["pagination"]["total"] >= 8
+    newest = events["items"][0]
+    assert {"id", "type", "timestamp", "data"} <= set(newest) and newest["data"]
+    done_events = http.get("/ojs/v1/events?type=job.completed&page=1&per_page=50").json()
+    assert [e["data"]["job_id"] for e in done_events["items"]] == [done["id"]]
+    assert "events" in http.get("/ojs/v1/events").json()  # without paging: the OJS shape
