@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from starlette.requests import Request
@@ -273,8 +273,8 @@ def _workers(binding: Binding) -> dict[str, dict[str, Any]]:
         worker["active_jobs"] += 1
         if job["queue"] not in worker["queues"]:
             worker["queues"].append(job["queue"])
-        worker["started_at"] = min(worker["started_at"], job.get("started_at"), key=_ms)
-        worker["last_heartbeat_at"] = max(worker["last_heartbeat_at"], _renewed(job), key=_ms)
+        worker["started_at"] = _edge(min, worker["started_at"], job.get("started_at"))
+        worker["last_heartbeat_at"] = _edge(max, worker["last_heartbeat_at"], _renewed(job))
     return found
 
 
@@ -284,6 +284,12 @@ def _renewed(job: dict[str, Any]) -> str | None:
     if expires and isinstance(lease, int):
         return format_rfc3339(expires - lease)
     return job.get("started_at")
+
+
+def _edge(pick: Callable[..., Any], a: str | None, b: str | None) -> str | None:
+    """The earlier (`min`) or later (`max`) of two stamps, either of which may be absent."""
+    present = [stamp for stamp in (a, b) if isinstance(stamp, str)]
+    return pick(present, key=_ms) if present else None
 
 
 def _ms(stamp: object) -> int:
