@@ -28,6 +28,9 @@ from gateway.broker.ports import free_port_block
 EXTRA_MODULES = {"redis": ["redis"], "postgres": ["psycopg"]}
 # The pace of the paced SDK answer row, requests per second.
 PACE = 1_000.0
+# Jobs in the view the admin job list is timed on (`--figures listing`).
+LISTING_JOBS = 1_000_000
+LISTING_QUICK = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,6 +356,22 @@ def _other_figures(
                 "value": report.spread(f.rates), "text": report._fmt(report.spread(f.rates)),
             }  # fmt: skip
         done("loop floor: " + "; ".join(f"{f.variant}: {f.text()}" for f in measured))
+    if "listing" in plan.figures:
+        from gateway.bench import listing
+
+        size = LISTING_QUICK if plan.quick else LISTING_JOBS
+        step(f"the admin job list on a view of {size:,} jobs")
+        listed = listing.measure(size, opts.workdir)
+        for number, (median, low, high) in listed.pages_ms.items():
+            name = (f"admin job list, page {number:,} of 50 by queue and state "
+                    f"({listed.matching:,} of {listed.jobs:,} jobs match) (ms)")  # fmt: skip
+            figures[name] = {
+                "value": {"median": median, "min": low, "max": high},
+                "text": f"{median:.1f} [{low:.1f}–{high:.1f}]",
+            }  # fmt: skip
+        done("admin job list: " + "; ".join(
+            f"page {n:,} {m:.1f} ms" for n, (m, _, _) in listed.pages_ms.items()
+        ))  # fmt: skip
     if "cold-start" in plan.figures:
         colds = []
         for n in range(1 if plan.quick else plan.rounds):

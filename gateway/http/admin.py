@@ -31,6 +31,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import int_param, read_json
+from gateway.http.view import JobView
 
 DEFAULT_PER_PAGE = 50
 BULK_MAX = 1000  # jobs a bulk call asks about at most
@@ -126,31 +127,43 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiE
     sort, order = query.get("sort"), query.get("order", "asc")
     if sort not in (None, "scheduled_at") or order not in ("asc", "desc"):
         return ApiError(400, errors.INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
-    found = _matching(binding, state, queue_name, job_type)
+    items, total = jobs_page(binding.view, state, queue_name, job_type, number, per_page,
+                             sort, order == "desc")  # fmt: skip
+    return Answer(200, _paged(items, total, number, per_page))
+
+
+def jobs_page(
+    view: JobView, state: str | None, queue_name: str | None, job_type: str | None,
+    number: int, per_page: int, sort: str | None = None, descending: bool = False,
+) -> tuple[list[dict[str, Any]], int]:  # fmt: skip
+    """A page of job summaries and how many match. Filtered by state and queue only, it
+    reads that page's index keys and the ones before it; a type filter or a sort reads
+    every job the other filters match."""
+    found = _matching(view, state, queue_name, job_type)
     first = (number - 1) * per_page
     if sort is None and job_type is None:
-        total = _count(binding, state, queue_name)
+        total = _count(view, state, queue_name)
         chosen = list(itertools.islice(found, first, first + per_page))
     else:
         every = list(found)
         if sort is not None:
-            every.sort(key=lambda j: str(j.get("scheduled_at") or ""), reverse=order == "desc")
+            every.sort(key=lambda j: str(j.get("scheduled_at") or ""), reverse=descending)
         total, chosen = len(every), every[first : first + per_page]
-    return Answer(200, _paged([_summary(j) for j in chosen], total, number, per_page))
+    return [_summary(j) for j in chosen], total
 
 
 def _matching(
-    binding: Binding, state: str | None, queue_name: str | None, job_type: str | None
+    view: JobView, state: str | None, queue_name: str | None, job_type: str | None
 ) -> Iterator[dict[str, Any]]:
     for each in [state] if state else STATES:
-        for job_id in binding.view.in_state(each, queue_name):
-            job = binding.view.get(job_id)
+        for job_id in view.in_state(each, queue_name):
+            job = view.get(job_id)
             if job is not None and (job_type is None or job.get("type") == job_type):
                 yield job
 
 
-def _count(binding: Binding, state: str | None, queue_name: str | None) -> int:
-    known = binding.view.queues()
+def _count(view: JobView, state: str | None, queue_name: str | None) -> int:
+    known = view.queues()
     chosen = [known[queue_name]] if queue_name in known else [] if queue_name else known.values()
     return sum(q["counts"].get(s, 0) for q in chosen for s in ([state] if state else STATES))
 
@@ -198,7 +211,7 @@ async def bulk(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     if state is not None and state not in STATES:
         return ApiError(400, errors.INVALID_REQUEST, f"state must be one of {', '.join(STATES)}")
     event = "job.enqueued" if action == "retry" else "job.cancelled"
-    found = _matching(binding, state, wanted.get("queue"), wanted.get("type"))
+    found = _matching(binding.view, state, wanted.get("queue"), wanted.get("type"))
     if action == "cancel" and state is None:
         found = (j for j in found if j["state"] not in ("completed", "cancelled", "discarded"))
     chosen = list(itertools.islice(found, BULK_MAX))
@@ -222,7 +235,7 @@ async def list_dead(request: Request, binding: Binding, _: str) -> Answer | ApiE
         return page
     number, per_page = page
     query = request.query_params
-    found = _matching(binding, dead_letter.DEAD, query.get("queue"), query.get("type"))
+    found = _matching(binding.view, dead_letter.DEAD, query.get("queue"), query.get("type"))
     every = list(found)
     chosen = every[(number - 1) * per_page : number * per_page]
     return Answer(200, _paged([_summary(j) for j in chosen], len(every), number, per_page))
@@ -232,7 +245,7 @@ async def dead_stats(request: Request, binding: Binding, _: str) -> Answer | Api
     by_queue: dict[str, int] = {}
     by_error: dict[str, int] = {}
     stamps = []
-    for job in _matching(binding, dead_letter.DEAD, None, None):
+    for job in _matching(binding.view, dead_letter.DEAD, None, None):
         by_queue[job["queue"]] = by_queue.get(job["queue"], 0) + 1
         error = job.get("error")
         kind = str(error.get("type")) if isinstance(error, dict) else "unknown"
@@ -306,7 +319,7 @@ async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer | Ap
         job
         for state in STATES
         if state not in ("completed", "cancelled", "discarded")
-        for job in _matching(binding, state, None, None)
+        for job in _matching(binding.view, state, None, None)
         if job.get("unique_key")
     ]
     chosen = held[(number - 1) * per_page : number * per_page]
