@@ -168,8 +168,15 @@ def _count(view: JobView, state: str | None, queue_name: str | None) -> int:
     return sum(q["counts"].get(s, 0) for q in chosen for s in ([state] if state else STATES))
 
 
+def _shown(job: dict[str, Any]) -> dict[str, Any]:
+    """The job as OJS shows it, but in its recorded state: the admin lists, filters and
+    counts jobs by the state their record holds (a retryable job whose retry is due is
+    retryable here, available to GET and fetch), so a row agrees with its filter."""
+    return {**jobs.shown(job), "state": job["state"]}
+
+
 def _summary(job: dict[str, Any]) -> dict[str, Any]:
-    shown = jobs.shown(job)
+    shown = _shown(job)
     return {k: shown[k] for k in _SUMMARY_FIELDS if shown.get(k) is not None}
 
 
@@ -180,7 +187,7 @@ async def job_detail(request: Request, binding: Binding, _: str) -> Answer | Api
     job = await binding.job(job_id)
     if job is None:
         return transitions.not_found(job_id)
-    shown = jobs.shown(job)
+    shown = _shown(job)
     detail = {
         **shown,
         "meta": shown.get("meta") if isinstance(shown.get("meta"), dict) else {},
