@@ -139,27 +139,31 @@ def jobs_page(
     """A page of job summaries and how many match. Filtered by state and queue only, it
     reads that page's index keys and the ones before it; a type filter or a sort reads
     every job the other filters match."""
-    found = _matching(view, state, queue_name, job_type)
     first = (number - 1) * per_page
     if sort is None and job_type is None:
         total = _count(view, state, queue_name)
-        chosen = list(itertools.islice(found, first, first + per_page))
+        # Skipped by id: only the page's records are read.
+        ids = itertools.islice(_ids(view, state, queue_name), first, first + per_page)
+        chosen = [job for job in map(view.get, ids) if job is not None]
     else:
-        every = list(found)
+        every = list(_matching(view, state, queue_name, job_type))
         if sort is not None:
             every.sort(key=lambda j: str(j.get("scheduled_at") or ""), reverse=descending)
         total, chosen = len(every), every[first : first + per_page]
     return [_summary(j) for j in chosen], total
 
 
+def _ids(view: JobView, state: str | None, queue_name: str | None) -> Iterator[str]:
+    for each in [state] if state else STATES:
+        yield from view.in_state(each, queue_name)
+
+
 def _matching(
     view: JobView, state: str | None, queue_name: str | None, job_type: str | None
 ) -> Iterator[dict[str, Any]]:
-    for each in [state] if state else STATES:
-        for job_id in view.in_state(each, queue_name):
-            job = view.get(job_id)
-            if job is not None and (job_type is None or job.get("type") == job_type):
-                yield job
+    for job in map(view.get, _ids(view, state, queue_name)):
+        if job is not None and (job_type is None or job.get("type") == job_type):
+            yield job
 
 
 def _count(view: JobView, state: str | None, queue_name: str | None) -> int:
