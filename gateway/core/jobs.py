@@ -99,7 +99,9 @@ def job_record(
     else:
         job["scheduled_at"] = format_rfc3339(scheduled_at)
     if envelope.expires_at is not None:
-        job["expires_at"] = format_rfc3339(envelope.expires_at)  # wherever it was sent
+        # As sent (validated), wherever it was sent: OJS clients read their own value back.
+        sent = envelope.raw.get("expires_at")
+        job["expires_at"] = sent if sent is not None else envelope.raw["options"]["expires_at"]
     return job
 
 

@@ -22,6 +22,7 @@ from gateway.core import (
     parse_request,
     past_expiry,
 )
+from gateway.core.jobs import job_record
 from gateway.core.times import format_rfc3339
 from gateway.processor.dedup import ENTRIES
 from gateway.processor.schedule import LEASES
@@ -31,14 +32,16 @@ from tests.unit.test_leases import JOB_ID, T0, UNIQUE, Partition, job, states
 EXPIRES = T0 + 2_000
 
 
-def test_expires_at_is_read_at_the_top_level_and_under_options_and_echoed():
-    for body in (
-        {"type": "a.b", "args": [], "expires_at": "2026-02-12T10:00:00+01:00"},
-        {"type": "a.b", "args": [], "options": {"expires_at": "2026-02-12T09:00:00Z"}},
+def test_expires_at_is_read_at_the_top_level_and_under_options_and_echoed_as_sent():
+    for body, sent in (
+        ({"expires_at": "2026-02-12T10:00:00+01:00"}, "2026-02-12T10:00:00+01:00"),
+        ({"options": {"expires_at": "2026-02-12T09:00:00Z"}}, "2026-02-12T09:00:00Z"),
     ):
-        request = parse_request(body)
+        request = parse_request({"type": "a.b", "args": [], **body})
         assert isinstance(request, Request)
         assert request.envelope.expires_at == 1_770_886_800_000
+        accepted = job_record(request.envelope, JOB_ID, None, T0, None)
+        assert accepted["expires_at"] == sent
 
 
 @pytest.mark.parametrize(
