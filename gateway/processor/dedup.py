@@ -366,11 +366,17 @@ class Dedup:
         state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
         self.emit(published, source)
         if due is not None:
-            TOMBSTONES.add(self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due)
+            TOMBSTONES.add(
+                self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due,
+                source.timestamp_ms,
+            )  # fmt: skip
             self._known.forget(TOMBSTONES, source.partition)
         deadline = job_deadline(job)
         if deadline is not None:
-            LEASES.add(self.state_of(source, LEASES.key), job_route(job), job["id"], deadline)
+            LEASES.add(
+                self.state_of(source, LEASES.key), job_route(job), job["id"], deadline,
+                source.timestamp_ms,
+            )  # fmt: skip
             self._known.forget(LEASES, source.partition)
 
     def _take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:

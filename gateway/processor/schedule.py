@@ -47,11 +47,14 @@ class Schedule:
     # over several records, so that no one record reads without end.
     max_buckets_per_record: int = 8_640
 
-    def add(self, state: KeyState, route: str, job_id: str, due_ms: int) -> None:
-        """Look at `job_id` (stored under `route`) once time has passed `due_ms`."""
+    def add(self, state: KeyState, route: str, job_id: str, due_ms: int, now_ms: int) -> None:
+        """Look at `job_id` (stored under `route`) once time has passed `due_ms`; `now_ms`
+        is the time of the record that adds it."""
         next_bucket = _int(state.get_bytes(_NEXT))
         bucket = due_ms // self.bucket_ms
-        if next_bucket is None:
+        # A sweep leaves `next` at most at the current bucket, so one past it was set by an
+        # add: the buckets before it were never swept, and an earlier entry moves it back.
+        if next_bucket is None or next_bucket > max(bucket, now_ms // self.bucket_ms):
             state.set_bytes(_NEXT, _bytes(bucket))
         elif bucket < next_bucket:
             bucket = next_bucket  # already due (or a clock that stepped back): the next sweep

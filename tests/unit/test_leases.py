@@ -479,3 +479,21 @@ def test_two_strategies_that_differ_are_refused():
         }
     )
     assert getattr(refused, "code", None) == "invalid_request"
+
+
+def test_a_shorter_lease_taken_after_a_longer_one_ends_on_its_own_time() -> None:
+    """The schedule's first entry (a 60 s lease) must not hold back a later, earlier one."""
+    log = Partition()
+    other = "019b0a4c-1f00-7000-8000-000000000002"
+    for job_id, lease in ((other, 60_000), (JOB_ID, 2_000)):
+        decided = log.request({**UNIQUE, "args": [job_id], "id": job_id}, T0)
+        key = next(payload(o.value)["unique_key"] for o in decided if o.role == "decisions")
+        started = {"job_id": job_id, "unique_key": key, "type": "job.started",
+                   "visibility_timeout_ms": lease}  # fmt: skip
+        log.send(orjson.dumps(started), key.encode(), T0 + 10, JOB_EVENT)
+    due = LEASES.seen_at(T0 + 10 + 2_000)
+    expired = log.tick(due)
+    assert [payload(o.value)["id"] for o in expired if o.role == "job_states"] == [JOB_ID]
+    assert log.tick(LEASES.seen_at(T0 + 10 + 60_000) - 1) == []
+    later = log.tick(LEASES.seen_at(T0 + 10 + 60_000))
+    assert [payload(o.value)["id"] for o in later if o.role == "job_states"] == [other]
