@@ -31,6 +31,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import int_param, read_json
+from gateway.http.queues import settled
 from gateway.http.view import JobView
 
 DEFAULT_PER_PAGE = 50
@@ -68,6 +69,7 @@ def _now_ms() -> int:
 async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """The dashboard: queues, workers running a job, jobs per state, and the last five
     minutes' completions and failures per minute."""
+    await settled(binding)
     known = binding.view.queues()
     counts = {s: sum(q["counts"].get(s, 0) for q in known.values()) for s in STATES}
     throughput = _per_minute(binding, known, _now_ms())
@@ -82,6 +84,7 @@ async def queues(request: Request, binding: Binding, _: str) -> Answer | ApiErro
     if isinstance(page, ApiError):
         return page
     number, per_page = page
+    await settled(binding)
     known = binding.view.queues()
     names = sorted(known)
     now = _now_ms()
@@ -127,6 +130,7 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiE
     sort, order = query.get("sort"), query.get("order", "asc")
     if sort not in (None, "scheduled_at") or order not in ("asc", "desc"):
         return ApiError(400, errors.INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
+    await settled(binding, queue_name)
     items, total = jobs_page(binding.view, state, queue_name, job_type, number, per_page,
                              sort, order == "desc")  # fmt: skip
     return Answer(200, _paged(items, total, number, per_page))

@@ -29,6 +29,14 @@ QUEUE_SETTLE_S = 2.0
 _SETTLE_POLL_S = 0.02
 
 
+async def settled(binding: Binding, queue: str | None = None) -> None:
+    """Once the view holds every job of `queue` (or of any queue) this process answered
+    for, or QUEUE_SETTLE_S has passed: counts then include the caller's own changes."""
+    deadline = time.monotonic() + QUEUE_SETTLE_S
+    while binding.view.answered_pending(queue) and time.monotonic() < deadline:
+        await asyncio.sleep(_SETTLE_POLL_S)
+
+
 async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """Every queue the view has seen a job of, by name: `status` (always active: this
     gateway has no pause), `created_at` (its first job's) and `counts` per state now."""
@@ -58,9 +66,7 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     name = request.path_params["name"]
     if not is_valid_queue_name(name):
         return ApiError(400, errors.INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
-    deadline = time.monotonic() + QUEUE_SETTLE_S
-    while binding.view.answered_pending(name) and time.monotonic() < deadline:
-        await asyncio.sleep(_SETTLE_POLL_S)
+    await settled(binding, name)
     known = binding.view.queues().get(name)
     if known is None:
         return ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")

@@ -431,12 +431,12 @@ class JobView:
             buckets.append((key, bytes(raw_value)))  # type: ignore[arg-type]
         return buckets
 
-    def answered_pending(self, queue: str) -> bool:
-        """Whether a job of `queue` this process answered for is not in the view yet (its
-        committed record on its way): listings that count wait for it."""
+    def answered_pending(self, queue: str | None = None) -> bool:
+        """Whether a job (of `queue`, or of any) this process answered for is not in the
+        view yet (its committed record on its way): listings that count wait for it."""
         now = time.monotonic()
         return any(
-            job is not None and job.get("queue") == queue and until > now
+            job is not None and queue in (None, job.get("queue")) and until > now
             for job, until, _ in list(self._provisional.values())
         )
 

@@ -154,3 +154,14 @@ def test_a_due_retry_is_listed_counted_and_shown_in_the_state_its_record_holds(
     assert http.get(f"/ojs/v1/admin/jobs/{job['id']}").json()["state"] == "retryable"
     counts = http.get(f"/ojs/v1/admin/queues/{queue}").json()["counts"]
     assert (counts["retryable"], counts["available"]) == (1, 0)
+
+
+def test_a_client_sees_its_own_enqueue_in_the_admin_lists_at_once(http: httpx.Client):
+    queue = f"mine-{uuid.uuid4().hex[:8]}"
+    posted = http.post("/ojs/v1/jobs", json={"type": "mine.job", "args": [], "queue": queue})
+    assert posted.status_code == 201
+    names = [q["name"] for q in http.get("/ojs/v1/admin/queues?per_page=1000").json()["items"]]
+    assert queue in names
+    listed = http.get(f"/ojs/v1/admin/jobs?queue={queue}").json()
+    assert listed["pagination"]["total"] == 1
+    assert listed["items"][0]["id"] == posted.json()["job"]["id"]
