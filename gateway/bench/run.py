@@ -363,7 +363,7 @@ def _other_figures(
         step(f"the admin job list on a view of {size:,} jobs")
         listed = listing.measure(size, opts.workdir)
         for number, (median, low, high) in listed.pages_ms.items():
-            name = (f"admin job list, page {number:,} of 50 by queue and state "
+            name = (f"admin job list by queue and state, page {number:,} of 50 jobs "
                     f"({listed.matching:,} of {listed.jobs:,} jobs match) (ms)")  # fmt: skip
             figures[name] = {
                 "value": {"median": median, "min": low, "max": high},
