@@ -24,7 +24,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.core import State
+from gateway.core import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import dead_letter, errors, jobs, queue_stats, transitions
 from gateway.http.answers import Answer
@@ -62,6 +62,18 @@ def _paged(items: list[Any], total: int, page: int, per_page: int) -> dict[str, 
     return {"items": items, "pagination": {"total": total, "page": page, "per_page": per_page}}
 
 
+def _listed(
+    request: Request, every: list[Any], shape: Callable[[Any], Any], **beside: Any
+) -> Answer | ApiError:
+    """The request's page of `every`, each item shaped, in the paged shape."""
+    page = _page(request)
+    if isinstance(page, ApiError):
+        return page
+    number, per_page = page
+    chosen = [shape(item) for item in every[(number - 1) * per_page : number * per_page]]
+    return Answer(200, {**_paged(chosen, len(every), number, per_page), **beside})
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -80,17 +92,9 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
 
 
 async def queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    page = _page(request)
-    if isinstance(page, ApiError):
-        return page
-    number, per_page = page
     await settled(binding)
-    known = binding.view.queues()
-    names = sorted(known)
-    now = _now_ms()
-    chosen = names[(number - 1) * per_page : number * per_page]
-    items = [_queue(binding, name, known[name], now) for name in chosen]
-    return Answer(200, _paged(items, len(names), number, per_page))
+    known, now = binding.view.queues(), _now_ms()
+    return _listed(request, sorted(known), lambda name: _queue(binding, name, known[name], now))
 
 
 async def queue(request: Request, binding: Binding, _: str) -> Answer | ApiError:
@@ -228,7 +232,7 @@ async def bulk(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     event = "job.enqueued" if action == "retry" else "job.cancelled"
     found = _matching(binding.view, state, wanted.get("queue"), wanted.get("type"))
     if action == "cancel" and state is None:
-        found = (j for j in found if j["state"] not in ("completed", "cancelled", "discarded"))
+        found = (j for j in found if j["state"] not in TERMINAL_STATES)
     chosen = list(itertools.islice(found, BULK_MAX))
     answers = await asyncio.gather(*(transitions.ask(binding, j, event) for j in chosen))
     failures = []
@@ -248,12 +252,11 @@ async def list_dead(request: Request, binding: Binding, _: str) -> Answer | ApiE
     page = _page(request)
     if isinstance(page, ApiError):
         return page
-    number, per_page = page
     query = request.query_params
-    found = _matching(binding.view, dead_letter.DEAD, query.get("queue"), query.get("type"))
-    every = list(found)
-    chosen = every[(number - 1) * per_page : number * per_page]
-    return Answer(200, _paged([_summary(j) for j in chosen], len(every), number, per_page))
+    items, total = jobs_page(
+        binding.view, dead_letter.DEAD, query.get("queue"), query.get("type"), *page
+    )
+    return Answer(200, _paged(items, total, *page))
 
 
 async def dead_stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
@@ -276,14 +279,9 @@ async def dead_stats(request: Request, binding: Binding, _: str) -> Answer | Api
 
 
 async def workers(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    page = _page(request)
-    if isinstance(page, ApiError):
-        return page
-    number, per_page = page
     found = sorted(_workers(binding).values(), key=lambda w: str(w["id"]))
-    chosen = found[(number - 1) * per_page : number * per_page]
     summary = {"total": len(found), "running": len(found), "quiet": 0, "stale": 0}
-    return Answer(200, {**_paged(chosen, len(found), number, per_page), "summary": summary})
+    return _listed(request, found, lambda worker: worker, summary=summary)
 
 
 def _workers(binding: Binding) -> dict[str, dict[str, Any]]:
@@ -326,26 +324,14 @@ def _ms(stamp: object) -> int:
 
 async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """The keys live jobs hold (a job with a unique key that has not finished), by state."""
-    page = _page(request)
-    if isinstance(page, ApiError):
-        return page
-    number, per_page = page
     held = [
         job
         for state in STATES
-        if state not in ("completed", "cancelled", "discarded")
+        if state not in TERMINAL_STATES
         for job in _matching(binding.view, state, None, None)
         if job.get("unique_key")
     ]
-    chosen = held[(number - 1) * per_page : number * per_page]
-    items = [
-        {
-            "key": j["unique_key"],
-            "job_id": j["id"],
-            "type": j.get("type"),
-            "queue": j.get("queue"),
-            "state": j.get("state"),
-        }  # fmt: skip
-        for j in chosen
-    ]
-    return Answer(200, _paged(items, len(held), number, per_page))
+    return _listed(request, held, lambda j: {
+        "key": j["unique_key"], "job_id": j["id"], "type": j.get("type"),
+        "queue": j.get("queue"), "state": j.get("state"),
+    })  # fmt: skip
