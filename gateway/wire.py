@@ -33,6 +33,14 @@ ID_REPORT = b"id_report"
 # the key's own state is never written.
 TICK = b"tick"
 TICK_KEY = b"\x00tick"
+# On `requests`: a command about a queue (pause, resume: core/queues.py), written to
+# every partition, or about a cron (core/crons.py), on its key's partition; keyed by
+# queue_key or cron_key, apart from every route. The processor publishes what became
+# of each on `job_states` under the same key.
+QUEUE_COMMAND = b"queue"
+CRON_COMMAND = b"cron"
+QUEUE_KEY_PREFIX = b"\x00queue\x00"
+CRON_KEY_PREFIX = b"\x00cron\x00"
 
 # On `requests`: how a request's client id was vouched for. `claimed`: the id stage
 # claimed it for this route; `minted`: the SDK or the router made it, fresh. Only the
@@ -42,6 +50,14 @@ ID_CLAIMED = b"claimed"
 ID_MINTED = b"minted"
 # Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
 CLAIMED_ID_HEADER = "claimed_id"
+
+
+def queue_key(name: str) -> bytes:
+    return QUEUE_KEY_PREFIX + name.encode()
+
+
+def cron_key(name: str) -> bytes:
+    return CRON_KEY_PREFIX + name.encode()
 
 
 def group_name(namespace: str | None) -> str:

@@ -44,8 +44,8 @@ Entries = tuple[Entry, ...]
 class HistoryItem:
     """A decision record or a job event (its JSON), where it sits in the log and when."""
 
-    # "decision", "event", or "time": another record of the key's partition, which
-    # moves its time on (a tick, or a record about another key).
+    # "decision", "event", "queue" (a queue command: its bytes), or "time": another record
+    # of the key's partition, which moves its time on (a tick, or a record about another key).
     kind: str
     timestamp_ms: int
     position: tuple[str, int, int]
@@ -92,9 +92,13 @@ def explain_history(
                 yield f"    policy: {describe_policy(rec['policy'])}"
             entries = after_decision(entries, rec)
             _record_jobs(book, rec)
+        elif item.kind == "queue":
+            book.command(item.position[1], item.record)
         elif item.kind == "event":
             event = parse_event(item.record)
-            result, entries = book.apply(event, entries, item.timestamp_ms, retention_ms)
+            result, entries = book.apply(
+                event, entries, item.timestamp_ms, retention_ms, item.position[1]
+            )  # fmt: skip
             yield f"{stamp}  event {_event_name(item.record)}  ({where})"
             yield f"    {explain_event(event, result)}"
 

@@ -24,12 +24,24 @@ from gateway.core import (
     job_deadline,
 )
 from gateway.core.events import on_key
+from gateway.core.queues import QueueCommand, parse_queue_command
 from gateway.processor.schedule import LEASES
 
 
 class JobBook:
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.paused: set[tuple[int, str]] = set()  # (partition, queue)
+
+    def command(self, partition: int, value: bytes) -> None:
+        """A queue command on the partition: its queue is paused there, or not, after it."""
+        command = parse_queue_command(value)
+        if isinstance(command, QueueCommand):
+            where = (partition, command.queue)
+            if command.paused:
+                self.paused.add(where)
+            else:
+                self.paused.discard(where)
 
     def accepted(self, job: Mapping[str, Any]) -> None:
         """A job as a decision published it (new, updated, or cancelled by a replace)."""
@@ -41,10 +53,12 @@ class JobBook:
         entries: tuple[Entry, ...],
         now_ms: int,
         retention_ms: int,
+        partition: int,
     ) -> tuple[EventResult, tuple[Entry, ...]]:
-        """An event on its job, and the job's key's `entries` after it."""
+        """An event on its job (on `partition`), and the job's key's `entries` after it."""
         job = None if isinstance(event, GatewayError) else self.jobs.get(event.job_id)
-        result, after = on_key(job, entries, event, now_ms, retention_ms)
+        paused = job is not None and (partition, str(job.get("queue"))) in self.paused
+        result, after = on_key(job, entries, event, now_ms, retention_ms, paused)
         self._keep(result)
         return result, after
 

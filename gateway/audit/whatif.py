@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gateway import wire
 from gateway.audit.jobs import JobBook
 from gateway.audit.log import LogRecord, in_log_order
 from gateway.audit.replay import Position, Recorded
@@ -37,7 +38,7 @@ from gateway.core import (
 )
 from gateway.core.events import follow
 from gateway.processor.dedup import Limits, parse_event_record, parse_limited
-from gateway.processor.records import is_tick
+from gateway.processor.records import is_command, is_tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,10 @@ def replay_under_policy(
             _follow(state, expired, record.timestamp_ms, limits)
         if is_tick(record.source, record.value):
             continue
+        if is_command(record.source):
+            if record.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
+                book.command(record.partition, record.value or b"")
+            continue  # a cron's firings are requests of their own, replayed as such
         if record.source.is_job_event:
             _apply(record, state, jobs, book, limits)
             continue
@@ -139,7 +144,9 @@ def _apply(
     if event.unique_key is None:
         return None  # a job without a key holds none: nothing here to replay
     entries = state.get(event.unique_key, ())
-    result, after = book.apply(event, entries, record.timestamp_ms, limits.retention_ms)
+    result, after = book.apply(
+        event, entries, record.timestamp_ms, limits.retention_ms, record.partition
+    )  # fmt: skip
     if result.outcome is EventOutcome.APPLIED and result.job is not None:
         state[event.unique_key] = after
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from gateway import wire
 from gateway.audit import HistoryItem, LogRecord, explain_history
 from gateway.audit.explain import find_key
 from gateway.cli.common import EXIT_INVALID, CommandError, reachable_config
@@ -83,11 +84,14 @@ def history_items(
 
 def with_clock(mine: Sequence[HistoryItem], requests: Sequence[LogRecord]) -> list[HistoryItem]:
     """The key's items among every other record of its partitions (ticks, other keys):
-    each moves the partition's time on, and with it the leases of the key's jobs."""
+    each moves the partition's time on, and with it the leases of the key's jobs; a queue
+    command (pause, resume) also says whether the key's jobs may be claimed."""
     taken = {i.position for i in mine}
     partitions = {i.position[1] for i in mine}
     clock = [
-        HistoryItem("time", r.timestamp_ms, r.position, {})
+        HistoryItem("queue", r.timestamp_ms, r.position, r.value or b"")
+        if r.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND
+        else HistoryItem("time", r.timestamp_ms, r.position, {})
         for r in requests
         if r.partition in partitions and r.position not in taken
     ]

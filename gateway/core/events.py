@@ -92,6 +92,7 @@ from gateway.core.limits import (
     json_problem,
     too_large,
 )
+from gateway.core.queues import paused_refusal
 from gateway.core.retry import RetryPolicy
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -335,10 +336,11 @@ def on_key(
     event: JobEvent | GatewayError,
     now_ms: int,
     retention_ms: int = DEFAULT_RETENTION_MS,
+    paused: bool = False,
 ) -> tuple[EventResult, tuple[Entry, ...]]:
     """`apply_job_event` for a job under a key, and the key's entries after it. A job back
     from the dead letters may not join a key another live job holds: two would hold it."""
-    result = apply_job_event(job, event, now_ms)
+    result = apply_job_event(job, event, now_ms, paused)
     if result.outcome is not EventOutcome.APPLIED or result.job is None:
         return result, tuple(entries)
     kept = prune(entries, now_ms, retention_ms)
@@ -428,9 +430,13 @@ def ready_at(job: Mapping[str, Any]) -> str | None:
 
 
 def apply_job_event(
-    job: Mapping[str, Any] | None, event: JobEvent | GatewayError, now_ms: int
+    job: Mapping[str, Any] | None,
+    event: JobEvent | GatewayError,
+    now_ms: int,
+    paused: bool = False,
 ) -> EventResult:
-    """Move a job record by one event at `now_ms` (the event record's timestamp)."""
+    """Move a job record by one event at `now_ms` (the event record's timestamp); `paused`:
+    the job's queue is paused there and then (see queues.py)."""
     if isinstance(event, GatewayError):
         return EventResult(EventOutcome.INVALID, error=event)
     if job is None:
@@ -440,6 +446,9 @@ def apply_job_event(
         return _heartbeat(job, event, stored, now_ms)
     if event.event_type == DELETED:
         return _deleted(job, stored)
+    if event.state is State.ACTIVE and paused:
+        why = paused_refusal(event.job_id, str(job.get("queue")))
+        return _refused(event.job_id, stored, why, dict(job))
     if event.state is State.ACTIVE and past_expiry(job, now_ms):
         return _expired(job, now_ms)  # never handed out: discarded instead (OJS core)
     effective = job_effective_state(job, now_ms)

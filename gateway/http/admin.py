@@ -31,7 +31,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import int_param, read_json
-from gateway.http.queues import settled
+from gateway.http.queues import paused_queues, settled
 from gateway.http.view import JobView
 
 DEFAULT_PER_PAGE = 50
@@ -106,8 +106,9 @@ async def queue(request: Request, binding: Binding, _: str) -> Answer | ApiError
 
 
 def _queue(binding: Binding, name: str, known: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    paused = name in paused_queues(binding)
     return {
-        "name": name, "state": "active", "paused": False,
+        "name": name, "state": "paused" if paused else "active", "paused": paused,
         "counts": {s: known["counts"].get(s, 0) for s in STATES},
         "throughput": _per_minute(binding, {name: known}, now_ms),
         "created_at": known["created_at"],

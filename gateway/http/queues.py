@@ -16,14 +16,16 @@ from typing import Any
 
 from starlette.requests import Request
 
+from gateway import wire
 from gateway.core import State
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.times import format_rfc3339
-from gateway.http import errors, queue_stats
+from gateway.http import commands, errors, queue_stats
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.dead_letter import page_of, pagination
 from gateway.http.errors import ApiError
+from gateway.sdk.commands import queue_commands
 
 QUEUE_SETTLE_S = 2.0
 _SETTLE_POLL_S = 0.02
@@ -38,20 +40,20 @@ async def settled(binding: Binding, queue: str | None = None) -> None:
 
 
 async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """Every queue the view has seen a job of, by name: `status` (always active: this
-    gateway has no pause), `created_at` (its first job's) and `counts` per state now."""
+    """Every queue the view has seen a job of, or paused, by name: `status` (active or
+    paused), `created_at` (its first job's) and `counts` per state now."""
     page = page_of(request)
     if isinstance(page, ApiError):
         return page
     limit, offset = page
-    known = binding.view.queues()
-    names = sorted(known)
+    known, paused = binding.view.queues(), paused_queues(binding)
+    names = sorted(known.keys() | paused.keys())
     queues = [
         {
             "name": name,
-            "status": "active",
-            "created_at": known[name]["created_at"],
-            "counts": {s: n for s, n in known[name]["counts"].items() if n},
+            "status": "paused" if name in paused else "active",
+            "created_at": known.get(name, {}).get("created_at"),
+            "counts": {s: n for s, n in known.get(name, {}).get("counts", {}).items() if n},
         }  # fmt: skip
         for name in names[offset : offset + limit]
     ]
@@ -73,10 +75,49 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     now_ms = time.time_ns() // 1_000_000
     counts: dict[str, Any] = {str(s): known["counts"].get(str(s), 0) for s in State}
     stats = {**counts, **queue_stats.last_hour(binding.view.queue_activity(name), now_ms)}
-    status = "active"
+    is_paused = name in paused_queues(binding)
+    status = "paused" if is_paused else "active"
     return Answer(200, {
-        "queue": {"name": name, "status": status, "paused": False, **counts},
+        "queue": {"name": name, "status": status, "paused": is_paused, **counts},
         "status": status,
         "stats": stats,
         "computed_at": format_rfc3339(now_ms),
     })  # fmt: skip
+
+
+async def pause(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    return await _set_paused(request, binding, True)
+
+
+async def resume(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    return await _set_paused(request, binding, False)
+
+
+async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answer | ApiError:
+    """Pause or resume a queue on every partition; answered once each has applied it, so a
+    claim sent after this answer is judged by the new state wherever its job lives. The
+    shape holds the OJS binding's `status` and time, the conformance suite's `queue`
+    object and the Admin UI's `paused`."""
+    name = request.path_params["name"]
+    if not is_valid_queue_name(name):
+        return ApiError(400, errors.INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+    count = await commands.partitions(binding)
+    if isinstance(count, ApiError):
+        return count
+    verb = "pause" if paused else "resume"
+    answers = await commands.send(binding, queue_commands(name, paused, count), f"{verb} {name}")
+    if isinstance(answers, ApiError):
+        return answers
+    stamp = "paused_at" if paused else "resumed_at"
+    at = max(str(a["queue"][stamp]) for a in answers)
+    status = "paused" if paused else "active"
+    queue = {"name": name, "paused": paused, "status": status, stamp: at}
+    return Answer(
+        200, {"queue": queue, "name": name, "paused": paused, "status": status, stamp: at}
+    )
+
+
+def paused_queues(binding: Binding) -> dict[str, dict[str, Any]]:
+    """The queues the processor published as paused, by name, as this view has read them."""
+    published = binding.view.controls(wire.QUEUE_KEY_PREFIX)
+    return {name: state for name, state in published.items() if state.get("paused")}

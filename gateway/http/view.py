@@ -27,6 +27,8 @@ Layout (one RocksDB under the gateway home per serve process):
     c/<queue>\0<state>              -> how many jobs of the queue are in the state
     r/<queue>\0<minute>             -> what the queue's jobs did in the minute (queue_stats.py)
     n/<queue>                      -> when the queue's first job was created (RFC 3339)
+    k/<key>                        -> a queue's or a cron's state, as the processor published
+                                      it under its NUL-prefixed key (wire.queue_key, cron_key)
     o/<partition>                  -> the next offset to read
     meta/layout                    -> this layout's version; a view of another is read anew
 Beside it, identity.json names the cluster and topic it was built from.
@@ -87,7 +89,7 @@ _SWEEP_EVERY_S = 1.0
 _ADMIN_TIMEOUT_S = 10.0
 _METADATA_RETRY_S = 0.5
 _METADATA_TIMEOUT_S = 5.0
-LAYOUT = b"3"
+LAYOUT = b"4"
 _LAYOUT_KEY = b"meta/layout"
 # How long a provisional entry waits for its committed record at most: a crashed
 # processor's successor takes over and commits well within it.
@@ -135,6 +137,9 @@ def source_identity(admin: AdminClient, topic: str) -> Identity:
 def _version(job_id: str, job: Mapping[str, Any] | None) -> tuple[str, int]:
     """A job's version by content (None: its tombstone), whatever its fields' order."""
     return job_id, hash(orjson.dumps(job, option=orjson.OPT_SORT_KEYS))
+
+
+_CONTROL = b"k/"
 
 
 def _job_key(job_id: str) -> bytes:
@@ -200,6 +205,8 @@ class JobView:
         # job id -> (the job as answered, None if deleted; until when; its version)
         self._provisional: dict[str, tuple[dict[str, Any] | None, float, tuple[str, int]]] = {}
         self._read: OrderedDict[tuple[str, int], None] = OrderedDict()
+        # key -> (a cron's state as an answer gave it, None if deleted; until when)
+        self._controls_provisional: dict[bytes, tuple[bytes | None, float]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -258,8 +265,16 @@ class JobView:
             first_seen: dict[bytes, str] = {}
             changes: list[Change] = []
             read: list[tuple[str, Any]] = []
+            controls: list[tuple[bytes, bytes | None]] = []
             for partition, offset, key, value in records:
                 ends[partition] = offset + 1
+                if key.startswith(b"\x00"):  # a queue's or a cron's state, not a job
+                    if value is None:
+                        batch.delete(_CONTROL + key)
+                    else:
+                        batch.put(_CONTROL + key, value)
+                    controls.append((key, value))
+                    continue
                 try:
                     job = None if value is None else orjson.loads(value)
                     valid = job is None or (isinstance(job, dict) and "id" in job)
@@ -320,6 +335,10 @@ class JobView:
             self._db.write(batch)
             for job_id, job in read:  # once written: `get` never falls back to an older copy
                 self._confirm(job_id, job)
+            for key, value in controls:
+                answered = self._controls_provisional.get(key)
+                if answered is not None and answered[0] == value:
+                    del self._controls_provisional[key]
             self.applied += len(records)
             return changes
 
@@ -375,6 +394,34 @@ class JobView:
             if dropped:
                 self._db.write(batch)
             return dropped
+
+    def control_answered(self, key: bytes, state: Mapping[str, Any] | None) -> None:
+        """A cron's state as the processor's answer left it (None: deleted), shown until
+        the view reads the committed record, as for jobs (`provisional`)."""
+        value = None if state is None else orjson.dumps(state)
+        with self._lock:
+            self._controls_provisional[key] = (value, time.monotonic() + PROVISIONAL_S)
+
+    def controls(self, prefix: bytes) -> dict[str, dict[str, Any]]:
+        """The states published under keys starting with `prefix` (wire.QUEUE_KEY_PREFIX,
+        wire.CRON_KEY_PREFIX), by name."""
+        found: dict[str, dict[str, Any]] = {}
+        start = _CONTROL + prefix
+        for key, value in self._db.items(from_key=start):
+            key = bytes(key)  # type: ignore[arg-type]
+            if not key.startswith(start):
+                break
+            found[key[len(start) :].decode()] = orjson.loads(bytes(value))  # type: ignore[arg-type]
+        now = time.monotonic()
+        for key, (answered, until) in list(self._controls_provisional.items()):
+            if until <= now or not key.startswith(prefix):
+                continue
+            name = key[len(prefix) :].decode()
+            if answered is None:
+                found.pop(name, None)
+            else:
+                found[name] = orjson.loads(answered)
+        return found
 
     def waiting(self, queue: str) -> Iterator[str]:
         """Ids of the queue's waiting jobs in fetch order (whether due or not), provisional

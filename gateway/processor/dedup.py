@@ -65,6 +65,7 @@ from gateway.core.ids import summary
 from gateway.core.jobs import job_expires_at
 from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
 from gateway.partitioner import partition_for
+from gateway.processor.commands import Commands
 from gateway.processor.metrics import Metrics
 from gateway.processor.records import (
     Output,
@@ -73,9 +74,11 @@ from gateway.processor.records import (
     decision_outputs,
     event_reply,
     id_report,
+    is_command,
     is_tick,
     job_state,
     job_state_tombstone,
+    refused_command,
     refused_event,
     refused_request,
     request_id,
@@ -165,6 +168,7 @@ class Dedup:
         self.state_of = self._guard.state_of
         self.metrics = metrics
         self.limits = limits
+        self.commands = Commands(self)
 
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -176,6 +180,7 @@ class Dedup:
         claimed = (
             not source.is_job_event
             and not is_tick(source, value)
+            and not is_command(source)
             and source.headers.get(wire.ID_CLAIM_HEADER) == wire.ID_CLAIMED
         )
 
@@ -186,6 +191,8 @@ class Dedup:
         def answer(source: Source, error: GatewayError) -> list[Output]:
             if source.is_job_event:
                 return refused_event(source, error)
+            if is_command(source):
+                return refused_command(source, error, key)
             report = [self._claim_report(source, key)] if claimed else []
             return [*refused_request(source, error), *report]
 
@@ -198,11 +205,15 @@ class Dedup:
         False when the record was sent on to be decided elsewhere."""
         self._expire_attempts(source)
         self._tombstone_expired(source)
+        self.commands.fire_due(source)
         if is_tick(source, value):
             return True
         refusal = headers_refusal(source.headers)
         if refusal is not None:
             self._refuse(source, refusal)
+            return True
+        if is_command(source):
+            self.commands.on_command(value, key, source)
             return True
         if source.is_job_event:
             self.on_event(value, key, source, state)
@@ -218,8 +229,13 @@ class Dedup:
 
     def _refuse(self, source: Source, error: GatewayError) -> None:
         """A record refused before it is read: its answer, and the count."""
-        refuse = refused_event if source.is_job_event else refused_request
-        for output in refuse(source, error):
+        if source.is_job_event:
+            outputs = refused_event(source, error)
+        elif is_command(source):
+            outputs = refused_command(source, error)
+        else:
+            outputs = refused_request(source, error)
+        for output in outputs:
             self.emit(output, source)
         self.metrics.refused_inputs.labels("dedup", error.code).inc()
 
@@ -366,20 +382,20 @@ class Dedup:
         state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
         self.emit(published, source)
         if due is not None:
-            TOMBSTONES.add(
-                self.state_of(source, TOMBSTONES.key), job_route(job), job["id"], due,
-                source.timestamp_ms,
-            )  # fmt: skip
-            self._known.forget(TOMBSTONES, source.partition)
+            self.schedule(TOMBSTONES, source, job_route(job), job["id"], due)
         deadline = job_deadline(job)
         if deadline is not None:
-            LEASES.add(
-                self.state_of(source, LEASES.key), job_route(job), job["id"], deadline,
-                source.timestamp_ms,
-            )  # fmt: skip
-            self._known.forget(LEASES, source.partition)
+            self.schedule(LEASES, source, job_route(job), job["id"], deadline)
 
-    def _take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:
+    def schedule(
+        self, schedule: Schedule, source: Source, route: str, item: str, due_ms: int
+    ) -> None:
+        """Look at `item` (kept under `route`) once the partition's time passes `due_ms`."""
+        state = self.state_of(source, schedule.key)
+        schedule.add(state, route, item, due_ms, source.timestamp_ms)
+        self._known.forget(schedule, source.partition)
+
+    def take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:
         if self._known.nothing_due(schedule, source.partition, source.timestamp_ms):
             return []
         taken, next_bucket = schedule.sweep(
@@ -389,7 +405,7 @@ class Dedup:
         return taken
 
     def _tombstone_expired(self, source: Source) -> None:
-        for route, job_id in self._take_due(TOMBSTONES, source):
+        for route, job_id in self.take_due(TOMBSTONES, source):
             state = self.state_of(source, route.encode())
             job = self._load_job(state, job_id)
             if job is not None:
@@ -405,7 +421,7 @@ class Dedup:
     def _expire_attempts(self, source: Source) -> None:
         """Jobs whose deadline has passed: an active one past its lease or timeout fails as
         a nack would fail it; a waiting one past its expires_at is discarded."""
-        for route, job_id in self._take_due(LEASES, source):
+        for route, job_id in self.take_due(LEASES, source):
             state = self.state_of(source, route.encode())
             job = self._load_job(state, job_id)
             # A heartbeat, an ack or a new attempt since made the entry stale: the job
@@ -433,8 +449,9 @@ class Dedup:
         job = self._load_job(state, job_id) if job_id else None
         keyed = job is not None and isinstance(job.get("unique_key"), str)
         entries = self._load(state) if keyed else ()
+        paused = job is not None and self.commands.paused(source, job.get("queue"))
         result, after = on_key(
-            job, entries, event, source.timestamp_ms, self.limits.retention_ms
+            job, entries, event, source.timestamp_ms, self.limits.retention_ms, paused
         )  # fmt: skip
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
             self._follow(result.job, result, state, source, (entries, after) if keyed else None)

@@ -72,6 +72,30 @@ class Output:
     headers: Headers | None = None
 
 
+def is_command(source: Source) -> bool:
+    """A command about a queue or a cron (wire.QUEUE_COMMAND, wire.CRON_COMMAND)."""
+    return source.headers.get(wire.KIND_HEADER) in (wire.QUEUE_COMMAND, wire.CRON_COMMAND)
+
+
+def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> Output | None:
+    """For a command that asked (reply_to), what became of it: `outcome` (applied or
+    invalid), the `error` if invalid, and what the command changed."""
+    reply_to = source.header(wire.REPLY_TO_HEADER)
+    if not reply_to:
+        return None
+    correlation = source.headers.get(wire.CORRELATION_ID_HEADER, b"")
+    record = {**record, "partition": source.partition, "source": source.as_dict()}
+    return Output(
+        _json(record), key or source.seed, topic=reply_to,
+        headers=[(wire.CORRELATION_ID_HEADER, correlation)],
+    )  # fmt: skip
+
+
+def refused_command(source: Source, error: GatewayError, key: bytes | None = None) -> list[Output]:
+    reply = command_reply(source, key, {"outcome": "invalid", "error": error.to_dict()})
+    return [] if reply is None else [reply]
+
+
 def is_tick(source: Source, value: bytes | None) -> bool:
     """A tick: marked so, and empty. A marked record with a value is read as a request
     (and answered), so that no record with something in it goes unanswered."""

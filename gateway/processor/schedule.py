@@ -147,6 +147,9 @@ TOMBSTONES = Schedule(b"\x00job-expiry", 10_000)
 # A lease is a few seconds: it falls due at the first tick (two a second) past its
 # bucket's end, so within 0.6 s; an idle partition catches up 14 minutes per record.
 LEASES = Schedule(b"\x00job-lease", 100)
+# A cron's next slot (processor/commands.py): it fires at the first tick past its bucket,
+# within 0.6 s, so a cron firing every second keeps up.
+CRONS = Schedule(b"\x00cron-slot", 100)
 
 
 def _int(raw: bytes | None) -> int | None:

@@ -17,6 +17,7 @@ from typing import Any, Literal, overload
 
 from gateway.sdk.client import DEFAULT_MANY_TIMEOUT, DEFAULT_TIMEOUT, Client, Event, Job
 from gateway.sdk.errors import ClientError
+from gateway.sdk.prepare import Outgoing
 from gateway.sdk.result import EnqueueResult, EventAck, Sent
 from gateway.sdk.ticket import Ticket
 
@@ -71,10 +72,18 @@ class AsyncClient:
     async def publish_event(
         self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
     ) -> EventAck | Sent:
-        [answer] = await self._call([event], wait, timeout, events=True)
+        [answer] = await self._call([event], wait, timeout, self._client._events)
         if isinstance(answer, ClientError):
             raise answer
         return answer  # type: ignore[no-any-return]
+
+    async def send_commands(
+        self, commands: Sequence[Outgoing], timeout: float = DEFAULT_TIMEOUT
+    ) -> list[dict[str, Any] | ClientError]:
+        return await self._call(commands, True, timeout, self._client._commands)
+
+    async def partitions(self, timeout: float = DEFAULT_TIMEOUT) -> int:
+        return await asyncio.to_thread(self._client.partitions, timeout)
 
     async def close(self, timeout: float = 10.0) -> None:
         await asyncio.to_thread(self._client.close, timeout)
@@ -89,17 +98,17 @@ class AsyncClient:
         await self.close()
 
     async def _call(
-        self, items: Sequence[Any], wait: bool, timeout: float, events: bool = False
+        self, items: Sequence[Any], wait: bool, timeout: float, kind: Any = None
     ) -> list[Any]:
         deadline = time.monotonic() + timeout
         client = self._client
         if len(items) > _PREPARED_ON_LOOP:
-            ticket = await asyncio.to_thread(client._submit, items, wait, deadline, events)
+            ticket = await asyncio.to_thread(client._submit, items, wait, deadline, kind)
         else:
             # A thread hop costs more CPU than checking and producing a few items (it was
             # about half of `gateway serve`'s CPU per enqueue). Only what would wait (the
             # first topic check, a full local queue) goes to a thread.
-            call = client._prepare(items, events)
+            call = client._prepare(items, kind)
             if not client._send(call, wait, deadline, block=False):
                 await asyncio.to_thread(client._send, call, wait, deadline, True)
             ticket = call.ticket

@@ -48,6 +48,8 @@ log = logging.getLogger("gateway.sdk")
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MANY_TIMEOUT = 120.0
 _IDLE_POLL_S = 0.05
+# librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner picks (by the key).
+_ANY_PARTITION = -1
 _REPLY_BATCH = 1000
 # How long the producer holds a request to batch it with the next ones. A caller
 # waiting for its answer waits this long first; librdkafka's 5 ms was half of a
@@ -103,6 +105,8 @@ class Client:
         self._events = _Kind(
             prepare_event, InvalidEvent, EventAck.from_record, ((wire.KIND_HEADER, wire.JOB_EVENT),)
         )
+        # Commands (sdk/commands.py) come prepared, and their replies stay records.
+        self._commands = _Kind(lambda out: out, Invalid, dict)
         self._replies_topic = cat.name("replies")
         # Jobs go to `requests`, or first to the id stage when they carry a client id
         # (see prepare.py).
@@ -192,11 +196,31 @@ class Client:
         before sending anything, if the core refuses the event.
         """
         deadline = time.monotonic() + timeout
-        ticket = self._submit([event], wait, deadline, events=True)
+        ticket = self._submit([event], wait, deadline, self._events)
         [answer] = self._wait_for(ticket, wait, deadline)
         if isinstance(answer, ClientError):
             raise answer
         return answer  # type: ignore[no-any-return]
+
+    def send_commands(
+        self, commands: Sequence[Outgoing], timeout: float = DEFAULT_TIMEOUT
+    ) -> list[dict[str, Any] | ClientError]:
+        """Send prepared queue or cron commands (sdk/commands.py) and wait for the
+        processor's answer to each: a record whose `outcome` says what became of it."""
+        deadline = time.monotonic() + timeout
+        ticket = self._submit(commands, True, deadline, self._commands)
+        return self._wait_for(ticket, True, deadline)
+
+    def partitions(self, timeout: float = DEFAULT_TIMEOUT) -> int:
+        """How many partitions `requests` has: a queue command goes to each."""
+        topic = self._topics["requests"]
+        metadata = self._producer.list_topics(topic, timeout=timeout)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise ClientError(
+                UNKNOWN_TOPIC, f"topic {topic} is not readable: {found and found.error}"
+            )
+        return len(found.partitions)
 
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is still queued, stop the background thread, release the clients."""
@@ -226,16 +250,17 @@ class Client:
     # -- the two halves of a call, shared with AsyncClient ------------------------
 
     def _submit(
-        self, items: Sequence[Any], wait: bool, deadline: float, events: bool = False
+        self, items: Sequence[Any], wait: bool, deadline: float, kind: _Kind | None = None
     ) -> Ticket:
         """Validate every item, then produce the valid ones; answers fill the ticket."""
-        call = self._prepare(items, events)
+        call = self._prepare(items, kind)
         self._send(call, wait, deadline, block=True)
         return call.ticket
 
-    def _prepare(self, items: Sequence[Any], events: bool) -> _Call:
-        """Check every item; an invalid one's answer is filled in at once."""
-        kind = self._events if events else self._jobs
+    def _prepare(self, items: Sequence[Any], kind: _Kind | None) -> _Call:
+        """Check every item (jobs unless `kind` says otherwise); an invalid one's answer is
+        filled in at once."""
+        kind = kind or self._jobs
         call = _Call(kind, Ticket(len(items)), deque())
         for index, item in enumerate(items):
             verdict = kind.prepare(item)
@@ -311,8 +336,8 @@ class Client:
         while True:
             try:
                 self._producer.produce(
-                    topic, out.value, out.key, headers=headers,
-                    on_delivery=on_delivery,
+                    topic, out.value, out.key, headers=headers, on_delivery=on_delivery,
+                    partition=_ANY_PARTITION if out.partition is None else out.partition,
                 )  # fmt: skip
                 return True
             except BufferError:

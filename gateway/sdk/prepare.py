@@ -34,6 +34,8 @@ class Outgoing:
     # Where it goes: `requests`, or `job_ids` for a job whose client id must be claimed first.
     role: str = "requests"
     headers: tuple[tuple[str, bytes], ...] = ()
+    # None: the key's partition (murmur2); a queue command names each partition.
+    partition: int | None = None
 
 
 def prepare(job: Any) -> Outgoing | GatewayError:

@@ -1,0 +1,43 @@
+"""Sending queue and cron commands to the processor and waiting for its answers.
+
+The binding decides nothing here either: it sends the command (sdk/commands.py)
+and reports what the processor answered (processor/commands.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.http import errors
+from gateway.http.binding import Binding
+from gateway.http.errors import ApiError
+from gateway.http.transitions import PUBLISH_TIMEOUT_S
+from gateway.sdk import ClientError
+from gateway.sdk.prepare import Outgoing
+
+
+async def send(
+    binding: Binding, commands: list[Outgoing], what: str
+) -> list[dict[str, Any]] | ApiError:
+    """Every command's answer, or the first error: a refusal (400) or no answer (503)."""
+    try:
+        answers = await binding.client.send_commands(commands, timeout=PUBLISH_TIMEOUT_S)
+    except ClientError as exc:
+        message = f"{what}: no answer in time ({exc.message}); it may still apply"
+        return ApiError(503, errors.UNAVAILABLE, message, retryable=True)
+    records: list[dict[str, Any]] = []
+    for answer in answers:
+        if isinstance(answer, ClientError):
+            return ApiError(503, errors.UNAVAILABLE, f"{what}: {answer.message}", retryable=True)
+        if answer.get("outcome") == "invalid":
+            error = answer.get("error") or {}
+            return ApiError(400, str(error.get("code")), f"{what}: {error.get('message')}")
+        records.append(answer)
+    return records
+
+
+async def partitions(binding: Binding) -> int | ApiError:
+    try:
+        return await binding.client.partitions(PUBLISH_TIMEOUT_S)
+    except ClientError as exc:
+        return ApiError(503, errors.UNAVAILABLE, exc.message, retryable=True)

@@ -1,0 +1,117 @@
+"""OJS level 2's cron routes: register (an upsert), list, get, enable or disable, delete.
+
+Crons live in the processor (core/crons.py, processor/commands.py): these
+routes check a registration with the core's own rule, send the command and
+report the processor's answer. Lists and gets read this process's view of what
+the processor published, with this process's own answered changes shown at
+once (as for jobs). A cron is shown with the fields of both OJS documents:
+`cron` and `expression`, `job_template` and type, args and options; it is
+answered under both `cron` and `cron_job`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway import wire
+from gateway.core import GatewayError
+from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
+from gateway.http import commands, errors
+from gateway.http.answers import Answer
+from gateway.http.binding import Binding
+from gateway.http.dead_letter import page_of, pagination
+from gateway.http.errors import ApiError
+from gateway.http.plumbing import read_json
+from gateway.sdk.commands import cron_commands
+
+
+async def register(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """201 with the cron when it is new, 200 when it replaced one of the same name."""
+    body = await read_json(request, binding.settings.max_body_bytes)
+    if isinstance(body, ApiError):
+        return body
+    cron = definition(body)
+    if isinstance(cron, GatewayError):
+        return ApiError(400, cron.code, cron.message)
+    answer = await _ask(binding, CronCommand("register", cron["name"], cron))
+    if isinstance(answer, ApiError):
+        return answer
+    return Answer(201 if answer.get("created") else 200, _shown(answer["cron"]))
+
+
+async def list_crons(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    page = page_of(request)
+    if isinstance(page, ApiError):
+        return page
+    limit, offset = page
+    crons = binding.view.controls(wire.CRON_KEY_PREFIX)
+    shown = [crons[name] for name in sorted(crons)[offset : offset + limit]]
+    return Answer(200, {
+        "crons": shown, "cron_jobs": shown, "pagination": pagination(len(crons), limit, offset),
+    })  # fmt: skip
+
+
+async def get_cron(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    name = _name(request)
+    if isinstance(name, ApiError):
+        return name
+    cron = binding.view.controls(wire.cron_key(name)).get("")
+    return _not_found(name) if cron is None else Answer(200, _shown(cron))
+
+
+async def toggle(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """`{"enabled": false}` stops the cron from firing (its next_run_at is null) and keeps
+    it; `true` starts it again from the next slot."""
+    name = _name(request)
+    if isinstance(name, ApiError):
+        return name
+    body = await read_json(request, binding.settings.max_body_bytes)
+    if isinstance(body, ApiError):
+        return body
+    on = body.get("enabled") if isinstance(body, dict) else None
+    if not isinstance(on, bool) or set(body) != {"enabled"}:
+        return ApiError(400, errors.INVALID_REQUEST, 'the body is {"enabled": true|false}')
+    answer = await _ask(binding, CronCommand("enable", name, enabled=on))
+    return answer if isinstance(answer, ApiError) else Answer(200, _shown(answer["cron"]))
+
+
+async def delete(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    name = _name(request)
+    if isinstance(name, ApiError):
+        return name
+    answer = await _ask(binding, CronCommand("delete", name))
+    if isinstance(answer, ApiError):
+        return answer
+    return Answer(200, {"deleted": True, "name": name, **_shown(answer["cron"])})
+
+
+async def _ask(binding: Binding, command: CronCommand) -> dict[str, Any] | ApiError:
+    answers = await commands.send(binding, cron_commands(command), f"cron {command.name}")
+    if isinstance(answers, ApiError):
+        return answers
+    [answer] = answers
+    if answer.get("outcome") != "applied":
+        return _not_found(command.name)
+    key = wire.cron_key(command.name)
+    binding.view.control_answered(key, None if answer.get("deleted") else answer["cron"])
+    return answer
+
+
+def _shown(cron: dict[str, Any]) -> dict[str, Any]:
+    return {"cron": cron, "cron_job": cron}
+
+
+def _name(request: Request) -> str | ApiError:
+    name = request.path_params["name"]
+    if not is_valid_name(name):
+        return ApiError(400, errors.INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
+    return str(name)
+
+
+def _not_found(name: str) -> ApiError:
+    return ApiError(
+        404, errors.NOT_FOUND, f"no cron {name} is registered",
+        details={"resource_type": "cron", "resource_id": name},
+    )  # fmt: skip

@@ -1,0 +1,147 @@
+"""What the processor does with queue and cron commands, and with crons that fall due.
+
+Wiring only: the rules live in core/queues.py and core/crons.py. A queue's paused
+state lives in each partition's state under wire.queue_key (present: paused), set
+by a command written to every partition; a cron lives in the state of its
+wire.cron_key on the one partition that key belongs to, with its next slot on
+the CRONS schedule. Every change is published on `job_states` under the same
+key, in the same transaction, for the views; a command that asked (reply_to)
+gets an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from gateway import wire
+from gateway.core import GatewayError
+from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, registered, shown
+from gateway.core.dialects import parse_request
+from gateway.core.queues import parse_queue_command, queue_state
+from gateway.partitioner import partition_for
+from gateway.processor.records import Output, Source, command_reply, refused_command
+from gateway.processor.schedule import CRONS
+
+log = logging.getLogger("gateway.processor")
+
+PAUSED = "paused"
+CRON = "cron"
+
+
+class Commands:
+    """Handles commands and fires crons for a Dedup, through its emit and state."""
+
+    def __init__(self, dedup: Any) -> None:
+        self._dedup = dedup
+
+    def paused(self, source: Source, queue: object) -> bool:
+        """Whether `queue` is paused on the record's partition, as of the record."""
+        if not isinstance(queue, str):
+            return False
+        state = self._dedup.state_of(source, wire.queue_key(queue))
+        return state.get_bytes(PAUSED) is not None
+
+    def on_command(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        if source.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
+            self._on_queue(value, key, source)
+        else:
+            self._on_cron(value, key, source)
+
+    def _refuse(self, source: Source, key: bytes | None, error: GatewayError) -> None:
+        for output in refused_command(source, error, key):
+            self._dedup.emit(output, source)
+        self._dedup.metrics.refused_inputs.labels("dedup", error.code).inc()
+
+    def _answer(self, source: Source, key: bytes, record: dict[str, Any]) -> None:
+        reply = command_reply(source, key, record)
+        if reply is not None:
+            self._dedup.emit(reply, source)
+
+    def _publish(self, source: Source, key: bytes, record: dict[str, Any] | None) -> None:
+        value = None if record is None else orjson.dumps(record)
+        self._dedup.emit(Output(value, key, role="job_states"), source)
+
+    # -- queues ---------------------------------------------------------------
+
+    def _on_queue(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        command = parse_queue_command(value or b"")
+        if isinstance(command, GatewayError):
+            self._refuse(source, key, command)
+            return
+        queue_key = wire.queue_key(command.queue)
+        state = self._dedup.state_of(source, queue_key)
+        if command.paused:
+            state.set_bytes(PAUSED, b"1")
+        else:
+            state.delete(PAUSED)
+        published = queue_state(command, source.timestamp_ms)
+        self._publish(source, queue_key, published)
+        self._answer(source, queue_key, {"outcome": "applied", "queue": published})
+
+    # -- crons ----------------------------------------------------------------
+
+    def _on_cron(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        command = parse_cron_command(value or b"")
+        if isinstance(command, GatewayError):
+            self._refuse(source, key, command)
+            return
+        cron_key = wire.cron_key(command.name)
+        if key != cron_key or partition_for(cron_key, self._dedup.partitions) != source.partition:
+            # Its cron lives on another partition: the command goes there, keyed as it must be.
+            headers = list(source.headers.items())
+            self._dedup.emit(Output(value, cron_key, role="requests", headers=headers), source)
+            return
+        state = self._dedup.state_of(source, cron_key)
+        raw = state.get_bytes(CRON)
+        before = None if raw is None else orjson.loads(raw)
+        now = source.timestamp_ms
+        if command.op == "register":
+            assert command.definition is not None
+            after = registered(command.definition, before, now)
+        elif before is None:
+            self._answer(source, cron_key, {"outcome": "ignored", "reason": "unknown_cron"})
+            return
+        elif command.op == "enable":
+            assert command.enabled is not None
+            after = enabled(before, command.enabled, now)
+        else:
+            state.delete(CRON)
+            self._publish(source, cron_key, None)
+            self._answer(source, cron_key, {"outcome": "applied", "cron": shown(before),
+                                            "deleted": True})  # fmt: skip
+            return
+        self._store(source, cron_key, after)
+        self._answer(source, cron_key, {"outcome": "applied", "cron": shown(after),
+                                        "created": before is None})  # fmt: skip
+
+    def _store(self, source: Source, cron_key: bytes, cron: dict[str, Any]) -> None:
+        """Keep and publish the cron; its next slot goes on the schedule."""
+        self._dedup.state_of(source, cron_key).set_bytes(CRON, orjson.dumps(cron))
+        self._publish(source, cron_key, shown(cron))
+        due = next_run_ms(cron)
+        if due is not None:
+            self._dedup.schedule(CRONS, source, cron_key.decode(), cron["name"], due)
+
+    def fire_due(self, source: Source) -> None:
+        """Every cron of the partition whose slot the record's time has reached fires."""
+        for route, name in self._dedup.take_due(CRONS, source):
+            cron_key = route.encode()
+            raw = self._dedup.state_of(source, cron_key).get_bytes(CRON)
+            fired = None if raw is None else fire(orjson.loads(raw), source.timestamp_ms)
+            if fired is None:
+                continue  # deleted, disabled, or moved since: a later entry has it
+            job, after = fired
+            request = parse_request(job)
+            route_of_job = None if isinstance(request, GatewayError) else wire.route(request)
+            if route_of_job is None:  # the registration checked this very template
+                raise ValueError(f"cron {name}: its job is refused: {request}")
+            headers = [(wire.REQUEST_ID_HEADER, f"cron/{name}/{job['meta']['cron_slot']}".encode())]
+            self._dedup.emit(
+                Output(orjson.dumps(job), route_of_job.encode(), role="requests", headers=headers),
+                source,
+            )
+            self._store(source, cron_key, after)
+            log.info("cron fired", extra={"cron": name, "slot": job["meta"]["cron_slot"]})

@@ -1,0 +1,32 @@
+"""Queue and cron commands as the records the SDK produces (see core/queues.py, core/crons.py).
+
+Pure. A queue command goes to every partition of `requests`, so each partition
+applies it in its own log; a cron command goes to its key's partition, where
+the cron lives. Send them with `Client.send_commands`.
+"""
+
+from __future__ import annotations
+
+from gateway import wire
+from gateway.core.crons import CronCommand, command_record
+from gateway.core.queues import queue_command
+from gateway.randomness import random_hex
+from gateway.sdk.prepare import Outgoing
+
+
+def queue_commands(queue: str, paused: bool, partitions: int) -> list[Outgoing]:
+    """Pause (or resume) `queue`: one command per partition, all named alike."""
+    value, key = queue_command(queue, paused), wire.queue_key(queue)
+    request_id = f"queue/{queue}/{'pause' if paused else 'resume'}/{random_hex()}"
+    headers = ((wire.KIND_HEADER, wire.QUEUE_COMMAND),)
+    return [
+        Outgoing(value, key, request_id, None, headers=headers, partition=p)
+        for p in range(partitions)
+    ]
+
+
+def cron_commands(command: CronCommand) -> list[Outgoing]:
+    request_id = f"cron/{command.name}/{command.op}/{random_hex()}"
+    headers = ((wire.KIND_HEADER, wire.CRON_COMMAND),)
+    key = wire.cron_key(command.name)
+    return [Outgoing(command_record(command), key, request_id, None, headers=headers)]
