@@ -16,6 +16,7 @@ import pytest
 from gateway.core.times import parse_rfc3339
 from gateway.http import HttpSettings
 from gateway.sdk import Client
+from tests.integration.cli import gateway
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
 from tests.integration.test_http_admin import eventually
@@ -177,3 +178,22 @@ def test_each_slot_is_decided_once_across_a_kill(served: Any, tmp_path: Path):
     seen = Counter(slots())
     reader.close()
     assert len(seen) >= 6 and max(seen.values()) == 1, [s for s, n in seen.items() if n > 1]
+
+
+def test_replay_reproduces_the_claims_a_pause_refused_and_the_slots_crons_fired(served: Any):
+    """Last in this module: the log now holds pauses, refused claims and cron firings."""
+    http, _, _, bootstrap, namespace = served
+    job = http.post("/ojs/v1/jobs", json={"type": "q.job", "args": [9], "queue": "replayed",
+                                          "unique": {"keys": ["type", "args"]}})  # fmt: skip
+    job_id, key = job.json()["job"]["id"], job.json()["job"]["unique_key"]
+    assert http.post("/ojs/v1/queues/replayed/pause", json={}).status_code == 200
+    with Client(bootstrap, namespace) as client:
+        claim = {"job_id": job_id, "unique_key": key, "type": "job.started"}
+        refused = client.publish_event(claim, timeout=60)
+    assert str(refused.outcome) == "refused"
+    replayed = gateway("replay", "--bootstrap", bootstrap, "--namespace", namespace)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "0 different" in replayed.stdout, replayed.stdout
+    explained = gateway("explain", job_id, "--bootstrap", bootstrap, "--namespace", namespace)
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert f"queue replayed is paused: job {job_id} is not handed out" in explained.stdout
