@@ -4,8 +4,9 @@ Five fields (minute hour day-of-month month day-of-week), or six with seconds
 first; `*`, lists, ranges and steps in every field; month and weekday names
 (JAN, MON; any case); 0 and 7 both Sunday; the aliases @yearly, @annually,
 @monthly, @weekly, @daily, @midnight, @hourly; and `@every <duration>` (Go's
-form: 1h30m, 45s; at least a second), anchored at the cron's registration.
-When both day fields are restricted a day matching either fires (POSIX cron).
+form: 1h30m, 1.5h, 45s, 500ms, us, ns; at least a second), anchored at the
+cron's registration. When both day fields are restricted (neither starts with
+`*`) a day matching either fires (POSIX cron).
 `L`, `W` and `#` (which OJS says SHOULD be supported) are refused with a
 message saying so.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gateway.core.errors import INVALID_REQUEST, GatewayError
@@ -44,11 +46,18 @@ _FIELDS = (
     ("month", 1, 12, _MONTHS),
     ("day of week", 0, 7, _DAYS),
 )
-_EVERY = re.compile(r"@every\s+((?:\d+(?:ms|h|m|s))+)", re.IGNORECASE)
-_EVERY_PART = re.compile(r"(\d+)(ms|h|m|s)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_UNITS = r"ns|us|µs|μs|ms|h|m|s"
+_EVERY = re.compile(rf"@every\s+((?:[0-9]+(?:\.[0-9]+)?(?:{_UNITS}))+)")
+_EVERY_PART = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({_UNITS})")
+_UNIT_MS = {
+    "ns": Fraction(1, 1_000_000), "us": Fraction(1, 1000), "µs": Fraction(1, 1000),
+    "μs": Fraction(1, 1000), "ms": Fraction(1), "s": Fraction(1000), "m": Fraction(60_000),
+    "h": Fraction(3_600_000),
+}  # fmt: skip
+_DIGITS = re.compile(r"[0-9]+")
 # A schedule that has no time within this many years never fires (31 February).
 _SEARCH_YEARS = 9
+_LAST_YEAR = 9998  # datetime ends with 9999: a search stops a year before it
 MAX_EXPRESSION_CHARS = 256
 
 
@@ -91,7 +100,7 @@ def parse_cron(text: object) -> CronExpr | GatewayError:
     weekdays = frozenset(0 if d == 7 else d for d in sets[5])
     return CronExpr(
         sets[0], sets[1], sets[2], sets[3], sets[4], weekdays,
-        any_day=tokens[3] == "*", any_weekday=tokens[5] == "*",
+        any_day=tokens[3].startswith("*"), any_weekday=tokens[5].startswith("*"),
     )  # fmt: skip
 
 
@@ -99,11 +108,12 @@ def _special(text: str) -> CronExpr | GatewayError:
     alias = ALIASES.get(text.lower())
     if alias is not None:
         return parse_cron(alias)
-    every = _EVERY.fullmatch(text)
+    every = _EVERY.fullmatch(text.lower())
     if every is None:
         known = ", ".join(ALIASES)
         return _bad(f"{text!r} is not a cron expression: the @ forms are {known} and @every")
-    ms = sum(int(n) * _UNIT_MS[u.lower()] for n, u in _EVERY_PART.findall(every.group(1).lower()))
+    exact = sum(Fraction(n) * _UNIT_MS[u] for n, u in _EVERY_PART.findall(every.group(1)))
+    ms = int(exact)
     if ms < 1000:
         return _bad(f"{text!r} is shorter than a second, the finest a cron fires at")
     everything = frozenset(range(60))
@@ -121,10 +131,10 @@ def _field(
                 f"the {name} field {token!r} uses L, W or #, which this gateway does not "
                 "support; use lists, ranges and steps"
             )
-        base, _, step_text = part.partition("/")
+        base, slash, step_text = part.partition("/")
         step = 1
-        if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
+        if slash:
+            if not _DIGITS.fullmatch(step_text) or int(step_text) == 0:
                 return _bad(f"the {name} field {token!r} has a step that is not a positive number")
             step = int(step_text)
         if base == "*":
@@ -142,22 +152,21 @@ def _field(
                 last = last_value
                 if last < first:
                     return _bad(f"the {name} field {token!r} has a range that runs backwards")
-            elif step_text:
+            elif slash:
                 last = high  # `5/15`: from 5 on, every 15
         values.update(range(first, last + 1, step))
     return frozenset(values)
 
 
 def _is_name(part: str, names: tuple[str, ...]) -> bool:
-    return bool(names) and all(
-        piece.upper() in names or piece.isdigit() for piece in re.split(r"[-/]", part) if piece
-    )
+    pieces = [piece for piece in re.split(r"[-/]", part) if piece]
+    return bool(names) and all(p.upper() in names or _DIGITS.fullmatch(p) for p in pieces)
 
 
 def _value(text: str, name: str, low: int, high: int, names: tuple[str, ...]) -> int | GatewayError:
     if text.upper() in names:
         return names.index(text.upper()) + (1 if name == "month" else 0)
-    if not text.isdigit():
+    if not _DIGITS.fullmatch(text):
         return _bad(f"the {name} field has {text!r}, which is not a number from {low} to {high}")
     value = int(text)
     if not low <= value <= high:
@@ -189,8 +198,10 @@ def next_after(expr: CronExpr, zone: ZoneInfo, after_ms: int, anchor_ms: int) ->
             return anchor_ms + expr.every_ms
         return anchor_ms + ((after_ms - anchor_ms) // expr.every_ms + 1) * expr.every_ms
     local = datetime.fromtimestamp(after_ms // 1000, zone).replace(tzinfo=None)
+    if local.year >= _LAST_YEAR:
+        return None  # no search steps past the calendar's end
     at = local + timedelta(seconds=1)
-    stop = local.year + _SEARCH_YEARS
+    stop = min(local.year + _SEARCH_YEARS, _LAST_YEAR)
     while at.year <= stop:
         if at.month not in expr.months:
             at = datetime(at.year + at.month // 12, at.month % 12 + 1, 1)

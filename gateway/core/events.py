@@ -446,9 +446,6 @@ def apply_job_event(
         return _heartbeat(job, event, stored, now_ms)
     if event.event_type == DELETED:
         return _deleted(job, stored)
-    if event.state is State.ACTIVE and paused:
-        why = paused_refusal(event.job_id, str(job.get("queue")))
-        return _refused(event.job_id, stored, why, dict(job))
     if event.state is State.ACTIVE and past_expiry(job, now_ms):
         return _expired(job, now_ms)  # never handed out: discarded instead (OJS core)
     effective = job_effective_state(job, now_ms)
@@ -462,6 +459,9 @@ def apply_job_event(
             EventOutcome.IGNORED, event.job_id, stored, stored, IgnoredReason.UNCHANGED,
             job=dict(job),
         )  # fmt: skip
+    if target is State.ACTIVE and paused:  # a claim: a paused queue hands out nothing
+        why = paused_refusal(event.job_id, str(job.get("queue")))
+        return _refused(event.job_id, stored, why, dict(job))
     refused = refusal(event.job_id, stored, effective, target, event.event_type == FAILED)
     if refused is None and _anothers_claim(job, stored, target, event):
         refused = GatewayError(

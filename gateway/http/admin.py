@@ -24,11 +24,13 @@ from typing import Any
 
 from starlette.requests import Request
 
+from gateway import wire
 from gateway.core import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import dead_letter, errors, jobs, queue_stats, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.cron import for_admin_ui
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import int_param, read_json
 from gateway.http.queues import paused_queues, settled
@@ -119,6 +121,20 @@ def _per_minute(binding: Binding, known: dict[str, Any], now_ms: int) -> dict[st
     """Completions and failed attempts per minute over the last five minutes."""
     buckets = [b for name in known for b in binding.view.queue_activity(name)]
     return queue_stats.per_minute(buckets, now_ms)
+
+
+async def crons(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """The crons as the UI's Cron Jobs page reads them, a page at a time (cron.py)."""
+    known = binding.view.controls(wire.CRON_KEY_PREFIX)
+    return _listed(request, sorted(known), lambda name: for_admin_ui(known[name]))
+
+
+async def cron_detail(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    name = request.path_params["name"]
+    cron = binding.view.controls(wire.CRON_KEY_PREFIX).get(name)
+    if cron is None:
+        return ApiError(404, errors.NOT_FOUND, f"no cron {name} is registered")
+    return Answer(200, for_admin_ui(cron))
 
 
 async def list_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiError:

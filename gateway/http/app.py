@@ -142,6 +142,10 @@ def create_app(settings: HttpSettings) -> Direct:
         ),
         Route("/ojs/v1/admin/workers", endpoint(admin.workers), methods=["GET"]),
         Route("/ojs/v1/unique-jobs", endpoint(admin.unique_jobs), methods=["GET"]),
+        Route("/ojs/v1/crons", endpoint(admin.crons), methods=["GET"]),
+        Route("/ojs/v1/crons/{name}", endpoint(admin.cron_detail), methods=["GET"]),
+        Route("/ojs/v1/crons/{name}", endpoint(cron.toggle), methods=["PATCH"]),
+        Route("/ojs/v1/crons/{name}", endpoint(cron.delete), methods=["DELETE"]),
     ]
     app = Starlette(
         routes=routes,

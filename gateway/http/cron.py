@@ -99,6 +99,13 @@ async def _ask(binding: Binding, command: CronCommand) -> dict[str, Any] | ApiEr
     return answer
 
 
+def for_admin_ui(cron: dict[str, Any]) -> dict[str, Any]:
+    """A cron in the official OJS Admin UI's shape (its CronJob): named by `id`, its
+    expression as `schedule`, its template's queue."""
+    queue = cron["options"].get("queue") or cron["job_template"]["options"].get("queue")
+    return {**cron, "id": cron["name"], "schedule": cron["expression"], "queue": queue or "default"}
+
+
 def _shown(cron: dict[str, Any]) -> dict[str, Any]:
     return {"cron": cron, "cron_job": cron}
 
