@@ -29,11 +29,12 @@ tombstones fall due (a short `retention_ms`, RETENTION_MS) on the ticks.
 The golden outputs are captured in the same run: for every input record, each
 output its stage emitted, in order (role or reply topic, key, value, headers),
 and at the end each store's live contents. The files in tests/data/differential
-were made by the code at commit fc7caa8 (the processor on quixstreams), with one
-fix applied to it that this code also has: a schedule's first entry no longer
+were made by the code at commit fc7caa8 (the processor on quixstreams), with two
+changes applied to it that this code also has: a schedule's first entry no longer
 holds back an earlier one added after it (`Schedule.add` takes the adding
 record's time; fc7caa8 delayed a short lease taken after a long one until the
-long one's time). They were made with /tmp/regen_differential.py, which is
+long one's time), and the default lease is OJS's 1800 s (fc7caa8: 30 s,
+`DEFAULT_VISIBILITY_TIMEOUT_MS`). They were made with /tmp/regen_differential.py, which is
 kept out of the repository as it runs old code:
 
     git -C /work/main worktree add /tmp/old-fc7 fc7caa8

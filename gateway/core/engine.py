@@ -43,6 +43,7 @@ from functools import lru_cache
 from typing import Any, assert_never
 
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
+from gateway.core.envelope import resolved
 from gateway.core.errors import GatewayError
 from gateway.core.holder import Holder, holder_for
 from gateway.core.jobs import initial_state, job_record, uuid7
@@ -129,6 +130,7 @@ def decide(
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
         return Decision(Outcome.INVALID, now_ms, kept, error=request)
+    request = replace(request, envelope=resolved(request.envelope, now_ms))
     policy = request.policy
     job_id = request.envelope.id
     taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None

@@ -6,7 +6,9 @@ retry, scheduled_at (`options.delay_until` is its HTTP name), expires_at,
 timeout_ms (how long one attempt may run), visibility_timeout_ms (its claims'
 lease) and tags; a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
-job unchanged.
+job unchanged. scheduled_at and expires_at are RFC 3339 times, or, an extension the
+OJS conformance suite uses, "+" and an ISO 8601 duration counted from the decision
+("+PT5S"), which `resolved` turns into the time when the request is decided.
 
 Validation follows OJS: a type is dot-separated `[a-z][a-z0-9_-]*` segments of
 at most 255 characters in all, as OJS's OpenAPI document and its conformance
@@ -21,13 +23,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.core.errors import invalid_request
 from gateway.core.limits import duration_problem, instant_problem
+from gateway.core.policy import period_or_raise
 from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
-from gateway.core.times import parse_rfc3339
+from gateway.core.times import format_rfc3339, parse_rfc3339
 
 DEFAULT_QUEUE = "default"
 QUEUE_NAME_RULE = (
@@ -53,6 +56,9 @@ class Envelope:
     scheduled_at: int | None = None
     # After this the job is never handed out: discarded, if no worker took it (events.py).
     expires_at: int | None = None
+    # A time sent relative ("+PT5S"): so long after the decision (`resolved` makes it absolute).
+    scheduled_in: int | None = None
+    expires_in: int | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     priority: int | None = None
     retry: RetryPolicy = RetryPolicy()
@@ -106,6 +112,8 @@ def envelope_or_raise(raw: object) -> Envelope:
     delay_until = options.get("delay_until")
     if scheduled_at is not None and delay_until is not None and scheduled_at != delay_until:
         raise invalid_request("scheduled_at and options.delay_until differ; give the time once")
+    scheduled = _time(scheduled_at if scheduled_at is not None else delay_until, "scheduled_at")
+    expires = _time(_option(raw, options, "expires_at"), "expires_at")
     tags = _option(raw, options, "tags")
     if tags is not None and (
         not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)
@@ -118,10 +126,10 @@ def envelope_or_raise(raw: object) -> Envelope:
         args=args,
         id=job_id_or_raise(raw.get("id")),
         meta=meta,
-        scheduled_at=_instant(
-            scheduled_at if scheduled_at is not None else delay_until, "scheduled_at"
-        ),
-        expires_at=_instant(_option(raw, options, "expires_at"), "expires_at"),
+        scheduled_at=scheduled[0],
+        expires_at=expires[0],
+        scheduled_in=scheduled[1],
+        expires_in=expires[1],
         max_attempts=retry.max_attempts,
         priority=_priority(_option(raw, options, "priority")),
         retry=retry,
@@ -180,13 +188,45 @@ def job_id_or_raise(value: object) -> str | None:
     )
 
 
+def _time(value: object, name: str) -> tuple[int | None, int | None]:
+    """(the instant, None) for an RFC 3339 time; (None, the ms) for one relative to the
+    decision: "+" and a positive ISO 8601 duration of fixed length ("+PT5S", "+P1D")."""
+    if isinstance(value, str) and value.startswith("+"):
+        return None, period_or_raise(value[1:], name)
+    return _instant(value, name), None
+
+
+def resolved(envelope: Envelope, now_ms: int) -> Envelope:
+    """The envelope with its relative times made absolute at `now_ms` (its decision's
+    time), in its fields and in `raw` where they were sent, so the job shows instants."""
+    if envelope.scheduled_in is None and envelope.expires_in is None:
+        return envelope
+    raw = {k: dict(v) if k == "options" and isinstance(v, Mapping) else v
+           for k, v in envelope.raw.items()}  # fmt: skip
+    changes: dict[str, Any] = {}
+    for field, names, offset in (
+        ("scheduled_at", ("scheduled_at", "delay_until"), envelope.scheduled_in),
+        ("expires_at", ("expires_at",), envelope.expires_in),
+    ):
+        if offset is None:
+            continue
+        at = now_ms + offset
+        changes[field] = at
+        for where in (raw, raw.get("options")):
+            for name in names:
+                if isinstance(where, dict) and isinstance(where.get(name), str):
+                    where[name] = format_rfc3339(at)
+    return replace(envelope, raw=raw, scheduled_in=None, expires_in=None, **changes)
+
+
 def _instant(value: object, name: str) -> int | None:
     if value is None:
         return None
     ms = parse_rfc3339(value) if isinstance(value, str) else None
     if ms is None:
         raise invalid_request(
-            f'{name} must be an RFC 3339 date-time with a time zone, e.g. "2026-02-12T10:00:00Z"'
+            f'{name} must be an RFC 3339 date-time with a time zone, e.g. "2026-02-12T10:00:00Z",'
+            ' or "+" and an ISO 8601 duration from the decision, e.g. "+PT5S"'
         )
     problem = instant_problem(ms, name)
     if problem is not None:

@@ -112,7 +112,7 @@ EVENT_TYPES: dict[str, State | None] = {
 HEARTBEAT, DELETED, FAILED = "job.heartbeat", "job.deleted", "job.failed"
 # A worker that claims a job without saying for how long holds it this long
 # unless it heartbeats: the visibility timeout of SQS and OJS workers.
-DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+DEFAULT_VISIBILITY_TIMEOUT_MS = 1_800_000  # OJS worker protocol 5.2: 1800 s
 MAX_ERRORS = 10
 _NON_TERMINAL = frozenset(State) - TERMINAL_STATES
 # Target state -> the (effective) states it may be reached from.

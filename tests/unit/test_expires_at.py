@@ -15,6 +15,7 @@ from gateway.core import (
     Request,
     State,
     apply_job_event,
+    decide,
     expire_job,
     job_deadline,
     load_entries,
@@ -119,3 +120,29 @@ def test_a_fetch_after_expires_at_gets_nothing_and_the_job_is_discarded():
     job_id = next(payload(o.value)["id"] for o in decided if o.role == "jobs")
     out = log.event(key, EXPIRES + 1, unique_key=key, job_id=job_id, type="job.started")
     assert states(out) == ["discarded"]
+
+
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [("expires_at", "options"), ("expires_at", "top"), ("scheduled_at", "top"),
+     ("delay_until", "options")],
+)  # fmt: skip
+def test_a_relative_time_counts_from_the_decision(field: str, where: str):
+    job: dict = {"type": "t.relative", "args": [], "options": {}}
+    (job["options"] if where == "options" else job)[field] = "+PT2.5S"
+    request = parse_request(job)
+    assert isinstance(request, Request)
+    decided = decide((), request, T0, seed=b"relative")
+    shown = decided.job["options"] if where == "options" else decided.job
+    assert shown[field] == format_rfc3339(T0 + 2_500)
+    name = "scheduled_at" if field in ("scheduled_at", "delay_until") else "expires_at"
+    assert decided.job[name] == format_rfc3339(T0 + 2_500)
+    again = decide((), request, T0 + 1_000, seed=b"relative")  # replay at its own time
+    assert again.job[name] == format_rfc3339(T0 + 3_500)
+
+
+@pytest.mark.parametrize("value", ["+", "+P1M", "+PT0S", "+-PT1S", "+PT0.0001S", "+P40000D", "+5"])
+def test_a_relative_time_must_be_a_positive_fixed_duration(value: str):
+    refused = parse_request({"type": "t.relative", "args": [], "expires_at": value})
+    assert isinstance(refused, GatewayError) and refused.code == "invalid_request"
+    assert "expires_at" in refused.message

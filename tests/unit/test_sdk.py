@@ -221,7 +221,7 @@ def test_a_send_that_would_wait_stops_and_leaves_the_rest_for_a_blocking_send():
     nothing registered for the item it could not produce, and the rest is left."""
     client = Client(NOWHERE, "unit", log_level=0, queue_buffering_max_messages=1)
     try:
-        call = client._prepare([{"type": "t", "args": [n]} for n in range(3)], events=False)
+        call = client._prepare([{"type": "t", "args": [n]} for n in range(3)], None)
         deadline = time.monotonic() + 5
         assert not client._send(call, True, deadline, block=False)  # topics never checked
         assert len(call.unsent) == 3 and not client._pending
