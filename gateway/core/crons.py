@@ -13,9 +13,11 @@ on to the first future slot (OJS cron 7.3).
 
 A firing is an ordinary request, decided on its own route like any other, and
 its unique policy carries the cron's overlap policy:
-- skip (the default): key (type, meta.cron_name) in state active, reject: a
-  slot that comes while the previous run is active is refused as its
-  duplicate, and the audit records it;
+- skip (the default): key (type, meta.cron_name) in every state but the
+  terminal ones, reject: a slot that comes while the previous run has not
+  finished (waiting, active or retrying) is refused as its duplicate, and the
+  audit records it (OJS says "still active"; its conformance suite also skips
+  a slot whose previous run no worker has taken yet);
 - cancel_previous: the same key, replace: the active run is cancelled;
 - allow, enqueue: key (type, meta.cron_name, meta.cron_slot) in every state,
   ignore: each slot is one job, never two. This gateway has no concurrency
@@ -35,7 +37,7 @@ import orjson
 from gateway.core.cron_expr import CronExpr, next_after, parse_cron, parse_zone
 from gateway.core.dialects import parse_request
 from gateway.core.errors import INVALID_REQUEST, GatewayError
-from gateway.core.states import ALL_STATES
+from gateway.core.states import ALL_STATES, TERMINAL_STATES
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 NAME_RULE = (
@@ -249,7 +251,8 @@ def firing_job(cron: Mapping[str, Any], slot_ms: int, now_ms: int) -> dict[str, 
 def _unique(overlap: str) -> dict[str, Any]:
     if overlap in ("skip", "cancel_previous"):
         return {
-            "keys": ["type", "meta"], "meta_keys": ["cron_name"], "states": ["active"],
+            "keys": ["type", "meta"], "meta_keys": ["cron_name"],
+            "states": [str(s) for s in ALL_STATES if s not in TERMINAL_STATES],
             "on_conflict": "reject" if overlap == "skip" else "replace",
         }  # fmt: skip
     return {
