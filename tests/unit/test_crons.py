@@ -31,7 +31,7 @@ from gateway.core.crons import (
 from gateway.core.dialects import parse_request
 from gateway.core.errors import INVALID_REQUEST, GatewayError
 from gateway.core.policy import OnConflict
-from gateway.core.states import ALL_STATES, State
+from gateway.core.states import ALL_STATES, TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 T0 = 1_772_360_400_000  # 2026-03-01T10:20:00Z, a Sunday
@@ -463,7 +463,8 @@ def test_a_due_slot_fires_its_job_and_moves_on() -> None:
         "type": "report.build",
         "args": [7],
         "options": {"unique": {
-            "keys": ["type", "meta"], "meta_keys": ["cron_name"], "states": ["active"],
+            "keys": ["type", "meta"], "meta_keys": ["cron_name"],
+            "states": ["scheduled", "available", "pending", "active", "retryable"],
             "on_conflict": "reject",
         }},
         "meta": {
@@ -586,8 +587,8 @@ def test_firing_catches_up_once_and_schedules_the_first_slot_after_now(
 @pytest.mark.parametrize(
     ("policy", "meta_keys", "states", "on_conflict"),
     [
-        ("skip", ("cron_name",), {State.ACTIVE}, OnConflict.REJECT),
-        ("cancel_previous", ("cron_name",), {State.ACTIVE}, OnConflict.REPLACE),
+        ("skip", ("cron_name",), set(ALL_STATES) - TERMINAL_STATES, OnConflict.REJECT),
+        ("cancel_previous", ("cron_name",), set(ALL_STATES) - TERMINAL_STATES, OnConflict.REPLACE),
         ("allow", ("cron_name", "cron_slot"), set(ALL_STATES), OnConflict.IGNORE),
         ("enqueue", ("cron_name", "cron_slot"), set(ALL_STATES), OnConflict.IGNORE),
     ],
