@@ -13,8 +13,11 @@ $(BIN)/gateway: pyproject.toml
 
 install: $(BIN)/gateway
 
+# Flags for `gateway up`, e.g. make up ARGS="--http-port 8081 --port 9093".
+ARGS ?=
+
 up: install
-	$(BIN)/gateway up
+	$(BIN)/gateway up $(ARGS)
 
 test: install
 	$(BIN)/python -m pytest

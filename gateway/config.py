@@ -1,6 +1,11 @@
-"""Kafka client settings shared by every client the gateway makes.
+"""Configuration: the gateway's home directory, and the Kafka client settings shared by
+every client the gateway makes.
 
-One place for all of them: a TOML file named by $GATEWAY_CONFIG, whose
+The home ($GATEWAY_HOME, else ~/.cache/unique-jobs-gateway) holds what the
+gateway keeps on this machine: Kafka's jars and the local cluster (the
+launcher), processor state and the HTTP views.
+
+The client settings have one place: a TOML file named by $GATEWAY_CONFIG, whose
 `[kafka]` table holds librdkafka settings by their own names
 (`"security.protocol" = "SASL_SSL"`, `"sasl.mechanism"`, `"ssl.ca.location"`,
 ...), and GATEWAY_KAFKA_<NAME> environment variables, which win over the file
@@ -19,8 +24,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gateway.broker import launcher
-
 _PREFIX = "GATEWAY_KAFKA_"
 # The processor's transactional producer: how long it holds records to send them
 # together (librdkafka's linger.ms). Its records are readable only once their
@@ -37,6 +40,12 @@ KAFKA_LOGGER = logging.getLogger("librdkafka")
 
 class ConfigError(Exception):
     """The configuration file is missing or malformed."""
+
+
+def gateway_home() -> Path:
+    """Where the gateway keeps its files: $GATEWAY_HOME, else ~/.cache/unique-jobs-gateway."""
+    env = os.environ.get("GATEWAY_HOME")
+    return Path(env) if env else Path.home() / ".cache" / "unique-jobs-gateway"
 
 
 def client_config(explicit_bootstrap: str | None = None) -> dict[str, Any]:
@@ -64,6 +73,9 @@ def client_config(explicit_bootstrap: str | None = None) -> dict[str, Any]:
 
 
 def _local_bootstrap() -> str:
+    # Imported here: the launcher takes its home from this module.
+    from gateway.broker import launcher
+
     cluster = launcher.load_cluster()
     if cluster is not None and launcher.running_nodes(cluster):
         return cluster.bootstrap

@@ -149,9 +149,10 @@ class Pipeline:
         from gateway.audit.replay import Store
         from gateway.core import GatewayError, parse_request_json
         from gateway.core.times import format_rfc3339
-        from gateway.processor.dedup import Dedup, Limits
+        from gateway.processor.dedup import Dedup
         from gateway.processor.ids import IdStage
         from gateway.processor.metrics import Metrics
+        from gateway.processor.parsing import Limits
         from gateway.processor.records import Source, headers_of
         from gateway.processor.router import Router
 

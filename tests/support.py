@@ -18,7 +18,7 @@ from gateway.core import (
     State,
     prune,
 )
-from gateway.core.events import on_key
+from gateway.core.lifecycle import on_key
 from gateway.core.times import format_rfc3339
 
 

@@ -34,7 +34,7 @@ from gateway.core import (
     parse_event,
     prune,
 )
-from gateway.core.events import cancelled_by_replace, follow
+from gateway.core.lifecycle import cancelled_by_replace, follow
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 Entries = tuple[Entry, ...]

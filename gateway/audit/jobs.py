@@ -23,7 +23,7 @@ from gateway.core import (
     expire_job,
     job_deadline,
 )
-from gateway.core.events import on_key
+from gateway.core.lifecycle import on_key
 from gateway.core.queues import QueueCommand, parse_queue_command
 from gateway.processor.schedule import LEASES
 

@@ -26,9 +26,10 @@ import orjson
 
 from gateway import wire
 from gateway.audit.log import LogRecord, in_log_order
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 

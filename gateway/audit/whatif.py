@@ -36,8 +36,8 @@ from gateway.core import (
     decide,
     fingerprint,
 )
-from gateway.core.events import follow
-from gateway.processor.dedup import Limits, parse_event_record, parse_limited
+from gateway.core.lifecycle import follow
+from gateway.processor.parsing import Limits, parse_event_record, parse_limited
 from gateway.processor.records import is_command, is_tick
 
 

@@ -44,6 +44,7 @@ from gateway.bench.workload import Item, generate
 from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import Catalogue
+from gateway.config import gateway_home
 
 PROBES = 1000
 _FINGERPRINT = re.compile(rb"[0-9a-f]{64}")
@@ -225,7 +226,7 @@ def cold_start(processes: Processes, workdir: Path) -> ColdStart:
     """`gateway up` from nothing (its own home: broker, topics, state), then one POST."""
     home = workdir / f"home-{uuid.uuid4().hex[:6]}"
     home.mkdir()
-    jars = launcher.gateway_home() / "kafka"
+    jars = gateway_home() / "kafka"
     if jars.exists():
         (home / "kafka").symlink_to(jars)
     http_port = free_port()

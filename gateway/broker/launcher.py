@@ -21,6 +21,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.config import gateway_home
+
 DEFAULT_VERSION = "4.3.1"
 DEFAULT_PORT = 9092
 POM = Path(__file__).with_name("pom.xml")
@@ -29,12 +31,6 @@ READY_TIMEOUT_S = 90.0
 
 class BrokerError(Exception):
     """A launcher failure with a message a user can act on."""
-
-
-def gateway_home() -> Path:
-    """Where jars and cluster data live: $GATEWAY_HOME, else ~/.cache/unique-jobs-gateway."""
-    env = os.environ.get("GATEWAY_HOME")
-    return Path(env) if env else Path.home() / ".cache" / "unique-jobs-gateway"
 
 
 def kafka_version() -> str:

@@ -40,6 +40,10 @@ Logs are JSON lines on stderr (level: --log-level, else $GATEWAY_LOG_LEVEL).
 """
 
 
+# Every command, in the order `gateway --help` lists them (the docs' CLI reference too).
+COMMANDS = (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve, bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gateway",
@@ -49,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve, bench):
+    for module in COMMANDS:
         module.register(sub)
     return parser
 

@@ -31,7 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run every system on the same generated workload, rounds interleaved, and "
         "write results.json, results.md and charts under --output.",
     )  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
+    p.add_argument(
+        "--quick", action="store_true",
+        help="a smoke run of a few minutes: one round of 2,000 requests, early answers only, "
+        "short phases (the other defaults below say their quick values)",
+    )  # fmt: skip
     p.add_argument("--output", type=Path, default=Path("bench-results"),
                    help="where results go, one folder per run (default %(default)s)")  # fmt: skip
     p.add_argument(

@@ -18,7 +18,8 @@ from gateway.cli.common import (
     add_kafka_arguments,
     reachable_config,
 )
-from gateway.core import INVALID_PAYLOAD, INVALID_REQUEST, GatewayError
+from gateway.core import INVALID_REQUEST, GatewayError
+from gateway.core.limits import rounded_integer_problem
 
 _EXIT_BY_OUTCOME = {
     "accepted": 0, "replaced": 0, "ignored": 0, "updated": 0, "rejected": EXIT_REFUSED,
@@ -31,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="send one job to the gateway and print its decision",
         description=(
             "Send one job, read as JSON on stdin or built from --type/--args/--unique/--queue, "
-            "to the requests topic, and print the committed decision record as JSON. Exit 0 "
+            "to the requests topic, and print the committed decision record as JSON (its job "
+            "shown as the HTTP binding shows it: `retry` as the OJS retry object). Exit 0 "
             "for accepted, replaced or ignored, 1 for rejected, 2 for an invalid job "
             "(`invalid_request: ...` on stderr), 3 when no decision could be had."
         ),
@@ -82,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(answer, EnqueueResult):
         _print({"request_id": answer.request_id, "unique_key": answer.unique_key})
         return 0
-    _print(answer.record)
+    # The decision record, its job shown as every surface shows a job (`retry` as OJS's).
+    _print(answer.record if answer.job is None else {**answer.record, "job": answer.job})
     return _EXIT_BY_OUTCOME.get(str(answer.outcome), EXIT_INVALID)
 
 
@@ -91,21 +94,28 @@ def _job(args: argparse.Namespace) -> Any:
     if args.job_type is None:
         if any(v is not None for v in (args.args, args.unique, args.queue)):
             return GatewayError(INVALID_REQUEST, "--args, --unique and --queue need --type")
-        return _loads(sys.stdin.buffer.read(), "the job on stdin", INVALID_PAYLOAD)
-    job: dict[str, Any] = {"type": args.job_type, "args": _loads(args.args or "[]", "--args")}
+        return _loads(sys.stdin.buffer.read(), "the job on stdin", "")
+    job: dict[str, Any] = {
+        "type": args.job_type,
+        "args": _loads(args.args or "[]", "--args", "args"),
+    }
     if args.unique is not None:
-        job["unique"] = _loads(args.unique, "--unique")
+        job["unique"] = _loads(args.unique, "--unique", "unique")
     if args.queue is not None:
         job["queue"] = args.queue
     bad = next((v for v in job.values() if isinstance(v, GatewayError)), None)
     return bad or job
 
 
-def _loads(text: str | bytes, what: str, code: str = INVALID_REQUEST) -> Any:
+def _loads(text: str | bytes, what: str, root: str) -> Any:
+    """Malformed JSON is `invalid_request`, as the HTTP binding and the processor say; so
+    is an integer beyond 64 bits, which orjson reads as a float (`root` names it)."""
     try:
-        return orjson.loads(text)
+        value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        return GatewayError(code, f"{what} is not valid JSON: {exc}")
+        return GatewayError(INVALID_REQUEST, f"{what} is not valid JSON: {exc}")
+    problem = rounded_integer_problem(value, text, root)
+    return value if problem is None else GatewayError(INVALID_REQUEST, problem)
 
 
 def _print(value: Any) -> None:

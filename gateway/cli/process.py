@@ -17,7 +17,7 @@ from gateway.cli.common import (
 )
 from gateway.config import COMMITTED_LINGER_MS, DEFAULT_LINGER_MS, MAX_LINGER_MS
 from gateway.core import DEFAULT_RETENTION_MS
-from gateway.processor.dedup import Limits
+from gateway.processor.parsing import Limits
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,7 +4,9 @@ Starts the local Kafka broker (unless --bootstrap names one), applies the topic
 catalogue, and runs the dedup processor and the HTTP binding until Ctrl-C, then
 stops what it started, all within STOP_BUDGET_S. If the HTTP binding cannot
 start or dies (its port is taken, say), `up` stops the rest and exits 1
-naming why: half a product that looks up is worse than none.
+naming why: half a product that looks up is worse than none. Ports it will
+listen on that are already taken (the HTTP port, the metrics ports) are
+refused the same way before anything is started or printed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +23,7 @@ import time
 
 from confluent_kafka import KafkaException
 
-from gateway import admin, logs
+from gateway import admin, catalogue, logs
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError
 from gateway.broker.ports import free_port_block
@@ -92,6 +95,7 @@ def _up(args: argparse.Namespace) -> int:
 
     if args.http_workers is not None and not 1 <= args.http_workers <= MAX_WORKERS:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
+    _check_ports(args)
     started: launcher.Cluster | None = None
     stop = {"at": float("inf")}
     try:
@@ -152,6 +156,65 @@ def _up(args: argparse.Namespace) -> int:
             left = min(STOP_BUDGET_S, stop["at"] + STOP_BUDGET_S - time.monotonic())
             launcher.down(started, timeout=max(1.0, left - 0.5))
             print("stopped the local Kafka broker", flush=True)
+
+
+def _check_ports(args: argparse.Namespace) -> None:
+    """Refuse ports `up` would listen on that are taken, before it starts or prints anything.
+
+    The HTTP port, and with --metrics-port P the processor's status port P and, with
+    several processes, P+1..P+N. (Without --metrics-port, `up` picks a free block.) A port
+    taken between this check and its bind still ends `up` (see _watch).
+    """
+    wanted = [("--http-port", args.http_host, args.http_port)]
+    if args.metrics_port is not None:
+        processes = _processes_planned(args)
+        wanted.append(("--metrics-port", "127.0.0.1", args.metrics_port))
+        if processes > 1:
+            wanted += [
+                ("--metrics-port", "127.0.0.1", args.metrics_port + n)
+                for n in range(1, processes + 1)
+            ]
+    for flag, host, port in wanted:
+        problem = _cannot_listen(host, port)
+        if problem is not None:
+            hint = "choose another with --http-port" if flag == "--http-port" else (
+                "choose another with --metrics-port (with N processes, process n listens on "
+                "P+n), or leave it out for a free one"
+            )  # fmt: skip
+            raise CommandError(f"cannot listen on {host}:{port} ({flag}): {problem}; {hint}")
+
+
+def _processes_planned(args: argparse.Namespace) -> int:
+    """How many processor processes `up` will run (process.processes_from decides; an
+    invalid --processes is refused there)."""
+    from gateway.processor.supervisor import default_processes
+
+    try:
+        partitions = catalogue.load(namespace=args.namespace).by_role("requests").partitions
+    except CatalogueError as exc:
+        raise CommandError(str(exc)) from exc
+    if args.processes is None:
+        return default_processes(partitions, os.cpu_count())
+    return max(1, min(int(args.processes), partitions))
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why a server could not listen on host:port (taken, say), or None if it could.
+
+    Bound as uvicorn and the status server bind (SO_REUSEADDR), so a port a previous run
+    left in TIME_WAIT is free, as it is to them.
+    """
+    if not 0 < port < 65536:
+        return "not a port number (1 to 65535)"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+            probe.listen(1)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _start_broker(port: int | None) -> launcher.UpResult:

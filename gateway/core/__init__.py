@@ -2,11 +2,13 @@
 
 No I/O, no clock, no Kafka. The processor calls, per request record,
 `parse_request_json` (any dialect) then `decide`, and per job-state event
-`parse_event_json` then `apply_job_event` (the key's entries `follow` the job),
-and `expire_job` when event time passes a job's `job_deadline` (an active job's
-lease or timeout, a waiting job's expires_at).
+`parse_event_json` (job_events.py) then `apply_job_event` (lifecycle.py; the
+key's entries `follow` the job, what a move writes is moves.py's), and
+`expire_job` (leases.py) when event time passes a job's `job_deadline` (an
+active job's lease or timeout, a waiting job's expires_at).
 """
 
+from gateway.core.decision_records import audit_fields, cancellations
 from gateway.core.dialects import (
     DIALECTS,
     UNKNOWN_DIALECT,
@@ -14,14 +16,7 @@ from gateway.core.dialects import (
     parse_request_json,
     requested_dialect,
 )
-from gateway.core.engine import (
-    Change,
-    Decision,
-    Outcome,
-    audit_fields,
-    cancellations,
-    decide,
-)
+from gateway.core.engine import Change, Decision, Outcome, decide
 from gateway.core.entries import (
     DEFAULT_RETENTION_MS,
     Entry,
@@ -42,27 +37,14 @@ from gateway.core.errors import (
     PAYLOAD_TOO_LARGE,
     GatewayError,
 )
-from gateway.core.events import (
-    EventOutcome,
-    EventResult,
-    IgnoredReason,
-    JobEvent,
-    apply_job_event,
-    attempt_deadline,
-    expire_job,
-    job_deadline,
-    job_effective_state,
-    job_record,
-    parse_event,
-    parse_event_json,
-    past_expiry,
-    ready_at,
-    route_key,
-)
 from gateway.core.fingerprint import canonical_form, fingerprint, fingerprint_reference
 from gateway.core.holder import FaktoryRule, Holder, UniqueUntil, ZizqRule, ZizqScope
-from gateway.core.jobs import uuid7
+from gateway.core.job_events import JobEvent, parse_event, parse_event_json
+from gateway.core.jobs import route_key, stored_job, uuid7
+from gateway.core.leases import attempt_deadline, expire_job, job_deadline, past_expiry
+from gateway.core.lifecycle import apply_job_event, job_effective_state, transition_events
 from gateway.core.matching import Holding, holds
+from gateway.core.moves import EventOutcome, EventResult, IgnoredReason, ready_at
 from gateway.core.policy import Dimension, Judge, OnConflict, PeriodFrom, UniquePolicy, parse_policy
 from gateway.core.request import OJS, Request
 from gateway.core.retry import RetryPolicy
@@ -114,7 +96,8 @@ __all__ = [
     "past_expiry",
     "job_effective_state",
     "ready_at",
-    "job_record",
+    "stored_job",
+    "transition_events",
     "route_key",
     "audit_fields",
     "canonical_form",

@@ -1,5 +1,12 @@
 """RFC 8785 (JCS) canonical JSON of NFC-normalised values.
 
+Numbers: a float is a double, whatever its size, and is written as JCS writes
+it (ECMAScript's Number.prototype.toString): 1e21 as 1e+21, 4e15 as
+4000000000000000, 1.0 as 1, -0.0 as 0, 5e-324 as 5e-324; only NaN and the
+infinities have no form. An int is an integer literal, and one beyond
++-(2**53 - 1) is refused: a JSON parser rounds it to a double, so two
+different ones would share a key (send it as a string).
+
 The reference is the `rfc8785` package applied to the NFC-normalised value. It
 is pure Python and slow, so `canonical_json` first tries a fast path through
 orjson restricted to inputs it provably serialises byte-for-byte identically:
@@ -11,9 +18,13 @@ orjson restricted to inputs it provably serialises byte-for-byte identically:
   code point is its own single code unit), so other keys take the reference;
 - integers within +-(2**53 - 1), the JCS domain; rfc8785 rejects the rest;
 - floats: an integral float of safe magnitude is written as that integer (JCS
-  writes 1.0 as 1); any other float whose Python repr has no exponent is
-  written as that repr, which is exactly what rfc8785 derives from it; floats
-  needing an exponent, NaN and infinities take the reference path;
+  writes 1.0 as 1, and below 2**53 the shortest digits of an integral double
+  are the integer's own); any other float whose Python repr has no exponent
+  is written as that repr, which is exactly what rfc8785 derives from it
+  (repr and ECMAScript both give the shortest digits that round-trip); every
+  other float (an integral one beyond +-(2**53 - 1), such as 1e21, or one
+  whose repr has an exponent, such as 1e-5), NaN and the infinities take the
+  reference path;
 - true, false, null, arrays and objects of the above.
 
 Anything else, including every invalid input, takes the reference path, which

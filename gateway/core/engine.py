@@ -1,7 +1,9 @@
 """The decision engine: (stored entries for a key, request, decision time) -> decision.
 
 Pure: no clock, no I/O. Times are epoch milliseconds (the request record's
-broker timestamp), so replaying the log replays every decision.
+broker timestamp), so replaying the log replays every decision. What a
+decision publishes besides its job (audit fields, cancellations) is
+decision_records.py's.
 
 Rules, each decided here and only here:
 - An entry is a duplicate iff it holds its key against the request
@@ -39,14 +41,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any, assert_never
 
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
 from gateway.core.envelope import resolved
 from gateway.core.errors import GatewayError
 from gateway.core.holder import Holder, holder_for
-from gateway.core.jobs import initial_state, job_record, uuid7
+from gateway.core.jobs import accepted_job, initial_state, uuid7
 from gateway.core.matching import holds_key
 from gateway.core.policy import OnConflict, UniquePolicy
 from gateway.core.request import OJS, Request
@@ -365,7 +366,7 @@ def _accept(
     if scheduled_at is None:
         scheduled_at = envelope.scheduled_at
     job_id = envelope.id or uuid7(now_ms, key, seed)
-    job = job_record(envelope, job_id, key, now_ms, scheduled_at)
+    job = accepted_job(envelope, job_id, key, now_ms, scheduled_at)
     stored = tuple(kept)
     rule = request.holder_rule
     holder = None if rule is None else holder_for(rule, now_ms, scheduled_at)
@@ -385,60 +386,3 @@ def _accept(
             ),
         )
     return Decision(Outcome.ACCEPTED, now_ms, stored, key, request.policy, job=job, holder=holder)
-
-
-def audit_fields(decision: Decision) -> dict[str, Any]:
-    """The decision's part of the audit record.
-
-    job_id is the new job, or for rejected and ignored the existing one.
-
-    The processor adds request_id, decided_at and source.
-    """
-    return {
-        "outcome": str(decision.outcome),
-        "unique_key": decision.unique_key,
-        "job_id": _job_id(decision),
-        "existing_job_id": None if decision.existing is None else decision.existing.job_id,
-        "existing_job_state": (
-            None if decision.existing_state is None else str(decision.existing_state)
-        ),
-        "cancelled_job_id": decision.cancelled[0].job_id if decision.cancelled else None,
-        "cancelled_job_ids": [e.job_id for e in decision.cancelled],
-        "error": None if decision.error is None else decision.error.to_dict(),
-        "policy": None if decision.policy is None else _policy_dict(decision.policy),
-        "holder": None if decision.holder is None else decision.holder.to_dict(),
-        "updated_fields": (
-            [{"field": c.field, "from": c.before, "to": c.after} for c in decision.changes]
-            if decision.outcome is Outcome.UPDATED
-            else None
-        ),
-    }
-
-
-@lru_cache(maxsize=1024)
-def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
-    """`policy.to_dict()`, once per policy: every decision record carries one. Shared, so
-    read-only: the record is serialised as it is."""
-    return policy.to_dict()
-
-
-def _job_id(decision: Decision) -> str | None:
-    """The job the caller ends up with: the new or updated one, or the existing one."""
-    if decision.job is not None:
-        return str(decision.job["id"])
-    return None if decision.existing is None else decision.existing.job_id
-
-
-def cancellations(decision: Decision) -> list[dict[str, Any]]:
-    """One cancellation per job a replace cancelled, for workers to act on."""
-    return [
-        {
-            "job_id": entry.job_id,
-            "unique_key": decision.unique_key,
-            "previous_state": str(effective_state(entry, decision.decided_at)),
-            "reason": "replaced",
-            "replaced_by": None if decision.job is None else decision.job["id"],
-            "cancelled_at": format_rfc3339(decision.decided_at),
-        }
-        for entry in decision.cancelled
-    ]

@@ -54,7 +54,7 @@ class Envelope:
     id: str | None = None
     meta: dict[str, Any] | None = None
     scheduled_at: int | None = None
-    # After this the job is never handed out: discarded, if no worker took it (events.py).
+    # After this the job is never handed out: discarded, if no worker took it (leases.py).
     expires_at: int | None = None
     # A time sent relative ("+PT5S"): so long after the decision (`resolved` makes it absolute).
     scheduled_in: int | None = None
@@ -64,7 +64,7 @@ class Envelope:
     retry: RetryPolicy = RetryPolicy()
     tags: list[str] | None = None
     timeout_ms: int | None = None
-    # The lease a worker's claim gets unless the fetch names one (see events.py).
+    # The lease a worker's claim gets unless the fetch names one (see leases.py).
     visibility_timeout_ms: int | None = None
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None

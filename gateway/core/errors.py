@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Malformed JSON, a missing or invalid field, an invalid policy (OJS: "Malformed request").
 INVALID_REQUEST = "invalid_request"
+# OJS: job args that fail a schema. The gateway checks no schema, so it answers this nowhere;
+# malformed JSON is INVALID_REQUEST on every surface.
 INVALID_PAYLOAD = "invalid_payload"
 INVALID_EVENT = "invalid_event"
 DUPLICATE = "duplicate"

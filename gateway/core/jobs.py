@@ -1,4 +1,8 @@
-"""Accepted jobs: ids and the job record published downstream.
+"""Accepted jobs: ids, the job record published downstream, and where a job lives.
+
+A job lives under its route: its unique key, else its id (`route_key`, the
+route rule's one statement). Its route's state and `job_states` hold it with
+that route and its partition (`stored_job`).
 
 Ids are reproducible. The core has no clock and no randomness: a UUIDv7 takes
 its 48-bit timestamp from the decision time and its 74 "random" bits from
@@ -58,7 +62,7 @@ def initial_state(scheduled_at: int | None, now_ms: int) -> State:
     return State.AVAILABLE
 
 
-def job_record(
+def accepted_job(
     envelope: Envelope,
     job_id: str,
     unique_key: str | None,
@@ -89,7 +93,7 @@ def job_record(
     if envelope.tags is not None:
         job["tags"] = envelope.tags
     if envelope.timeout_ms is not None:
-        job["timeout_ms"] = envelope.timeout_ms  # bounds each attempt (see events.py)
+        job["timeout_ms"] = envelope.timeout_ms  # bounds each attempt (see leases.py)
     if envelope.visibility_timeout_ms is not None:
         job["visibility_timeout_ms"] = envelope.visibility_timeout_ms  # its claims' lease
     if state is State.AVAILABLE:
@@ -103,6 +107,24 @@ def job_record(
         sent = envelope.raw.get("expires_at")
         job["expires_at"] = sent if sent is not None else envelope.raw["options"]["expires_at"]
     return job
+
+
+def route_key(unique_key: str | None, job_id: str) -> str:
+    """Where a job lives, the route rule's one statement (gateway.wire.route applies it to
+    a request): its unique key, else its id. Its requests and events are keyed by this."""
+    return unique_key or job_id
+
+
+def stored_job(job: Mapping[str, Any], unique_key: str | None, partition: int) -> dict[str, Any]:
+    """A new job as its route's state and `job_states` hold it: the decided job with where
+    it lives. The HTTP binding builds its provisional copy of an answered job with this."""
+    return {**job, "route": route_key(unique_key, str(job["id"])), "partition": partition}
+
+
+def job_route(job: Mapping[str, Any]) -> str:
+    """The route a stored job lives under, as its record says (`stored_job`); a record from
+    before routes were kept: its id."""
+    return str(job.get("route") or job["id"])
 
 
 def terminal_since(job: Mapping[str, Any]) -> int | None:

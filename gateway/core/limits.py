@@ -34,8 +34,13 @@ produces anything (processor/total.py): with the limits above that check is a
 safety net, never the refusal a valid input meets.
 
 Nesting is at most MAX_DEPTH levels (orjson cannot serialise past 255), and
-numbers at most MAX_SAFE_INTEGER in magnitude: JSON parsers, orjson among them,
-turn larger integers into floats, so two different ones would collide in a key.
+integers at most MAX_SAFE_INTEGER in magnitude: JSON parsers round larger
+integer literals to doubles, so two different ones would collide in a key. A
+number written with a fraction or an exponent is a double whatever its size
+(1e21, -0.0, 5e-324) and RFC 8785 writes it exactly, so it is taken; only
+NaN and the infinities, which JSON cannot carry, are refused. orjson reads an
+integer literal beyond 64 bits as a float, so where JSON text is parsed
+`rounded_integer_problem` finds those literals in the text.
 
 Durations are at most MAX_DURATION_MS and instants lie in [MIN_INSTANT_MS,
 MAX_INSTANT_MS): an instant plus a period, a retention or a capped retry delay
@@ -45,6 +50,8 @@ that RFC 3339 dates (and Python's datetime) can print.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,6 +81,19 @@ MAX_INSTANT_MS = (datetime(9000, 1, 1, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo
 )
 
 _CONTAINERS = (dict, list)
+_INF = float("inf")
+# orjson reads an integer literal outside [-2**63, 2**64 - 1] as a float: one of at
+# least 19 digits. A run of 19 digits anywhere in a text is the cheap sign of one,
+# found as 19 zeros once every digit is a zero and every other byte a space (some ten
+# times faster than a regular expression).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
+# A JSON string (skipped whole, so digits inside strings never count), or an integer
+# literal of at least 19 digits: not part of a fraction or an exponent, none following.
+_STRING_OR_LONG_INTEGER = (
+    r'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9A-Za-z_.+-])(-?[0-9]{19,})(?![0-9A-Za-z_.])'
+)
+_LONG_INTEGERS = re.compile(_STRING_OR_LONG_INTEGER.encode(), re.DOTALL)
 
 
 def too_large(what: str, size: int, limit: int) -> GatewayError:
@@ -121,15 +141,58 @@ def json_problem(value: Any, root: str = "") -> str | None:
                 if depth >= MAX_DEPTH:
                     return _locate(value, root)
                 stack.append((item, depth + 1))
-            elif (kind is int or kind is float) and not (
-                -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER
-            ):
+            elif kind is int:
+                if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    return _locate(value, root)
+            elif kind is float and not -_INF < item < _INF:  # NaN or an infinity
                 return _locate(value, root)
     return None
 
 
-def _locate(value: dict[str, Any] | list[Any], root: str) -> str | None:
-    """`json_problem`'s message for the first offending place, in document order."""
+def rounded_integer_problem(
+    value: Any, text: bytes | bytearray | str, root: str = ""
+) -> str | None:
+    """Why `value`, which orjson parsed from `text`, holds an integer literal it rounded.
+
+    orjson reads an integer literal beyond 64 bits (1 followed by 21 zeros) as a
+    float, which `json_problem` cannot tell from a double written as one (1e21):
+    the text can. A cheap look at the text settles nearly every one; only a text
+    holding an integer literal of 19 digits or more is read token by token, and
+    then `value` is walked to name the first place, in document order, that
+    breaks the rules: a float equal to such a literal, or whatever `json_problem`
+    finds. (A double of the very same value written before the literal is named
+    instead of it; the text is refused either way.) Call it with the text
+    wherever JSON is parsed for the core, before anything is taken from it.
+    """
+    rounded = _rounded_integers(text)
+    if not rounded:
+        return None
+    if type(value) not in _CONTAINERS:
+        return _number_problem(value, root, rounded)
+    return _locate(value, root, rounded)
+
+
+def _rounded_integers(text: bytes | bytearray | str) -> frozenset[float]:
+    """`text`'s integer literals of 19 digits or more as floats, as orjson reads those
+    beyond 64 bits."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS):
+        return frozenset()
+    literals = [m.group(1) for m in _LONG_INTEGERS.finditer(data)]
+    out = set()
+    for literal in literals:
+        # Beyond the largest double (or int's digit limit) orjson refused the text.
+        with contextlib.suppress(OverflowError, ValueError):
+            if literal is not None:
+                out.add(float(int(literal)))
+    return frozenset(out)
+
+
+def _locate(
+    value: dict[str, Any] | list[Any], root: str, rounded: frozenset[float] = frozenset()
+) -> str | None:
+    """`json_problem`'s message for the first offending place, in document order; with
+    `rounded`, a float among them is one too (see `rounded_integer_problem`)."""
     frames = [_children(value)]
     names: list[object] = []  # the key or index leading to each open frame after the first
     while frames:
@@ -141,9 +204,9 @@ def _locate(value: dict[str, Any] | list[Any], root: str) -> str | None:
                 names.append(name)
                 frames.append(_children(item))
                 break
-            problem = _number_problem(item, "")
+            problem = _number_problem(item, "", rounded)
             if problem is not None:
-                return _number_problem(item, _path(root, [*names, name]))
+                return _number_problem(item, _path(root, [*names, name]), rounded)
         else:
             frames.pop()
             if names:
@@ -155,14 +218,17 @@ def _children(container: dict[str, Any] | list[Any]) -> Iterator[tuple[object, A
     return iter(container.items()) if type(container) is dict else iter(enumerate(container))
 
 
-def _number_problem(value: Any, where: str) -> str | None:
-    if type(value) is not int and type(value) is not float:
+def _number_problem(value: Any, where: str, rounded: frozenset[float] = frozenset()) -> str | None:
+    """An integer beyond the range, NaN or an infinity, or a float among `rounded`."""
+    kind = type(value)
+    if kind is float:
+        if not -_INF < value < _INF:
+            return f"{where or 'the value'} is {value}, which is not a JSON number"
+        if value not in rounded:
+            return None
+    elif kind is not int or -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
         return None
-    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        return None
-    if value != value or value in (float("inf"), float("-inf")):
-        return f"{where or 'the value'} is {value}, which is not a JSON number"
-    return f"{where or 'the value'}: numbers beyond ±(2^53−1) are not exact; send them as strings"
+    return f"{where or 'the value'}: integers beyond ±(2^53−1) are not exact; send them as strings"
 
 
 def _path(root: str, names: list[object]) -> str:

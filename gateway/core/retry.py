@@ -11,6 +11,13 @@ initial * coefficient^(n-1) (exponential, the default), initial * n^coefficient
 then multiplied by a jitter factor in [0.5, 1.5). The core has no randomness:
 the factor comes from SHA-256 over (job id, attempt), so replaying the log
 gives every retry the same time and different jobs still spread out.
+
+Stored and shown are two forms. Records (decisions, `jobs`, `job_states`) keep
+`RetryPolicy.to_dict`: integer milliseconds and the strategy always named.
+Every surface that shows a job to a caller (HTTP answers and GET, fetch, the
+SDK's results, the CLI) shows `ojs_retry` of it instead, the OJS retry object:
+ISO 8601 intervals (the `_ms` integers where the client sent those under
+`options.retry`), `backoff` only when it is not exponential or was sent.
 """
 
 from __future__ import annotations
@@ -177,3 +184,60 @@ def _interval(raw: Mapping[str, Any], name: str, field: str, default: int) -> in
 
 def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def ojs_retry(stored: Mapping[str, Any], sent: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A stored retry policy (`RetryPolicy.to_dict`) as the OJS retry object callers see.
+
+    `sent` is the retry object the client sent under `options.retry` (kept on the job as
+    sent): an interval it gave in milliseconds is shown in milliseconds, and `backoff`
+    and `on_exhaustion` are shown when it gave them. A policy already shown (not every
+    stored field present) comes back as it is, so showing a job twice shows it once.
+    """
+    if not stored.keys() >= _STORED_FIELDS:
+        return dict(stored)
+    sent = sent or {}
+    out: dict[str, Any] = {"max_attempts": stored.get("max_attempts")}
+    for name in ("initial_interval", "max_interval"):
+        millis = stored.get(f"{name}_ms")
+        if f"{name}_ms" in sent:
+            out[f"{name}_ms"] = millis
+        elif isinstance(millis, int):
+            out[name] = iso_duration(millis)
+    out["backoff_coefficient"] = stored.get("backoff_coefficient")
+    out["jitter"] = stored.get("jitter")
+    out["non_retryable_errors"] = list(stored.get("non_retryable_errors") or [])
+    if stored.get("backoff", "exponential") != "exponential" or "backoff" in sent:
+        out["backoff"] = stored.get("backoff")
+    if "on_exhaustion" in sent:
+        out["on_exhaustion"] = sent["on_exhaustion"]
+    return out
+
+
+def with_ojs_retry(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a job record with its `retry` shown as `ojs_retry` (nothing else changed)."""
+    out = dict(job)
+    retry = job.get("retry")
+    if isinstance(retry, Mapping):
+        options = job.get("options")
+        sent = options.get("retry") if isinstance(options, Mapping) else None
+        out["retry"] = ojs_retry(retry, sent if isinstance(sent, Mapping) else None)
+    return out
+
+
+def iso_duration(millis: int) -> str:
+    """Milliseconds as an ISO 8601 duration: 1000 -> PT1S, 300000 -> PT5M, 1500 -> PT1.5S."""
+    if millis <= 0:
+        return "PT0S"
+    days, rest = divmod(millis, 86_400_000)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, ms = divmod(rest, 1000)
+    text = "P" + (f"{days}D" if days else "")
+    clock = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+    if seconds or ms:
+        clock += f"{seconds}.{ms:03d}".rstrip("0").rstrip(".") + "S"
+    return text + ("T" + clock if clock else "")
+
+
+_STORED_FIELDS = frozenset(RetryPolicy().to_dict())

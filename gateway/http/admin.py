@@ -25,7 +25,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway import wire
-from gateway.core import TERMINAL_STATES, State
+from gateway.core import INVALID_REQUEST, TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import dead_letter, errors, jobs, queue_stats, transitions
 from gateway.http.answers import Answer
@@ -147,10 +147,10 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiE
     query = request.query_params
     state, queue_name, job_type = query.get("state"), query.get("queue"), query.get("type")
     if state is not None and state not in STATES:
-        return ApiError(400, errors.INVALID_REQUEST, f"state must be one of {', '.join(STATES)}")
+        return ApiError(400, INVALID_REQUEST, f"state must be one of {', '.join(STATES)}")
     sort, order = query.get("sort"), query.get("order", "asc")
     if sort not in (None, "scheduled_at") or order not in ("asc", "desc"):
-        return ApiError(400, errors.INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
+        return ApiError(400, INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
     await settled(binding, queue_name)
     items, total = jobs_page(binding.view, state, queue_name, job_type, number, per_page,
                              sort, order == "desc")  # fmt: skip
@@ -238,14 +238,14 @@ async def bulk(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     if isinstance(body, ApiError):
         return body
     if not isinstance(body, dict) or body.get("confirm") is not True:
-        return ApiError(400, errors.INVALID_REQUEST,
+        return ApiError(400, INVALID_REQUEST,
                         f'a bulk {action} needs "confirm": true beside its "filter"')  # fmt: skip
     wanted = body.get("filter") or {}
     if not isinstance(wanted, dict):
-        return ApiError(400, errors.INVALID_REQUEST, "filter must be an object")
-    state = wanted.get("state") or ("discarded" if action == "retry" else None)
+        return ApiError(400, INVALID_REQUEST, "filter must be an object")
+    state = wanted.get("state") or (str(State.DISCARDED) if action == "retry" else None)
     if state is not None and state not in STATES:
-        return ApiError(400, errors.INVALID_REQUEST, f"state must be one of {', '.join(STATES)}")
+        return ApiError(400, INVALID_REQUEST, f"state must be one of {', '.join(STATES)}")
     event = "job.enqueued" if action == "retry" else "job.cancelled"
     found = _matching(binding.view, state, wanted.get("queue"), wanted.get("type"))
     if action == "cancel" and state is None:

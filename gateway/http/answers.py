@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import INTERNAL, OJS, PAYLOAD_TOO_LARGE, Outcome
+from gateway.core import DUPLICATE, INTERNAL, INVALID_REQUEST, OJS, PAYLOAD_TOO_LARGE, Outcome
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
@@ -40,7 +40,7 @@ def for_result(result: EnqueueResult) -> Answer | ApiError:
     if result.outcome is Outcome.REJECTED:
         return ApiError(
             409,
-            result.error.code if result.error else errors.DUPLICATE,
+            result.error.code if result.error else DUPLICATE,
             result.error.message if result.error else "a duplicate of a live job",
             details={
                 "existing_job_id": result.existing_job_id,
@@ -48,7 +48,7 @@ def for_result(result: EnqueueResult) -> Answer | ApiError:
                 "unique_key": result.unique_key,
             },
         )
-    code = result.error.code if result.error else errors.INVALID_REQUEST
+    code = result.error.code if result.error else INVALID_REQUEST
     message = result.error.message if result.error else f"the job was decided {result.outcome}"
     return ApiError(_INVALID_STATUS.get(code, 400), _HTTP_CODE.get(code, code), message)
 

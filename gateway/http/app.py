@@ -25,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import catalogue, config, wire
+from gateway.core import INVALID_REQUEST
 from gateway.http import (
     admin,
     cron,
@@ -230,7 +231,7 @@ async def _live(request: Request) -> Response:
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: errors.NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(
-        exc.status_code, errors.INVALID_REQUEST
+        exc.status_code, INVALID_REQUEST
     )
     response = error_response(
         ApiError(exc.status_code, code, str(exc.detail)), request_id_of(request),

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway import wire
-from gateway.core import GatewayError
+from gateway.core import INVALID_REQUEST, GatewayError
 from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
@@ -72,7 +72,7 @@ async def toggle(request: Request, binding: Binding, _: str) -> Answer | ApiErro
         return body
     on = body.get("enabled") if isinstance(body, dict) else None
     if not isinstance(on, bool) or set(body) != {"enabled"}:
-        return ApiError(400, errors.INVALID_REQUEST, 'the body is {"enabled": true|false}')
+        return ApiError(400, INVALID_REQUEST, 'the body is {"enabled": true|false}')
     answer = await _ask(binding, CronCommand("enable", name, enabled=on))
     return answer if isinstance(answer, ApiError) else Answer(200, _shown(answer["cron"]))
 
@@ -113,7 +113,7 @@ def _shown(cron: dict[str, Any]) -> dict[str, Any]:
 def _name(request: Request) -> str | ApiError:
     name = request.path_params["name"]
     if not is_valid_name(name):
-        return ApiError(400, errors.INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
+        return ApiError(400, INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
     return str(name)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.core import EventOutcome
+from gateway.core import EventOutcome, State
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -24,7 +24,7 @@ from gateway.http.plumbing import int_param
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
-DEAD = "discarded"
+DEAD = State.DISCARDED  # a dead letter job is a discarded one
 
 
 def page_of(request: Request) -> tuple[int, int] | ApiError:

@@ -1,12 +1,14 @@
-"""HTTP errors as values: a status, an OJS error code, a message a caller can act on."""
+"""HTTP errors as values: a status, an OJS error code, a message a caller can act on.
+
+The codes the core answers (invalid_request, duplicate, ...) are the core's
+(core/errors.py); the ones only the HTTP binding answers are here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-INVALID_REQUEST = "invalid_request"
-DUPLICATE = "duplicate"
 NOT_FOUND = "not_found"
 UNAUTHORIZED = "unauthorized"
 UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"

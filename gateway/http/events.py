@@ -2,15 +2,9 @@
 
 The processor decides every transition and writes each job's new state to
 `job_states`; the view reads it with the job's previous version beside it.
-`derive` turns that pair into the OJS events (ojs-events.md, section 3) the
-transition amounts to, in the OJS event envelope:
-
-    to available   job.enqueued         to retryable  job.failed, job.retrying
-    to scheduled   job.scheduled        to discarded  job.failed (from active), job.discarded
-    to active      job.started          to cancelled  job.cancelled
-    to completed   job.completed        still active, new lease_expires_at: job.heartbeat
-
-A tombstone (a job deleted or past its retention) and `pending` emit nothing.
+Which OJS events (ojs-events.md, section 3) that pair amounts to is the core's
+rule (`core.transition_events`); `derive` puts each in the OJS event envelope.
+A tombstone (a job deleted or past its retention) emits nothing.
 The event's `time` is the transition's own stamp in the record (started_at,
 completed_at, ...), never this process's clock; its `id` names the job_states
 record it came from, so it is the same on every serve process.
@@ -30,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core import transition_events
 from gateway.core.times import parse_rfc3339
 from gateway.http.view import Change
 
@@ -56,38 +51,9 @@ def derive(change: Change) -> list[dict[str, Any]]:
     if after is None:
         return []
     was = None if before is None else before.get("state")
-    now = after.get("state")
-    types: list[str] = []
-    if was == now:
-        if (
-            now == "active"
-            and before
-            and before.get("lease_expires_at") != after.get("lease_expires_at")
-        ):
-            types = ["job.heartbeat"]
-        elif (
-            now == "scheduled"
-            and before
-            and before.get("scheduled_at") != after.get("scheduled_at")
-        ):
-            types = ["job.scheduled"]
-    elif now == "available":
-        types = ["job.enqueued"]
-    elif now == "scheduled":
-        types = ["job.scheduled"]
-    elif now == "active":
-        types = ["job.started"]
-    elif now == "completed":
-        types = ["job.completed"]
-    elif now == "retryable":
-        types = ["job.failed", "job.retrying"]
-    elif now == "discarded":
-        types = ["job.failed", "job.discarded"] if was == "active" else ["job.discarded"]
-    elif now == "cancelled":
-        types = ["job.cancelled"]
     return [
         _envelope(kind, f"evt_{partition}-{offset}-{index}", was, after)
-        for index, kind in enumerate(types)
+        for index, kind in enumerate(transition_events(before, after))
     ]
 
 

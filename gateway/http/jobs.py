@@ -13,8 +13,17 @@ from typing import Any
 
 from starlette.requests import Request as HttpRequest
 
-from gateway.core import GatewayError, Outcome, job_effective_state, job_record, parse_request
-from gateway.http import answers, errors, transitions
+from gateway.core import (
+    INVALID_REQUEST,
+    GatewayError,
+    Outcome,
+    State,
+    job_effective_state,
+    parse_request,
+    stored_job,
+)
+from gateway.core.retry import with_ojs_retry
+from gateway.http import answers, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -46,7 +55,7 @@ async def enqueue_batch(
     if isinstance(body, ApiError):
         return body
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
-        return ApiError(400, errors.INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
+        return ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
     problems = []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
@@ -55,7 +64,7 @@ async def enqueue_batch(
     if problems:
         first = problems[0]
         return ApiError(
-            400, errors.INVALID_REQUEST,
+            400, INVALID_REQUEST,
             f"batch validation failed: job at index {first['index']}: {first['message']}; "
             "nothing was enqueued",
             details={"errors": problems},
@@ -117,9 +126,7 @@ def shown(job: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in job.items() if k not in INTERNAL_FIELDS} | {"state": state}
     raw_options = job.get("options")
     options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
-    if isinstance(job.get("retry"), dict):
-        sent = options.get("retry")
-        out["retry"] = ojs_retry(job["retry"], sent if isinstance(sent, dict) else None)
+    out = with_ojs_retry(out)
     if out.get("unique") is None and options.get("unique") is not None:
         out["unique"] = options["unique"]
     errors_kept = job.get("errors")
@@ -130,58 +137,25 @@ def shown(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def ojs_retry(stored: dict[str, Any], sent: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The core's stored retry policy (retry.RetryPolicy.to_dict) as the OJS retry object."""
-    sent = sent or {}
-    out: dict[str, Any] = {"max_attempts": stored.get("max_attempts")}
-    for name in ("initial_interval", "max_interval"):
-        millis = stored.get(f"{name}_ms")
-        if f"{name}_ms" in sent:
-            out[f"{name}_ms"] = millis
-        elif isinstance(millis, int):
-            out[name] = iso_duration(millis)
-    out["backoff_coefficient"] = stored.get("backoff_coefficient")
-    out["jitter"] = stored.get("jitter")
-    out["non_retryable_errors"] = list(stored.get("non_retryable_errors") or [])
-    if stored.get("backoff", "exponential") != "exponential" or "backoff" in sent:
-        out["backoff"] = stored.get("backoff")
-    if "on_exhaustion" in sent:
-        out["on_exhaustion"] = sent["on_exhaustion"]
-    return out
-
-
-def iso_duration(millis: int) -> str:
-    """Milliseconds as an ISO 8601 duration: 1000 -> PT1S, 300000 -> PT5M, 1500 -> PT1.5S."""
-    if millis <= 0:
-        return "PT0S"
-    days, rest = divmod(millis, 86_400_000)
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, ms = divmod(rest, 1000)
-    text = "P" + (f"{days}D" if days else "")
-    clock = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
-    if seconds or ms:
-        clock += f"{seconds}.{ms:03d}".rstrip("0").rstrip(".") + "S"
-    return text + ("T" + clock if clock else "")
-
-
 async def _settled(binding: Binding, result: EnqueueResult) -> None:
     """This view shows what the answer reports: a new job at once, as its record will hold
     it (the same core function builds both). A job a replace cancelled, or an update
     changed, once its record is read: the processor derives those from its stored record,
     which this process may not have seen yet."""
-    if result.job is None:
+    # The job as the decision record holds it (the SDK's `job` is it as shown to callers).
+    decided = result.record.get("job")
+    if not isinstance(decided, dict):
         return
     if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED):
         partition = int(result.record["source"]["partition"])
-        job = job_record(result.job, result.unique_key, partition)
+        job = stored_job(decided, result.unique_key, partition)
         binding.view.provisional(str(job["id"]), job)
     if result.outcome is Outcome.REPLACED and result.cancelled_job_id:
-        cancelled = {"id": result.cancelled_job_id, "state": "cancelled"}
+        cancelled = {"id": result.cancelled_job_id, "state": str(State.CANCELLED)}
         await transitions.wait_for_view(binding, cancelled, ("state",))
     elif result.outcome is Outcome.UPDATED:
         changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
-        await transitions.wait_for_view(binding, result.job, changed)
+        await transitions.wait_for_view(binding, decided, changed)
 
 
 def _item_request_id(job: Any, request_id: str, index: int) -> str:

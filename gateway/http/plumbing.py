@@ -11,7 +11,8 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.core import PAYLOAD_TOO_LARGE
+from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE
+from gateway.core.limits import rounded_integer_problem
 from gateway.http import errors
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
@@ -99,11 +100,17 @@ async def read_json(request: Request, cap: int) -> Any:
         # A caller that goes away mid-body is an ordinary end, not our failure;
         # the answer goes nowhere, nothing was enqueued.
         log.info("the client disconnected before sending its whole body")
-        return ApiError(400, errors.INVALID_REQUEST, "the client disconnected mid-body")
+        return ApiError(400, INVALID_REQUEST, "the client disconnected mid-body")
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return ApiError(400, errors.INVALID_REQUEST, f"the body is not valid JSON: {exc}")
+        return ApiError(400, INVALID_REQUEST, f"the body is not valid JSON: {exc}")
+    # orjson reads an integer beyond 64 bits as a float, and the body is all that tells
+    # it from a double: once re-serialised it would be taken, and could share a key.
+    problem = rounded_integer_problem(value, body)
+    if problem is not None:
+        return ApiError(400, INVALID_REQUEST, problem)
+    return value
 
 
 def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> int | ApiError:
@@ -115,7 +122,5 @@ def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> 
     except ValueError:
         value = low - 1
     if not low <= value <= high:
-        return ApiError(
-            400, errors.INVALID_REQUEST, f"{name} must be an integer from {low} to {high}"
-        )
+        return ApiError(400, INVALID_REQUEST, f"{name} must be an integer from {low} to {high}")
     return value

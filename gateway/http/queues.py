@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway import wire
-from gateway.core import State
+from gateway.core import INVALID_REQUEST, State
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.times import format_rfc3339
 from gateway.http import commands, errors, queue_stats
@@ -67,7 +67,7 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     suite's `queue` object with the name and the counts."""
     name = request.path_params["name"]
     if not is_valid_queue_name(name):
-        return ApiError(400, errors.INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+        return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
     await settled(binding, name)
     known = binding.view.queues().get(name)
     if known is None:
@@ -100,7 +100,7 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     object and the Admin UI's `paused`."""
     name = request.path_params["name"]
     if not is_valid_queue_name(name):
-        return ApiError(400, errors.INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+        return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
     count = await commands.partitions(binding)
     if isinstance(count, ApiError):
         return count

@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any
 
-from gateway.core import PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
+from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
 from gateway.http import errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -76,7 +76,7 @@ def refused(ack: EventAck, job_id: str, operation: str) -> ApiError | None:
     if ack.error is not None:
         code, message = ack.error.code, ack.error.message
     else:  # unchanged: the job is already where the operation would take it
-        code, message = errors.INVALID_REQUEST, f"job {job_id} is already {state}"
+        code, message = INVALID_REQUEST, f"job {job_id} is already {state}"
     return ApiError(
         409, code, f"cannot {operation}: {message}",
         details={"job_id": job_id, "current_state": state},

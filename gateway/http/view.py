@@ -71,11 +71,11 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict, WriteBatch
 
-from gateway.broker.launcher import gateway_home
 from gateway.catalogue import Catalogue
+from gateway.config import gateway_home
 from gateway.core import DEFAULT_RETENTION_MS, ready_at
-from gateway.core.events import WAITING_STATES
 from gateway.core.jobs import job_expires_at
+from gateway.core.moves import WAITING_STATES
 from gateway.core.times import parse_rfc3339
 from gateway.http import queue_stats
 from gateway.processor.state_identity import Identity

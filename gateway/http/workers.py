@@ -23,10 +23,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.core import EventOutcome, State, job_effective_state, past_expiry
+from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
-from gateway.http import errors, transitions
+from gateway.http import transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -139,7 +139,7 @@ async def _claim(
         if isinstance(ack, ApiError):
             return ack
         moved = ack.record.get("job")
-        if ack.outcome != "applied" or not isinstance(moved, dict):
+        if ack.outcome != EventOutcome.APPLIED or not isinstance(moved, dict):
             return None
         transitions.answered(binding, moved)
         # Past its expires_at the claim discarded the job instead (core.apply_job_event).
@@ -233,7 +233,7 @@ async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[s
             "lease_expires_at": moved.get("lease_expires_at"),
         }  # fmt: skip
     refused = transitions.refused(answer, job_id, "heartbeat") or ApiError(
-        409, errors.INVALID_REQUEST, f"cannot heartbeat: job {job_id} is {answer.state}"
+        409, INVALID_REQUEST, f"cannot heartbeat: job {job_id} is {answer.state}"
     )
     return {
         "job_id": job_id, "extended": False, "state": answer.state,
@@ -320,4 +320,4 @@ async def _body(request: Request, binding: Binding) -> dict[str, Any] | ApiError
 
 
 def _bad(message: str) -> ApiError:
-    return ApiError(400, errors.INVALID_REQUEST, message)
+    return ApiError(400, INVALID_REQUEST, message)

@@ -29,9 +29,9 @@ from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_LINGER_MS
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import changelogs
-from gateway.processor.dedup import Limits
 from gateway.processor.loop import Loop, Topics
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
 from gateway.processor.records import Output, Source

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -35,10 +35,6 @@ import orjson
 
 from gateway import wire
 from gateway.core import (
-    DEFAULT_RETENTION_MS,
-    INVALID_EVENT,
-    PAYLOAD_TOO_LARGE,
-    UNKNOWN_DIALECT,
     Decision,
     Entry,
     EventOutcome,
@@ -53,20 +49,18 @@ from gateway.core import (
     expire_job,
     expires_at,
     job_deadline,
-    job_record,
     load_entries,
-    parse_event_json,
-    parse_request_json,
-    requested_dialect,
+    stored_job,
 )
 from gateway.core.engine import updated_record
-from gateway.core.events import cancelled_by_replace, follow, on_key
 from gateway.core.ids import summary
-from gateway.core.jobs import job_expires_at
-from gateway.core.limits import MAX_REQUEST_BYTES, headers_refusal
+from gateway.core.jobs import job_expires_at, job_route
+from gateway.core.lifecycle import cancelled_by_replace, follow, on_key
+from gateway.core.limits import headers_refusal
 from gateway.partitioner import partition_for
 from gateway.processor.commands import Commands
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits, dialect_of, parse_event_record, parse_limited
 from gateway.processor.records import (
     Output,
     Source,
@@ -96,53 +90,6 @@ KeyState = Any
 StateOf = Callable[[Source, bytes], KeyState]
 ENTRIES = "entries"
 JOB = "job/"  # + job id: a job record in its route's state
-
-
-@dataclass(frozen=True)
-class Limits:
-    # At most the core's MAX_REQUEST_BYTES, which keeps every derived record under
-    # the topics' max.message.bytes; a deployment may ask for less.
-    max_request_bytes: int = MAX_REQUEST_BYTES
-    retention_ms: int = DEFAULT_RETENTION_MS
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.max_request_bytes <= MAX_REQUEST_BYTES:
-            raise ValueError(
-                f"--max-request-bytes must be from 1 to {MAX_REQUEST_BYTES}: a larger request "
-                "could make records larger than the topics take"
-            )
-
-
-def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError:
-    """Parse a request record, refusing one over the size limit before reading it."""
-    size = len(value or b"")
-    if size > limits.max_request_bytes:
-        return GatewayError(
-            PAYLOAD_TOO_LARGE,
-            f"the request is {size} bytes; the limit is {limits.max_request_bytes}",
-        )
-    return parse_request_json(value or b"")
-
-
-def dialect_of(request: Request | GatewayError, value: bytes | None) -> str:
-    """The dialect to record for a request, also when it was refused."""
-    if isinstance(request, Request):
-        return request.dialect
-    if request.code == PAYLOAD_TOO_LARGE:
-        return UNKNOWN_DIALECT  # not worth reading
-    return requested_dialect(value or b"")
-
-
-def parse_event_record(value: bytes | None, key: bytes | None) -> JobEvent | GatewayError:
-    """Parse a job-event record; its record key must be the job's route."""
-    event = parse_event_json(value or b"")
-    if not isinstance(event, GatewayError) and (key or b"").decode(errors="replace") != (
-        event.route
-    ):
-        return GatewayError(
-            INVALID_EVENT, "the record key must be the job's route: its unique_key, else its id"
-        )
-    return event
 
 
 class Dedup:
@@ -359,7 +306,7 @@ class Dedup:
                 return
         if decision.job is not None:
             job_id = str(decision.job["id"])
-            job = job_record(decision.job, decision.unique_key, source.partition)
+            job = stored_job(decision.job, decision.unique_key, source.partition)
             route = job["route"]
             self._put_job(state, job, source)
             if source.header(wire.CLAIMED_ID_HEADER) != job_id:
@@ -505,8 +452,3 @@ def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str 
     if job is not None:
         return job_route(job)
     return None if isinstance(event, GatewayError) else event.route
-
-
-def job_route(job: dict[str, Any]) -> str:
-    """The key whose state holds a job record (records from before routes were kept: its id)."""
-    return str(job.get("route") or job["id"])

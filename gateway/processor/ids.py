@@ -20,8 +20,9 @@ from gateway.core import GatewayError, Request
 from gateway.core.ids import IdClaim, claim_id, report_id
 from gateway.core.limits import headers_refusal
 from gateway.partitioner import partition_for
-from gateway.processor.dedup import Emit, KeyState, Limits, dialect_of, parse_limited
+from gateway.processor.dedup import Emit, KeyState
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits, dialect_of, parse_limited
 from gateway.processor.records import (
     Output,
     Source,

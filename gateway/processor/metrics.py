@@ -17,70 +17,88 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        # (name, type, help, label names) of every metric, in the order defined.
+        self.described: list[tuple[str, str, str, tuple[str, ...]]] = []
         self._positions: dict[tuple[str, int], int] = {}
         self._decided: dict[tuple[str, str], Any] = {}
         # Decisions since the last flush: counts by (outcome, dialect), and record times.
         self._tally: dict[tuple[str, str], int] = {}
         self._stamps: list[int] = []
         self._events: dict[tuple[str, str], Any] = {}
-        self.decisions = Counter(
-            "gateway_decisions", "Decisions by outcome and dialect", ["outcome", "dialect"],
-            registry=r,
-        )  # fmt: skip
-        self.decision_latency = Histogram(
+        self.decisions = self._define(
+            Counter,
+            "gateway_decisions",
+            "Decisions by outcome and dialect",
+            ["outcome", "dialect"],
+        )
+        self.decision_latency = self._define(
+            Histogram,
             "gateway_decision_latency_seconds",
             "From the request record's broker timestamp to its decision being written; "
             "the commit follows within the commit interval",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
         )
-        self.events = Counter(
-            "gateway_job_events", "Job-state events by result (applied, ignored, invalid)",
-            ["result", "reason"], registry=r,
-        )  # fmt: skip
-        self.reroutes = Counter(
+        self.events = self._define(
+            Counter,
+            "gateway_job_events",
+            "Job-state events by result (applied, ignored, invalid)",
+            ["result", "reason"],
+        )
+        self.reroutes = self._define(
+            Counter,
             "gateway_router_reroutes",
             "Requests whose key was not their fingerprint, sent back through the router",
-            registry=r,
         )
-        self.replies_dropped = Counter(
+        self.replies_dropped = self._define(
+            Counter,
             "gateway_replies_dropped",
             "Replies not sent, by reason: a reply_to the deployment does not allow, "
             "a topic that does not exist, or an early reply the broker did not take",
-            ["reason"], registry=r,
-        )  # fmt: skip
-        self.dead_letters = Counter(
+            ["reason"],
+        )
+        self.dead_letters = self._define(
+            Counter,
             "gateway_dead_letters",
             "Records whose handling failed, answered `internal` and kept on dead_letters, "
             "by stage and exception",
-            ["stage", "error"], registry=r,
-        )  # fmt: skip
-        self.id_conflicts = Counter(
+            ["stage", "error"],
+        )
+        self.id_conflicts = self._define(
+            Counter,
             "gateway_id_conflicts",
             "Reports of a job under one id from a route other than the one holding its claim",
-            registry=r,
         )
-        self.refused_inputs = Counter(
+        self.refused_inputs = self._define(
+            Counter,
             "gateway_refused_inputs",
             "Input records refused before they were handled, by stage and error code",
-            ["stage", "code"], registry=r,
-        )  # fmt: skip
-        self.state_keys = Gauge(
+            ["stage", "code"],
+        )
+        self.state_keys = self._define(
+            Gauge,
             "gateway_state_keys",
             "Fingerprints this process added to its state minus those it deleted",
-            registry=r,
         )
-        self.consumer_lag = Gauge(
-            "gateway_consumer_lag", "Input records not yet handled, per assigned partition",
-            ["topic", "partition"], registry=r,
-        )  # fmt: skip
-        self.restore_remaining = Gauge(
+        self.consumer_lag = self._define(
+            Gauge,
+            "gateway_consumer_lag",
+            "Input records not yet handled, per assigned partition",
+            ["topic", "partition"],
+        )
+        self.restore_remaining = self._define(
+            Gauge,
             "gateway_restore_remaining",
             "Changelog records still to read to restore state, per changelog partition read "
             "since the start (a restored partition shows 0, or 1 for the transaction marker)",
-            ["topic", "partition"], registry=r,
-        )  # fmt: skip
+            ["topic", "partition"],
+        )
+
+    def _define(self, kind: Any, name: str, documentation: str, *labels: Any, **kw: Any) -> Any:
+        """A metric of this registry, noted in `described` (its labels too: the docs'
+        metrics table is made from it, see gateway/docs.py)."""
+        names = tuple(labels[0]) if labels else ()
+        self.described.append((name, kind.__name__.lower(), documentation, names))
+        return kind(name, documentation, list(names), registry=self.registry, **kw)
 
     def decided(self, outcome: str, dialect: str, record_timestamp_ms: int) -> None:
         """Note a decision; `flush` counts it (once per batch: per request this stays cheap)."""

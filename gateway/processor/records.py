@@ -26,6 +26,7 @@ from gateway.core import (
     decide,
     route_key,
 )
+from gateway.core.jobs import job_route
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
 
@@ -197,7 +198,7 @@ def cancellation(job: dict[str, Any], previous: str, unique_key: Any) -> Output:
         "replaced_by": None,
         "cancelled_at": job.get("cancelled_at"),
     }
-    key = str(job.get("route") or job["id"]).encode()
+    key = job_route(job).encode()
     return Output(_json(record), key, role="cancellations")
 
 

@@ -19,8 +19,9 @@ import orjson
 from gateway import wire
 from gateway.core import GatewayError, Outcome, Request, uuid7
 from gateway.core.limits import event_size_refusal, headers_refusal
-from gateway.processor.dedup import Emit, Limits, dialect_of, parse_limited
+from gateway.processor.dedup import Emit
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits, dialect_of, parse_limited
 from gateway.processor.records import Output, Source, refused_event, refused_request, request_id
 from gateway.processor.total import Guard
 

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.catalogue import Catalogue
-from gateway.processor.dedup import Dedup, Emit, Limits
+from gateway.processor.dedup import Dedup, Emit
 from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Source, headers_of
 from gateway.processor.router import Router
 from gateway.processor.store import KeyState, PartitionStore

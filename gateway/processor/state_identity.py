@@ -20,7 +20,7 @@ import orjson
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from gateway.broker.launcher import gateway_home
+from gateway.config import gateway_home
 
 log = logging.getLogger("gateway.processor")
 

@@ -12,7 +12,8 @@ GET /ready    200 {"status": "ready", "partitions": n, "processes": N} when ever
 GET /live     200 while the supervisor runs
 GET /metrics  the runtimes' metrics added up: a series with the same name and labels
               in several runtimes is their sum (counters, histograms, keys held, lag
-              per partition all add up this way)
+              per partition all add up this way); every metric a runtime's own port
+              shows is here, those with no series yet too
 """
 
 from __future__ import annotations
@@ -74,22 +75,31 @@ def _json(body: bytes) -> dict[str, Any]:
 
 
 def merge_metrics(texts: Sequence[str]) -> str:
-    """Prometheus text expositions added up series by series, in the order first seen."""
+    """Prometheus text expositions added up series by series, in the order first seen.
+
+    Every family a runtime exposes is exposed, with its HELP and TYPE, even one with no
+    series yet (a labelled counter nothing has counted, such as gateway_dead_letters):
+    the port shows the same metrics as each runtime's own. Creation times alone
+    (`_created`) are left out: they are instants, and no sum of them means anything.
+    """
     families: dict[str, tuple[str, str]] = {}  # name -> (type, help)
     series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    only_created: set[str] = set()  # families whose every sample is a creation time
     for text in texts:
         for family in text_string_to_metric_families(text):
             families.setdefault(family.name, (family.type, family.documentation))
             samples = series.setdefault(family.name, {})
+            created = [s for s in family.samples if s.name.endswith("_created")]
+            if created and len(created) == len(family.samples):
+                only_created.add(family.name)
             for s in family.samples:
-                # Creation times are instants, not amounts: no sum means anything.
                 if s.name.endswith("_created"):
                     continue
                 key = (s.name, tuple(s.labels.items()))
                 samples[key] = samples.get(key, 0.0) + s.value
     lines = []
     for name, (kind, doc) in families.items():
-        if not series[name]:
+        if name in only_created and not series[name]:
             continue
         shown = f"{name}_total" if kind == "counter" else name
         help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core import OJS, EventOutcome, GatewayError, Outcome
+from gateway.core.retry import with_ojs_retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,8 +23,10 @@ class EnqueueResult:
     """The processor's committed decision for one request.
 
     `job` is the accepted job, the updated one, or for rejected and ignored
-    the existing one; `job_id` is that job's id. `record` is the decision
-    record as written. `answer` is what the request's dialect answers.
+    the existing one, as the HTTP binding shows it (`retry` as the OJS retry
+    object, `core.retry.ojs_retry`); `job_id` is that job's id. `record` is the
+    decision record as written (its `job` as stored). `answer` is what the
+    request's dialect answers.
     """
 
     outcome: Outcome
@@ -56,7 +59,7 @@ class EnqueueResult:
             request_id=str(record["request_id"]),
             unique_key=record.get("unique_key"),
             job_id=record.get("job_id"),
-            job=record.get("job"),
+            job=_shown(record.get("job")),
             existing_job_id=record.get("existing_job_id"),
             existing_job_state=record.get("existing_job_state"),
             cancelled_job_id=record.get("cancelled_job_id"),
@@ -128,6 +131,11 @@ def answer_body(result: EnqueueResult) -> dict[str, Any]:
     elif result.outcome is Outcome.IGNORED:
         body["deduplicated"] = True
     return body
+
+
+def _shown(job: Any) -> dict[str, Any] | None:
+    """A job of a decision record as callers see it: one shape on every surface."""
+    return with_ojs_retry(job) if isinstance(job, Mapping) else None
 
 
 def _error(record: Mapping[str, Any]) -> GatewayError | None:

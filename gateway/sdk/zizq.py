@@ -18,7 +18,8 @@ def zizq_unique_key(job_type: str, payload: Mapping[str, Any], *fields: str) -> 
     """A Zizq `uniqueKey` for `payload` of `job_type`, from `fields` (default: all of it).
 
     Raises KeyError naming a field the payload lacks, ValueError for a value
-    JSON cannot carry exactly (e.g. an integer beyond 2**53).
+    JSON cannot carry exactly: an integer beyond +-(2**53 - 1) (send it as a
+    string), NaN or an infinity. A float of any size is a double and is fine.
     """
     if fields:
         missing = [f for f in fields if f not in payload]

@@ -262,6 +262,41 @@ def test_job_events_move_the_state_a_get_shows(stack: Stack):
     assert state == "active"
 
 
+def test_post_get_batch_fetch_and_the_sdk_show_one_retry_shape(stack: Stack):
+    """A job's `retry` is the OJS retry object wherever it is shown; `jobs` keeps the
+    stored form (milliseconds, the strategy named)."""
+    from gateway import Client
+
+    queue = f"retry-{uuid.uuid4().hex[:8]}"
+    retry = {"max_attempts": 4, "initial_interval": "PT2S", "backoff": "linear"}
+    one = {"type": "email.send", "args": [uuid.uuid4().hex], "queue": queue, "retry": retry}
+    want = {
+        "max_attempts": 4, "initial_interval": "PT2S", "backoff_coefficient": 2.0,
+        "max_interval": "PT5M", "jitter": True, "non_retryable_errors": [], "backoff": "linear",
+    }  # fmt: skip
+    posted = stack.http.post("/ojs/v1/jobs", json=one)
+    assert posted.status_code == 201, posted.text
+    job_id = posted.json()["job"]["id"]
+    assert posted.json()["job"]["retry"] == want
+    assert stack.http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]["retry"] == want
+    other = {**one, "args": [uuid.uuid4().hex]}
+    batch = stack.http.post("/ojs/v1/jobs/batch", json={"jobs": [other]})
+    assert batch.json()["jobs"][0]["retry"] == want
+    with Client(stack.bootstrap, stack.namespace) as client:
+        result = client.enqueue({**one, "args": [uuid.uuid4().hex]}, wait=True, timeout=60)
+    assert result.job is not None and result.job["retry"] == want
+    stored = result.record["job"]["retry"]
+    assert stored["initial_interval_ms"] == 2000 and stored["backoff"] == "linear"
+    # The SDK's job reaches this serve's view with its committed record.
+    jobs: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while len(jobs) < 3 and time.monotonic() < deadline:
+        fetched = stack.http.post("/ojs/v1/workers/fetch", json={"queues": [queue], "count": 3})
+        jobs += fetched.json()["jobs"]
+        time.sleep(0.05)
+    assert len(jobs) == 3 and all(j["retry"] == want for j in jobs), jobs
+
+
 def test_manifest_and_health(stack: Stack):
     manifest = stack.http.get("/ojs/manifest")
     assert manifest.status_code == 200

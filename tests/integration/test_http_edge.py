@@ -18,7 +18,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.core.events import ALLOWED_FROM, EVENT_TYPES
+from gateway.core.job_events import EVENT_TYPES
+from gateway.core.lifecycle import ALLOWED_FROM
 from gateway.core.states import State
 from gateway.http import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics

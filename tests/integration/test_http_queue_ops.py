@@ -15,7 +15,7 @@ import pytest
 
 from gateway.core.times import parse_rfc3339
 from gateway.http import HttpSettings
-from gateway.sdk import Client
+from gateway.sdk import Client, EventAck
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
@@ -71,13 +71,14 @@ def test_the_processor_refuses_a_claim_on_a_paused_queue_whoever_sends_it(served
     assert http.post("/ojs/v1/queues/direct/pause", json={}).status_code == 200
     with Client(bootstrap, namespace) as client:  # past the binding's fetch: a raw claim
         ack = client.publish_event({"job_id": job_id, "type": "job.started"}, timeout=60)
+    assert isinstance(ack, EventAck)
     assert str(ack.outcome) == "refused" and ack.error is not None
     assert ack.error.code == "queue_paused"
     assert http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]["state"] == "available"
     assert http.post("/ojs/v1/queues/direct/resume", json={}).status_code == 200
     with Client(bootstrap, namespace) as client:
         ack = client.publish_event({"job_id": job_id, "type": "job.started"}, timeout=60)
-    assert str(ack.outcome) == "applied"
+    assert isinstance(ack, EventAck) and str(ack.outcome) == "applied"
 
 
 def test_queue_routes_refuse_bad_names(served: Any):
@@ -190,7 +191,7 @@ def test_replay_reproduces_the_claims_a_pause_refused_and_the_slots_crons_fired(
     with Client(bootstrap, namespace) as client:
         claim = {"job_id": job_id, "unique_key": key, "type": "job.started"}
         refused = client.publish_event(claim, timeout=60)
-    assert str(refused.outcome) == "refused"
+    assert isinstance(refused, EventAck) and str(refused.outcome) == "refused"
     replayed = gateway("replay", "--bootstrap", bootstrap, "--namespace", namespace)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "0 different" in replayed.stdout, replayed.stdout

@@ -164,5 +164,8 @@ def test_up_whose_http_port_is_taken_ends_non_zero_naming_the_port(
             stderr = up.stderr()[-3000:]
             raise AssertionError(f"still up with its HTTP port taken:\n{stderr}") from None
     assert code == 1, up.stderr()[-3000:]
-    assert f"the HTTP binding on 127.0.0.1:{http_port} exited" in up.stderr()
+    # Refused before anything is started or printed (no `http: ...`, no `processor: starting`).
+    assert up.stdout() == ""
+    assert up.stderr().startswith(f"gateway: cannot listen on 127.0.0.1:{http_port} (--http-port)")
+    assert up.stderr().count("\n") == 1
     assert not _group_alive(up.proc.pid), "a process it started outlived it"

@@ -48,6 +48,15 @@ def wait_until_all_ready(proc: Processor, port: int, timeout: float = 120) -> li
     raise AssertionError(f"not ready in {timeout}s: {answers}\n{proc.log()}")
 
 
+def metric_names(port: int) -> set[str]:
+    """The metric families /metrics shows on `port` (creation times left out)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as r:
+        text = r.read().decode()
+    return {f.name for f in text_string_to_metric_families(text) if not f.name.endswith("_created")}
+
+
 def runtimes(supervisor: int) -> list[int]:
     """The supervisor's child processes, from /proc."""
     found = []
@@ -84,6 +93,11 @@ def test_two_processes_share_the_partitions_and_a_killed_one_is_restarted(
     try:
         # Both own partitions: the group gave each runtime a share.
         assert all(n > 0 for n in wait_until_all_ready(proc, port))
+        # The added-up port shows every metric a runtime's own port shows.
+        own = metric_names(port + 1)
+        assert {"gateway_dead_letters", "gateway_refused_inputs"} <= own
+        assert {"gateway_restore_remaining", "gateway_decisions"} <= own
+        assert metric_names(port) == own
         load.run(disturb=disturb)
         counts = load.check()
         # The supervisor lives on; the killed runtime came back beside the other.

@@ -181,7 +181,7 @@ def test_completed_still_blocks_when_the_policy_lists_it(stack: Stack):
 
 
 BAD_INPUTS: dict[str, tuple[bytes | dict[str, Any], str]] = {
-    "not_json": (b"{not json", "invalid_payload"),
+    "not_json": (b"{not json", "invalid_request"),
     "not_an_object": (b"[1, 2, 3]", "invalid_request"),
     "wrong_type": ({"type": 42, "args": []}, "invalid_request"),
     "missing_type": ({"args": [1]}, "invalid_request"),

@@ -164,3 +164,20 @@ def test_a_missing_program_skips_a_system_not_asked_for_and_refuses_one_asked_fo
     # Only on the opt-in does anything get installed, and the bench names it first.
     assert _tools(systems, asked=True, install=True) == (systems, (), ["wrk"])
     assert _tools(("gateway", "redis"), asked=True, install=False) == (("gateway", "redis"), (), [])
+
+
+def test_quick_takes_as_long_in_help_as_in_the_readme(capsys: pytest.CaptureFixture[str]) -> None:
+    """One claim about --quick's length: the benchmarks page's comment, said by --help."""
+    import re
+    from pathlib import Path
+
+    from gateway.cli import main
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    [claim] = re.findall(r"gateway bench --quick +# (a smoke run of [^\n]+)", page)
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    options = shown[shown.index("options:") :]
+    quick = options[options.index("--quick") : options.index("--output")]
+    assert claim in quick, (claim, quick)

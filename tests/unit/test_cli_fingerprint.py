@@ -71,8 +71,8 @@ def test_canonical_prints_what_is_hashed(
         ),
         (b'{"args": []}', "invalid_request: type is required"),
         (b'{"type": "t", "args": []}', "invalid_request: the job has no unique policy"),
-        (b"{not json", "invalid_payload: the request is not valid JSON"),
-        (b"", "invalid_payload: the request is not valid JSON"),
+        (b"{not json", "invalid_request: the request is not valid JSON"),
+        (b"", "invalid_request: the request is not valid JSON"),
     ],
 )
 def test_invalid_input_exits_2_with_one_line_on_stderr(

@@ -14,8 +14,9 @@ from gateway.audit import HistoryItem, LogRecord, explain_history, replay
 from gateway.audit.replay import Store
 from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 from gateway.wire import JOB_EVENT, KIND_HEADER

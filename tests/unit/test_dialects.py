@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -192,6 +193,14 @@ def test_an_unknown_dialect_is_refused_naming_the_known_ones() -> None:
             "replace applies to unique jobs only",
         ),
         (
+            {"dialect": "oban", "worker": "W", "unique": {"replace": {"scheduled": ["args"]}}},
+            "replace is a job field in Oban, not a unique option: send it beside unique",
+        ),
+        (
+            {"dialect": "oban-py", "worker": "W", "unique": {"replace": {"scheduled": ["args"]}}},
+            "replace is a job field in Oban, not a unique option: send it beside unique",
+        ),
+        (
             {"dialect": "oban", "worker": "W", "unique": True, "replace": {"scheduled": ["state"]}},
             'replace.scheduled has "state"',
         ),
@@ -312,6 +321,20 @@ def test_oban_executing_is_ojs_active_and_replace_maps_worker_to_type() -> None:
     assert policy.fields_to_update(State.ACTIVE) == ("args",)
     assert policy.fields_to_update(State.SCHEDULED) == ("max_attempts", "priority", "type")
     assert policy.fields_to_update(State.AVAILABLE) == ()
+
+
+@pytest.mark.parametrize("dialect", ["oban", "oban-py"])
+def test_replace_inside_unique_is_refused_saying_where_it_goes(dialect: str) -> None:
+    job = {"dialect": dialect, "worker": "W", "args": {"a": 1}}
+    replace = {"scheduled": ["scheduled_at"]}
+    message = refused({**job, "unique": {"period": 60, "replace": replace}})
+    assert message.startswith("replace is a job field in Oban, not a unique option")
+    # The example the message gives is a request that works, with the same replace.
+    example = orjson.loads(message.split("e.g. ", 1)[1])
+    assert example == {"unique": {"period": 60}, "replace": replace}
+    policy = parsed({**job, **example}).policy
+    assert policy is not None and policy.on_conflict is OnConflict.UPDATE
+    assert policy.fields_to_update(State.SCHEDULED) == ("scheduled_at",)
 
 
 def test_the_canonical_policy_of_a_dialect_round_trips_through_the_audit_record() -> None:

@@ -14,8 +14,9 @@ from gateway.audit.replay import Store
 from gateway.core import INTERNAL
 from gateway.processor import dedup as dedup_module
 from gateway.processor.app import emitter
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Source
 from gateway.processor.replies import ReplyTopics
 from gateway.wire import JOB_EVENT, KIND_HEADER

@@ -19,7 +19,7 @@ from gateway.core import (
     parse_event,
     parse_request,
 )
-from gateway.core.events import EVENT_TYPES
+from gateway.core.job_events import EVENT_TYPES
 from gateway.core.times import format_rfc3339
 from tests.support import apply_event
 

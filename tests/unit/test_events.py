@@ -18,7 +18,7 @@ from gateway.core import (
     parse_event,
     parse_event_json,
 )
-from gateway.core.events import EVENT_TYPES
+from gateway.core.job_events import EVENT_TYPES
 from tests.support import apply_event
 
 KEY = "a" * 64

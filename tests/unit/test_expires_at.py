@@ -23,7 +23,7 @@ from gateway.core import (
     parse_request,
     past_expiry,
 )
-from gateway.core.jobs import job_record
+from gateway.core.jobs import accepted_job
 from gateway.core.times import format_rfc3339
 from gateway.processor.dedup import ENTRIES
 from gateway.processor.schedule import LEASES
@@ -41,7 +41,7 @@ def test_expires_at_is_read_at_the_top_level_and_under_options_and_echoed_as_sen
         request = parse_request({"type": "a.b", "args": [], **body})
         assert isinstance(request, Request)
         assert request.envelope.expires_at == 1_770_886_800_000
-        accepted = job_record(request.envelope, JOB_ID, None, T0, None)
+        accepted = accepted_job(request.envelope, JOB_ID, None, T0, None)
         assert accepted["expires_at"] == sent
 
 
@@ -132,13 +132,14 @@ def test_a_relative_time_counts_from_the_decision(field: str, where: str):
     (job["options"] if where == "options" else job)[field] = "+PT2.5S"
     request = parse_request(job)
     assert isinstance(request, Request)
-    decided = decide((), request, T0, seed=b"relative")
-    shown = decided.job["options"] if where == "options" else decided.job
+    decided = decide((), request, T0, seed=b"relative").job
+    assert decided is not None
+    shown = decided["options"] if where == "options" else decided
     assert shown[field] == format_rfc3339(T0 + 2_500)
     name = "scheduled_at" if field in ("scheduled_at", "delay_until") else "expires_at"
-    assert decided.job[name] == format_rfc3339(T0 + 2_500)
-    again = decide((), request, T0 + 1_000, seed=b"relative")  # replay at its own time
-    assert again.job[name] == format_rfc3339(T0 + 3_500)
+    assert decided[name] == format_rfc3339(T0 + 2_500)
+    again = decide((), request, T0 + 1_000, seed=b"relative").job  # replay at its own time
+    assert again is not None and again[name] == format_rfc3339(T0 + 3_500)
 
 
 @pytest.mark.parametrize("value", ["+", "+P1M", "+PT0S", "+-PT1S", "+PT0.0001S", "+P40000D", "+5"])

@@ -16,7 +16,7 @@ from gateway.core import (
     parse_event,
     parse_request,
 )
-from gateway.core.events import DEFAULT_VISIBILITY_TIMEOUT_MS
+from gateway.core.moves import DEFAULT_VISIBILITY_TIMEOUT_MS
 from gateway.core.times import format_rfc3339
 from gateway.processor.records import Source, decision_record
 from tests.support import apply_event

@@ -192,7 +192,7 @@ def test_queue_dimension_separates_queues_and_its_absence_does_not() -> None:
         ),
         (
             {"type": "t", "args": {"n": 2**53}, "unique": {"keys": ["args"]}},
-            "args.n: numbers beyond ±(2^53−1) are not exact; send them as strings",
+            "args.n: integers beyond ±(2^53−1) are not exact; send them as strings",
         ),
         (
             {"type": "t", "args": {"caf\u00e9": 1, "cafe\u0301": 2},

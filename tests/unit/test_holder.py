@@ -36,8 +36,9 @@ from gateway.core import (
 )
 from gateway.core.holder import after_transition, holder_for, holds_by_rule, released_since
 from gateway.core.matching import holds_key
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Source
 
 T0 = 1_770_000_000_000

@@ -13,9 +13,10 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from gateway.catalogue import Catalogue, TopicSpec
-from gateway.http.answers import batch_item
+from gateway.core.retry import iso_duration, ojs_retry
+from gateway.http.answers import Answer, batch_item, for_result
 from gateway.http.events import EventFeed, derive, matches, sse_frame
-from gateway.http.jobs import iso_duration, ojs_retry, shown
+from gateway.http.jobs import shown
 from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
 from gateway.http.view import Follower, JobView
 from gateway.http.workers import _heartbeat_job_ids
@@ -83,6 +84,83 @@ def test_get_shows_the_retry_object_as_ojs_defines_it():
     assert as_sent["initial_interval_ms"] == 1000 and "initial_interval" not in as_sent
     assert as_sent["max_interval"] == "PT5M"
     assert as_sent["backoff"] == "linear" and as_sent["on_exhaustion"] == "dead_letter"
+
+
+def enqueued(job: dict[str, Any]) -> EnqueueResult:
+    """The SDK's result for `job` as the core decides it (a new job, accepted)."""
+    from gateway.core import Request, decide, parse_request
+    from gateway.processor.records import Source, decision_record
+
+    request = parse_request(job)
+    assert isinstance(request, Request), request
+    decision = decide((), request, 1_770_000_000_000, seed=b"0")
+    source = Source("requests", 0, 0, 1_770_000_000_000, {})
+    return EnqueueResult.from_record(decision_record(decision, source, "r", request.dialect))
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        None,
+        {"max_attempts": 4, "initial_interval": "PT2S", "backoff_type": "linear"},
+        {"initial_interval_ms": 1500, "max_interval_ms": 60_000, "backoff": "exponential"},
+        {"initial_interval_ms": 0, "jitter": False, "on_exhaustion": "dead_letter"},
+    ],
+)
+def test_one_retry_shape_on_every_surface(retry: dict[str, Any] | None):
+    """POST, batch, the SDK and the CLI show a job's retry as GET and fetch do: the OJS
+    retry object. The records keep the stored form (milliseconds, the strategy named)."""
+    from gateway.core import stored_job
+    from gateway.core.retry import RetryPolicy
+
+    job = {"type": "email.send", "args": [1], "options": {"retry": retry} if retry else {}}
+    result = enqueued(job)
+    stored = result.record["job"]["retry"]
+    assert set(stored) == set(RetryPolicy().to_dict())  # the record is as the core wrote it
+    assert result.job is not None
+    get = shown(stored_job(result.record["job"], None, 0))["retry"]  # GET and fetch
+    assert get == ojs_retry(stored, retry)
+    assert result.job["retry"] == get  # the SDK
+    assert result.answer["job"]["retry"] == get  # the POST body
+    post = for_result(result)
+    assert isinstance(post, Answer) and post.body["job"]["retry"] == get
+    assert shown(batch_item(result, "r.0"))["retry"] == get  # a batch item
+    # Shown twice is shown once: a surface that shows a shown job changes nothing.
+    assert ojs_retry(get, retry) == get
+    if retry is None or "initial_interval_ms" not in retry:
+        assert "initial_interval_ms" not in get and "initial_interval" in get
+    else:
+        assert get["initial_interval_ms"] == retry["initial_interval_ms"]
+
+
+def test_the_cli_prints_the_decision_with_its_job_shown(monkeypatch, capsys):
+    """`gateway enqueue` prints the decision record, its job shown as GET shows it."""
+    import io
+    import sys
+
+    import gateway.sdk
+    from gateway.cli import enqueue, main
+
+    result = enqueued({"type": "email.send", "args": [1]})
+
+    class FakeClient:
+        def __init__(self, *_: Any, **__: Any) -> None: ...
+        def __enter__(self) -> FakeClient:
+            return self
+
+        def __exit__(self, *_: Any) -> None: ...
+        def enqueue(self, *_: Any, **__: Any) -> EnqueueResult:
+            return result
+
+    monkeypatch.setattr(gateway.sdk, "Client", FakeClient)
+    monkeypatch.setattr(enqueue, "reachable_config", lambda _: {"bootstrap.servers": "x:1"})
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"type": "t", "args": []}')))
+    assert main(["enqueue"]) == 0
+    printed = orjson.loads(capsys.readouterr().out)
+    assert printed == {**result.record, "job": result.job}
+    assert printed["job"]["retry"]["initial_interval"] == "PT1S"
+    assert "initial_interval_ms" not in printed["job"]["retry"]
+    assert "initial_interval_ms" in result.record["job"]["retry"]  # the record, as stored
 
 
 @pytest.mark.parametrize(

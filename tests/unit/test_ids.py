@@ -14,9 +14,10 @@ from gateway.audit.replay import Store
 from gateway.core import Outcome, Request, parse_request
 from gateway.core.ids import IdClaim, claim_id, report_id
 from gateway.partitioner import partition_for
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 from gateway.wire import ID_CLAIM_HEADER, ID_CLAIMED

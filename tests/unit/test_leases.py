@@ -26,11 +26,12 @@ from gateway.core import (
     parse_event,
     parse_request,
 )
-from gateway.core.events import DEFAULT_VISIBILITY_TIMEOUT_MS, MAX_ERRORS
 from gateway.core.limits import MAX_ERROR_BYTES, MAX_JOB_RECORD_BYTES
+from gateway.core.moves import DEFAULT_VISIBILITY_TIMEOUT_MS, MAX_ERRORS
 from gateway.core.times import format_rfc3339, parse_rfc3339
-from gateway.processor.dedup import ENTRIES, Dedup, Limits
+from gateway.processor.dedup import ENTRIES, Dedup
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.schedule import LEASES
 from gateway.wire import (

@@ -22,8 +22,9 @@ from gateway.core import (
     parse_request,
     ready_at,
 )
-from gateway.core.events import ALLOWED_FROM, EVENT_TYPES
-from gateway.core.jobs import job_expires_at, job_record
+from gateway.core.job_events import EVENT_TYPES
+from gateway.core.jobs import accepted_job, job_expires_at
+from gateway.core.lifecycle import ALLOWED_FROM
 from gateway.core.retry import jitter_factor
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -35,7 +36,7 @@ def new_job(**fields: Any) -> dict[str, Any]:
     request = parse_request({"type": "work.item", "args": [1], **fields})
     assert not isinstance(request, Exception) and hasattr(request, "envelope"), request
     env = request.envelope  # type: ignore[union-attr]
-    return job_record(env, JOB, None, T0, env.scheduled_at)
+    return accepted_job(env, JOB, None, T0, env.scheduled_at)
 
 
 def event(**fields: Any) -> JobEvent:
@@ -239,7 +240,7 @@ def test_a_job_record_expires_the_retention_after_it_became_terminal() -> None:
 
 
 def test_a_replace_cancels_a_live_job_record_and_leaves_a_finished_one():
-    from gateway.core.events import cancelled_by_replace
+    from gateway.core.lifecycle import cancelled_by_replace
 
     live = {"id": "j", "state": "active"}
     cancelled = cancelled_by_replace(live, 1_770_000_000_000)

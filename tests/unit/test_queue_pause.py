@@ -22,8 +22,9 @@ from gateway.core import (
 )
 from gateway.core.engine import entry_of
 from gateway.core.errors import INVALID_REQUEST, GatewayError
-from gateway.core.events import EVENT_TYPES, on_key
-from gateway.core.jobs import job_record
+from gateway.core.job_events import EVENT_TYPES
+from gateway.core.jobs import accepted_job
+from gateway.core.lifecycle import on_key
 from gateway.core.queues import (
     QUEUE_PAUSED,
     QueueCommand,
@@ -43,7 +44,7 @@ def new_job(**fields: Any) -> dict[str, Any]:
     request = parse_request({"type": "email.send", "args": [1], "queue": QUEUE, **fields})
     assert not isinstance(request, GatewayError), request
     env = request.envelope
-    return job_record(env, JOB, None, T0, env.scheduled_at)
+    return accepted_job(env, JOB, None, T0, env.scheduled_at)
 
 
 def event(**fields: Any) -> JobEvent:

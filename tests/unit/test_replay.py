@@ -9,7 +9,7 @@ import orjson
 
 from gateway.audit import LogRecord, replay, replay_under_policy
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
-from gateway.processor.dedup import Limits
+from gateway.processor.parsing import Limits
 from gateway.processor.records import decision_record, request_id
 from gateway.wire import JOB_EVENT, KIND_HEADER
 
@@ -112,7 +112,7 @@ def test_invalid_intake_records_are_replayed_by_the_router():
     report = replay([bad], [], recorded, 1, Limits())
     changed = {d.field: (d.recorded, d.replayed) for d in report.differences}
     assert changed["outcome"] == ("accepted", "invalid")
-    assert changed["error"][1]["code"] == "invalid_payload"
+    assert changed["error"][1]["code"] == "invalid_request"
 
 
 def test_compare_from_skips_earlier_decisions_but_replays_them():

@@ -148,11 +148,14 @@ def test_queue_name_rule(name: str, valid: bool) -> None:
     assert is_valid_queue_name(name) is valid
 
 
-def test_malformed_json_is_an_invalid_payload() -> None:
-    error = parse_request_json(b'{"type": ')
-    assert isinstance(error, GatewayError)
-    assert error.code == INVALID_PAYLOAD
-    assert error.message.startswith("the request is not valid JSON")
+def test_malformed_json_is_an_invalid_request() -> None:
+    # OJS's `invalid_request` ("Malformed request"), as the HTTP binding says; OJS's
+    # `invalid_payload` is args that fail a schema, which the gateway does not check.
+    for text in (b'{"type": ', b"", b"{not json"):
+        error = parse_request_json(text)
+        assert isinstance(error, GatewayError)
+        assert error.code == INVALID_REQUEST != INVALID_PAYLOAD
+        assert error.message.startswith("the request is not valid JSON")
 
 
 def test_json_text_is_parsed() -> None:

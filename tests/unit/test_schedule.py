@@ -8,8 +8,9 @@ import orjson
 
 from gateway.audit.replay import Store
 from gateway.core import DEFAULT_RETENTION_MS
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.schedule import TOMBSTONES
 from gateway.wire import CLAIMED_ID_HEADER, ID_CLAIM_HEADER, ID_CLAIMED, JOB_EVENT, KIND_HEADER

@@ -23,7 +23,7 @@ def run(
     ("stdin", "argv", "line"),
     [
         (b'{"type": "t"}', (), "invalid_request: args is required"),
-        (b"{not json", (), "invalid_payload: the job on stdin is not valid JSON"),
+        (b"{not json", (), "invalid_request: the job on stdin is not valid JSON"),
         (b"", ("--type", "t", "--args", "{x"), "invalid_request: --args is not valid JSON"),
         (b"", ("--type", "t", "--unique", '{"keys": ["meta"]}'), "invalid_request: unique.meta"),
         (b"", ("--args", "[]"), "invalid_request: --args, --unique and --queue need --type"),

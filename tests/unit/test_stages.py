@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.catalogue import Catalogue, TopicSpec
-from gateway.processor.dedup import Limits
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.stages import INPUTS, Stages, Stores
 from tests.support import Consumed, changelogged

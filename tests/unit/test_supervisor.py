@@ -141,6 +141,35 @@ def test_metrics_add_up_series_by_series():
     ]
 
 
+def test_every_metric_a_runtime_shows_is_on_the_aggregated_port():
+    """A labelled metric nothing has counted yet (dead letters, refused inputs, restore
+    remaining) has no series, only its HELP and TYPE; the added-up port shows it too."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gateway.processor.metrics import Metrics
+
+    def families(text: str) -> dict[str, str]:
+        return {f.name: f.type for f in text_string_to_metric_families(text)}
+
+    idle, busy = Metrics(), Metrics()
+    busy.refused_inputs.labels("dedup", "invalid_event").inc()
+    busy.decided("accepted", "ojs", 0)
+    busy.flush()
+    texts = [generate_latest(m.registry).decode() for m in (idle, busy)]
+    own = {n: t for n, t in families(texts[0]).items() if not n.endswith("_created")}
+    merged = status.merge_metrics(texts)
+    assert families(merged) == own
+    for name in ("gateway_dead_letters", "gateway_refused_inputs", "gateway_restore_remaining"):
+        assert name in own
+    assert "gateway_dead_letters_total" not in [
+        s.name for f in text_string_to_metric_families(merged) for s in f.samples
+    ]
+    assert 'gateway_refused_inputs_total{code="invalid_event",stage="dedup"} 1.0' in merged
+    # Creation times are instants: left out, not added up.
+    assert "_created" not in merged
+
+
 def test_label_values_are_escaped_back():
     text = '# TYPE g gauge\ng{path="a\\"b\\\\c"} 1.0\n'
     assert 'g{path="a\\"b\\\\c"} 1.0' in status.merge_metrics([text])

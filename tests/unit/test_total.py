@@ -25,8 +25,9 @@ from gateway.core.limits import (
 )
 from gateway.partitioner import partition_for
 from gateway.processor import dedup as dedup_module
-from gateway.processor.dedup import Dedup, Limits
+from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
 from gateway.processor.router import Router

@@ -23,13 +23,17 @@ import orjson
 
 from gateway.core.dialects import faktory, oban, zizq
 from gateway.core.errors import (
-    INVALID_PAYLOAD,
     INVALID_REQUEST,
     GatewayError,
     Invalid,
     invalid_request,
 )
-from gateway.core.limits import MAX_REQUEST_BYTES, json_problem, too_large
+from gateway.core.limits import (
+    MAX_REQUEST_BYTES,
+    json_problem,
+    rounded_integer_problem,
+    too_large,
+)
 from gateway.core.request import OJS, Request, ojs_request_or_raise
 
 _PARSERS: dict[str, Callable[[Mapping[str, object]], Request]] = {
@@ -73,14 +77,21 @@ def parse_request(raw: object) -> Request | GatewayError:
 
 
 def parse_request_json(data: bytes | str) -> Request | GatewayError:
-    """`parse_request` of a JSON text; malformed JSON is an `invalid_payload` error, and
-    one over MAX_REQUEST_BYTES is refused (`payload_too_large`) before it is parsed."""
+    """`parse_request` of a JSON text; malformed JSON is an `invalid_request` error, and
+    one over MAX_REQUEST_BYTES is refused (`payload_too_large`) before it is parsed.
+
+    Malformed JSON is OJS's `invalid_request` ("Malformed request") on every surface:
+    the processor's decision, the HTTP binding's 400, the CLI. OJS's `invalid_payload`
+    means args that fail a schema, which the gateway does not check."""
     if len(data) > MAX_REQUEST_BYTES:
         return too_large("the request", len(data), MAX_REQUEST_BYTES)
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        return GatewayError(INVALID_PAYLOAD, f"the request is not valid JSON: {exc}")
+        return GatewayError(INVALID_REQUEST, f"the request is not valid JSON: {exc}")
+    problem = rounded_integer_problem(raw, data)  # orjson made a float of a long integer
+    if problem is not None:
+        return GatewayError(INVALID_REQUEST, problem)
     return parse_request(raw)
 
 

@@ -65,7 +65,9 @@ def _unique_for(raw: Any) -> int | None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not raw > 0:
         raise invalid_request("custom.unique_for must be a positive number of seconds, e.g. 600")
-    ms = round(raw * 1000)  # finite: parse_request refused the rest
+    # Finite (parse_request refused NaN and the infinities) but a double may be as
+    # large as 1.8e308: bounded before it is scaled, so it cannot overflow.
+    ms = round(raw * 1000) if raw <= MAX_DURATION_MS else MAX_DURATION_MS + 1
     if ms < 1 or ms > MAX_DURATION_MS:
         raise invalid_request(
             f"custom.unique_for must be from 0.001 s to {MAX_DURATION_DAYS} days (100 years)"

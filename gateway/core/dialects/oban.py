@@ -15,7 +15,8 @@ Job: `worker` (the job's type), `queue`, `args` (an object), `meta`,
 - Elixir `timestamp`: `inserted_at` (default) or `scheduled_at`, where the
   period starts; Python always counts from the scheduled time.
 
-`replace`: {state: [fields]}: on a conflict with a job in that state, update
+`replace` (a job field beside `unique`, as in Oban, not a unique option):
+{state: [fields]}: on a conflict with a job in that state, update
 those fields of it (args, max_attempts, meta, priority, queue, scheduled_at,
 tags, worker). A conflict otherwise returns the existing job; never an error.
 """
@@ -123,6 +124,13 @@ def _policy(unique: Any, replace: Any, dialect: str) -> UniquePolicy:
         raise invalid_request("unique must be true, false or an object of unique options")
     allowed = _ELIXIR_OPTIONS if dialect == ELIXIR else _PYTHON_OPTIONS
     for option in unique:
+        if option == "replace":
+            # Oban takes `replace` as a job option (Oban.Job.new(args, unique: ..., replace:
+            # ...)), so the request carries it at the top level, beside `unique`.
+            raise invalid_request(
+                "replace is a job field in Oban, not a unique option: send it beside unique, "
+                'e.g. {"unique": {"period": 60}, "replace": {"scheduled": ["scheduled_at"]}}'
+            )
         if option not in allowed:
             raise invalid_request(
                 f"unique.{option} is not an option of {dialect}; use {', '.join(allowed)}"

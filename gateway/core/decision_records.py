@@ -1,0 +1,73 @@
+"""What a decision publishes besides the job: the audit record's fields, and the
+cancellations workers act on after a replace.
+
+The processor adds the record's own fields (request_id, decided_at, source)
+and writes the records (processor/records.py).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from gateway.core.engine import Decision, Outcome
+from gateway.core.entries import effective_state
+from gateway.core.policy import UniquePolicy
+from gateway.core.times import format_rfc3339
+
+
+def audit_fields(decision: Decision) -> dict[str, Any]:
+    """The decision's part of the audit record.
+
+    job_id is the new job, or for rejected and ignored the existing one.
+
+    The processor adds request_id, decided_at and source.
+    """
+    return {
+        "outcome": str(decision.outcome),
+        "unique_key": decision.unique_key,
+        "job_id": _job_id(decision),
+        "existing_job_id": None if decision.existing is None else decision.existing.job_id,
+        "existing_job_state": (
+            None if decision.existing_state is None else str(decision.existing_state)
+        ),
+        "cancelled_job_id": decision.cancelled[0].job_id if decision.cancelled else None,
+        "cancelled_job_ids": [e.job_id for e in decision.cancelled],
+        "error": None if decision.error is None else decision.error.to_dict(),
+        "policy": None if decision.policy is None else _policy_dict(decision.policy),
+        "holder": None if decision.holder is None else decision.holder.to_dict(),
+        "updated_fields": (
+            [{"field": c.field, "from": c.before, "to": c.after} for c in decision.changes]
+            if decision.outcome is Outcome.UPDATED
+            else None
+        ),
+    }
+
+
+@lru_cache(maxsize=1024)
+def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
+    """`policy.to_dict()`, once per policy: every decision record carries one. Shared, so
+    read-only: the record is serialised as it is."""
+    return policy.to_dict()
+
+
+def _job_id(decision: Decision) -> str | None:
+    """The job the caller ends up with: the new or updated one, or the existing one."""
+    if decision.job is not None:
+        return str(decision.job["id"])
+    return None if decision.existing is None else decision.existing.job_id
+
+
+def cancellations(decision: Decision) -> list[dict[str, Any]]:
+    """One cancellation per job a replace cancelled, for workers to act on."""
+    return [
+        {
+            "job_id": entry.job_id,
+            "unique_key": decision.unique_key,
+            "previous_state": str(effective_state(entry, decision.decided_at)),
+            "reason": "replaced",
+            "replaced_by": None if decision.job is None else decision.job["id"],
+            "cancelled_at": format_rfc3339(decision.decided_at),
+        }
+        for entry in decision.cancelled
+    ]

@@ -1,0 +1,83 @@
+"""`gateway up` refuses taken ports before it starts or prints anything."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.cli import main
+from gateway.cli.up import _cannot_listen
+from tests.support import free_port_block
+
+# Nothing listens here: were `up` to go on, it would wait for this broker (and exit 3).
+NO_BROKER = ("--bootstrap", "127.0.0.1:1")
+
+
+@pytest.fixture
+def taken() -> Iterator[int]:
+    """A loopback port something listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def up(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["up", *NO_BROKER, *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_taken_http_port_is_refused_first_with_nothing_printed(capsys, taken):
+    code, out, err = up(capsys, "--http-port", str(taken))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"gateway: cannot listen on 127.0.0.1:{taken} (--http-port): ")
+    assert "choose another with --http-port" in err and err.count("\n") == 1
+
+
+def test_a_taken_metrics_port_is_refused_too(capsys, taken):
+    http = free_port_block()
+    code, out, err = up(capsys, "--http-port", str(http), "--metrics-port", str(taken))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"gateway: cannot listen on 127.0.0.1:{taken} (--metrics-port): ")
+
+
+def test_each_process_port_after_the_metrics_port_is_checked(capsys):
+    # With 2 processes, process n listens on P+n: P and P+1 are free, P+2 is taken.
+    http, metrics = free_port_block(), free_port_block()  # each a free block of three
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", metrics + 2))
+        sock.listen()
+        argv = ("--http-port", str(http), "--metrics-port", str(metrics), "--processes", "2")
+        code, out, err = up(capsys, *argv)
+    assert (code, out) == (1, "")
+    assert f"cannot listen on 127.0.0.1:{metrics + 2} (--metrics-port)" in err
+    assert "process n listens on P+n" in err
+
+
+def test_a_free_port_is_free_and_a_taken_one_says_why(taken):
+    assert _cannot_listen("127.0.0.1", free_port_block()) is None
+    assert _cannot_listen("127.0.0.1", taken) == "Address already in use"
+    assert _cannot_listen("127.0.0.1", 0) is not None
+
+
+def test_make_up_passes_args_on_to_gateway_up():
+    """`make up ARGS="--http-port 8081"`: the quick start's ports are not the only ones."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    root = Path(__file__).resolve().parents[2]
+    planned = subprocess.run(
+        ["make", "-n", "-C", str(root), "up", "ARGS=--http-port 8081 --port 9093"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert ".venv/bin/gateway up --http-port 8081 --port 9093" in planned
+    plain = subprocess.run(
+        ["make", "-n", "-C", str(root), "up"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert ".venv/bin/gateway up" in [line.strip() for line in plain]

@@ -1,0 +1,59 @@
+"""The docs cannot drift: the site builds with --strict (no broken link), its reference
+tables come from the code and cover all of it, and the README stays a front door."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway import cli, docs
+from gateway.core import limits
+from gateway.processor.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+# Derived or internal: stated by the limits they follow from.
+NOT_TABLED = {"MS_PER_DAY", "MAX_DURATION_MS", "MIN_INSTANT_MS", "MAX_INSTANT_MS"}
+
+
+def test_the_site_builds_strictly(tmp_path: Path):
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    cli_page = (tmp_path / "site" / "cli" / "index.html").read_text()
+    assert "gateway kafka up" in cli_page and "generated:" not in cli_page
+
+
+def test_every_limit_is_in_the_table():
+    public = {n for n in vars(limits) if re.fullmatch(r"(MAX|MIN)_[A-Z_]+", n)} - NOT_TABLED
+    assert public == {name for name, _ in docs.LIMITS}
+    table = docs.limits_table()
+    assert f"{limits.MAX_REQUEST_BYTES:,}" in table and limits.MAX_INSTANT in table
+
+
+def test_every_metric_and_command_is_in_its_table():
+    table = docs.metrics_table()
+    for name, kind, _, labels in Metrics().described:
+        assert (f"`{name}_total`" if kind == "counter" else f"`{name}`") in table
+        assert all(f"`{label}`" in table for label in labels)
+    reference = docs.cli_reference()
+    for module in cli.COMMANDS:
+        assert f"## gateway {module.__name__.rsplit('.', 1)[1]}" in reference
+
+
+def test_an_unknown_generated_table_breaks_the_build():
+    with pytest.raises(ValueError, match="no generated table"):
+        docs.render("<!-- generated: nothing -->")
+    assert docs.render("text\n<!-- generated: limits -->\n").startswith("text\n| Limit |")
+
+
+def test_the_readme_is_a_front_door():
+    assert len(README.splitlines()) <= 250
+    for target in re.findall(r"\]\((docs/[^)#]+)", README):
+        assert (ROOT / target).is_file(), target
