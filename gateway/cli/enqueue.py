@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Send one job, read as JSON on stdin or built from --type/--args/--unique/--queue, "
             "to the requests topic, and print the committed decision record as JSON (its job "
             "shown as the HTTP binding shows it: `retry` as the OJS retry object). Exit 0 "
-            "for accepted, replaced or ignored, 1 for rejected, 2 for an invalid job "
+            "for accepted, replaced, ignored or updated, 1 for rejected, 2 for an invalid job "
             "(`invalid_request: ...` on stderr), 3 when no decision could be had."
         ),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.core import EventOutcome
 from gateway.http import errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -29,7 +30,7 @@ async def send(
     for answer in answers:
         if isinstance(answer, ClientError):
             return ApiError(503, errors.UNAVAILABLE, f"{what}: {answer.message}", retryable=True)
-        if answer.get("outcome") == "invalid":
+        if answer.get("outcome") == EventOutcome.INVALID:
             error = answer.get("error") or {}
             return ApiError(400, str(error.get("code")), f"{what}: {error.get('message')}")
         records.append(answer)

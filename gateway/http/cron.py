@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway import wire
-from gateway.core import INVALID_REQUEST, GatewayError
+from gateway.core import INVALID_REQUEST, EventOutcome, GatewayError
 from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
@@ -92,7 +92,7 @@ async def _ask(binding: Binding, command: CronCommand) -> dict[str, Any] | ApiEr
     if isinstance(answers, ApiError):
         return answers
     [answer] = answers
-    if answer.get("outcome") != "applied":
+    if answer.get("outcome") != EventOutcome.APPLIED:
         return _not_found(command.name)
     key = wire.cron_key(command.name)
     binding.view.control_answered(key, None if answer.get("deleted") else answer["cron"])

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway import wire
-from gateway.core import GatewayError
+from gateway.core import EventOutcome, GatewayError
 from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, registered, shown
 from gateway.core.dialects import parse_request
 from gateway.core.queues import parse_queue_command, queue_state
@@ -27,6 +27,7 @@ from gateway.processor.schedule import CRONS
 
 log = logging.getLogger("gateway.processor")
 
+APPLIED, IGNORED = str(EventOutcome.APPLIED), str(EventOutcome.IGNORED)
 PAUSED = "paused"
 CRON = "cron"
 
@@ -79,7 +80,7 @@ class Commands:
             state.delete(PAUSED)
         published = queue_state(command, source.timestamp_ms)
         self._publish(source, queue_key, published)
-        self._answer(source, queue_key, {"outcome": "applied", "queue": published})
+        self._answer(source, queue_key, {"outcome": APPLIED, "queue": published})
 
     # -- crons ----------------------------------------------------------------
 
@@ -102,7 +103,7 @@ class Commands:
             assert command.definition is not None
             after = registered(command.definition, before, now)
         elif before is None:
-            self._answer(source, cron_key, {"outcome": "ignored", "reason": "unknown_cron"})
+            self._answer(source, cron_key, {"outcome": IGNORED, "reason": "unknown_cron"})
             return
         elif command.op == "enable":
             assert command.enabled is not None
@@ -110,11 +111,11 @@ class Commands:
         else:
             state.delete(CRON)
             self._publish(source, cron_key, None)
-            self._answer(source, cron_key, {"outcome": "applied", "cron": shown(before),
+            self._answer(source, cron_key, {"outcome": APPLIED, "cron": shown(before),
                                             "deleted": True})  # fmt: skip
             return
         self._store(source, cron_key, after)
-        self._answer(source, cron_key, {"outcome": "applied", "cron": shown(after),
+        self._answer(source, cron_key, {"outcome": APPLIED, "cron": shown(after),
                                         "created": before is None})  # fmt: skip
 
     def _store(self, source: Source, cron_key: bytes, cron: dict[str, Any]) -> None:

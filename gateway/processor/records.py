@@ -93,7 +93,9 @@ def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> 
 
 
 def refused_command(source: Source, error: GatewayError, key: bytes | None = None) -> list[Output]:
-    reply = command_reply(source, key, {"outcome": "invalid", "error": error.to_dict()})
+    reply = command_reply(
+        source, key, {"outcome": str(EventOutcome.INVALID), "error": error.to_dict()}
+    )
     return [] if reply is None else [reply]
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core import OJS, EventOutcome, GatewayError, Outcome
+from gateway.core import INVALID_REQUEST, OJS, EventOutcome, GatewayError, Outcome
 from gateway.core.retry import with_ojs_retry
 
 
@@ -113,7 +113,7 @@ def answer_body(result: EnqueueResult) -> dict[str, Any]:
     if result.outcome is Outcome.INVALID or (
         result.outcome is Outcome.REJECTED and result.error is not None
     ):
-        error = result.error or GatewayError("invalid_request", "the request was refused")
+        error = result.error or GatewayError(INVALID_REQUEST, "the request was refused")
         details = {
             "existing_job_id": result.existing_job_id,
             "existing_job_state": result.existing_job_state,
