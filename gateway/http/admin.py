@@ -93,6 +93,21 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     })  # fmt: skip
 
 
+async def stats_history(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """The dashboard's chart: jobs completed (`processed`), attempts failed and jobs
+    enqueued, over every queue, for each `period` (1m, 5m, the default, 15m or 1h) of the
+    minutes the view keeps (queue_stats.KEEP_MINUTES), oldest first."""
+    period = request.query_params.get("period", "5m")
+    width = queue_stats.PERIODS.get(period)
+    if width is None:
+        return ApiError(
+            400, INVALID_REQUEST, f"period must be one of {', '.join(queue_stats.PERIODS)}"
+        )
+    await settled(binding)
+    buckets = [b for name in binding.view.queues() for b in binding.view.queue_activity(name)]
+    return Answer(200, {"period": period, "data": queue_stats.history(buckets, _now_ms(), width)})
+
+
 async def queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     await settled(binding)
     known, now = binding.view.queues(), _now_ms()

@@ -122,6 +122,7 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/events", endpoint(events_route.events), methods=["GET"]),
         # The admin API the official OJS Admin UI reads (admin.py).
         Route("/ojs/v1/admin/stats", endpoint(admin.stats), methods=["GET"]),
+        Route("/ojs/v1/admin/stats/history", endpoint(admin.stats_history), methods=["GET"]),
         Route("/ojs/v1/admin/queues", endpoint(admin.queues), methods=["GET"]),
         Route("/ojs/v1/admin/queues/{name}", endpoint(admin.queue), methods=["GET"]),
         Route("/ojs/v1/admin/queues/{name}/pause", endpoint(queues.pause), methods=["POST"]),

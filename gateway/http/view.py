@@ -89,7 +89,7 @@ _SWEEP_EVERY_S = 1.0
 _ADMIN_TIMEOUT_S = 10.0
 _METADATA_RETRY_S = 0.5
 _METADATA_TIMEOUT_S = 5.0
-LAYOUT = b"4"
+LAYOUT = b"5"
 _LAYOUT_KEY = b"meta/layout"
 # How long a provisional entry waits for its committed record at most: a crashed
 # processor's successor takes over and commits well within it.
@@ -304,7 +304,7 @@ class JobView:
                 staged[job_key] = value
                 changes.append((partition, offset, before, job))
                 for bucket, did in queue_stats.activity(before, job).items():
-                    sums = activity.setdefault(bucket, [0] * 5)
+                    sums = activity.setdefault(bucket, [0] * queue_stats.COUNTERS)
                     sums[:] = [a + b for a, b in zip(sums, did, strict=True)]
                 new_rank = _queue_key(job)
                 if new_rank is not None:

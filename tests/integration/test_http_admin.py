@@ -76,6 +76,11 @@ def test_the_admin_ui_core_pages_read_what_happened(http: httpx.Client):
     assert set(seen["jobs"]) == STATES and seen["queues"] == 2 and seen["workers"] == 1
     assert (seen["jobs"]["active"], seen["jobs"]["available"]) == (1, 1)
     assert seen["throughput"]["processed_per_minute"] == 0.2
+    history = http.get("/ojs/v1/admin/stats/history?period=1m").json()
+    assert history["period"] == "1m" and len(history["data"]) == 120
+    totals = {k: sum(p[k] for p in history["data"]) for k in ("processed", "failed", "enqueued")}
+    assert totals == {"processed": 1, "failed": 1, "enqueued": 4}
+    assert http.get("/ojs/v1/admin/stats/history?period=2m").status_code == 400
 
     queues = http.get("/ojs/v1/admin/queues?page=1&per_page=50").json()
     assert queues["pagination"] == {"total": 2, "page": 1, "per_page": 50}

@@ -67,3 +67,21 @@ def test_the_view_keeps_the_buckets_and_sweeps_old_ones(tmp_path):
     view.sweep(T0 + (queue_stats.KEEP_MINUTES + 2) * 60_000)
     assert completed("q") == 0
     view.close()
+
+
+def test_the_history_counts_each_point_of_the_kept_minutes():
+    created = job("available", created_at=format_rfc3339(T0 + 100))
+    buckets: dict[bytes, bytes] = {}
+    before = None
+    started = {**STARTED, "created_at": created["created_at"]}
+    for record in (created, started, FAILED, started, DONE):
+        for key, delta in queue_stats.activity(before, record).items():
+            buckets[key] = queue_stats.merged(buckets.get(key), delta)
+        before = record
+    points = queue_stats.history(sorted(buckets.items()), T0 + 10 * 60_000, 5)
+    assert len(points) == queue_stats.KEEP_MINUTES // 5
+    assert [p["timestamp"] for p in points] == sorted(p["timestamp"] for p in points)
+    totals = {k: sum(p[k] for p in points) for k in ("processed", "failed", "enqueued")}
+    assert totals == {"processed": 1, "failed": 1, "enqueued": 1}
+    [point] = [p for p in points if p["enqueued"]]
+    assert point["timestamp"] == format_rfc3339(T0 // 300_000 * 300_000)
