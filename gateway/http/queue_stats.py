@@ -112,8 +112,10 @@ def history(
             point[:] = [a + b for a, b in zip(point, _COUNTERS.unpack(raw), strict=True)]
     return [
         {
-            "timestamp": format_rfc3339(n * width * MINUTE_MS), "processed": c[_COMPLETED],
-            "failed": c[_FAILED], "enqueued": c[_ENQUEUED],
+            "timestamp": format_rfc3339(n * width * MINUTE_MS),
+            "processed": c[_COMPLETED],
+            "failed": c[_FAILED],
+            "enqueued": c[_ENQUEUED],
         }  # fmt: skip
         for n, c in sorted(points.items())
     ]
