@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 
 from gateway.catalogue import Catalogue
-from gateway.core.times import format_rfc3339
+from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import HttpSettings, create_app
 from tests.integration.harness import Processor, apply_topics, fingerprint_of, producer, send
 
@@ -441,12 +441,14 @@ def test_a_job_past_its_expires_at_is_never_handed_out_but_discarded(stack: Stac
         assert time.monotonic() < deadline, job
         time.sleep(0.2)
     assert job["error"]["type"] == "expired" and job["expires_at"] == soon
-    assert (
-        stack.http.post(
-            "/ojs/v1/jobs", json={"type": "ttl.bad", "args": [], "expires_at": "+PT2S"}
-        ).json()["error"]["code"]
-        == "invalid_request"
-    )
+    bad = stack.http.post("/ojs/v1/jobs", json={"type": "t.bad", "args": [], "expires_at": "soon"})
+    assert bad.json()["error"]["code"] == "invalid_request"
+    # Relative: the decision makes an instant of it, and shows that.
+    relative = stack.http.post(
+        "/ojs/v1/jobs", json={"type": "ttl.relative", "args": [], "expires_at": "+PT2S"}
+    ).json()["job"]
+    made = parse_rfc3339(relative["expires_at"])
+    assert made == (parse_rfc3339(relative["created_at"]) or 0) + 2_000
 
 
 def test_queue_stats_count_what_this_client_just_did(stack: Stack):
