@@ -30,6 +30,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_JOB_RECORD_BYTES", "a job record as stored and published (bytes)"),
     ("MAX_RECORD_BYTES", "any record the processor writes: key, value and headers (bytes)"),
     ("MAX_DEPTH", "nesting of JSON values (levels)"),
+    ("MAX_CRON_BYTES", "a cron's definition, template included, as JSON (bytes)"),
     ("MAX_SAFE_INTEGER", "the magnitude of an integer literal (larger ones are rounded by "
      "JSON parsers, so they are refused; a double such as 1e21 is taken)"),
     ("MAX_DURATION_DAYS", "a duration: a period, a retention, a lease, a relative time (days)"),

@@ -93,7 +93,7 @@ def explain_history(
             entries = after_decision(entries, rec)
             _record_jobs(book, rec)
         elif item.kind == "queue":
-            book.command(item.position[1], item.record)
+            book.command(item.position[1], item.record, item.timestamp_ms)
         elif item.kind == "event":
             event = parse_event(item.record)
             result, entries = book.apply(

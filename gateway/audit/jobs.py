@@ -24,24 +24,24 @@ from gateway.core import (
     job_deadline,
 )
 from gateway.core.lifecycle import on_key
-from gateway.core.queues import QueueCommand, parse_queue_command
+from gateway.core.queues import QueueCommand, newer, parse_queue_command, queue_state
 from gateway.processor.schedule import LEASES
 
 
 class JobBook:
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
-        self.paused: set[tuple[int, str]] = set()  # (partition, queue)
+        # (partition, queue) -> the queue's state there, as the processor holds it
+        self.queues: dict[tuple[int, str], dict[str, Any]] = {}
 
-    def command(self, partition: int, value: bytes) -> None:
-        """A queue command on the partition: its queue is paused there, or not, after it."""
+    def command(self, partition: int, value: bytes, now_ms: int) -> None:
+        """A queue command on the partition, taken there as the processor takes it."""
         command = parse_queue_command(value)
-        if isinstance(command, QueueCommand):
-            where = (partition, command.queue)
-            if command.paused:
-                self.paused.add(where)
-            else:
-                self.paused.discard(where)
+        if not isinstance(command, QueueCommand):
+            return
+        where = (partition, command.queue)
+        if newer(command, self.queues.get(where)):
+            self.queues[where] = queue_state(command, now_ms)
 
     def accepted(self, job: Mapping[str, Any]) -> None:
         """A job as a decision published it (new, updated, or cancelled by a replace)."""
@@ -57,7 +57,8 @@ class JobBook:
     ) -> tuple[EventResult, tuple[Entry, ...]]:
         """An event on its job (on `partition`), and the job's key's `entries` after it."""
         job = None if isinstance(event, GatewayError) else self.jobs.get(event.job_id)
-        paused = job is not None and (partition, str(job.get("queue"))) in self.paused
+        held = None if job is None else self.queues.get((partition, str(job.get("queue"))))
+        paused = held is not None and bool(held.get("paused"))
         result, after = on_key(job, entries, event, now_ms, retention_ms, paused)
         self._keep(result)
         return result, after

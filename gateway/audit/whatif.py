@@ -92,7 +92,7 @@ def replay_under_policy(
             continue
         if is_command(record.source):
             if record.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
-                book.command(record.partition, record.value or b"")
+                book.command(record.partition, record.value or b"", record.timestamp_ms)
             continue  # a cron's firings are requests of their own, replayed as such
         if record.source.is_job_event:
             _apply(record, state, jobs, book, limits)

@@ -22,7 +22,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from functools import lru_cache
+from importlib import resources
+from zoneinfo import ZoneInfo
 
 from gateway.core.errors import INVALID_REQUEST, GatewayError
 
@@ -55,10 +57,12 @@ _UNIT_MS = {
     "h": Fraction(3_600_000),
 }  # fmt: skip
 _DIGITS = re.compile(r"[0-9]+")
-# A schedule that has no time within this many years never fires (31 February).
-_SEARCH_YEARS = 9
+# A schedule with no time within this many years is taken to have none (31 February);
+# 28 years hold every date's every weekday (29 February on a Sunday comes every 28).
+_SEARCH_YEARS = 28
 _LAST_YEAR = 9998  # datetime ends with 9999: a search stops a year before it
 MAX_EXPRESSION_CHARS = 256
+UTC_ZONE = ZoneInfo("UTC")  # no rules to differ between databases
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +182,28 @@ def parse_zone(name: object) -> ZoneInfo | GatewayError:
     """An IANA zone by its Area/Location name, or UTC. Offsets (+05:00) and abbreviations
     (EST) are refused, as OJS asks: they do not follow daylight saving time."""
     if name == "UTC":
-        return ZoneInfo("UTC")
+        return UTC_ZONE
     if not isinstance(name, str) or "/" not in name or name.startswith(("/", ".")) or ".." in name:
         return _bad(
             f"timezone {name!r} is not an IANA name such as Europe/Paris (or UTC); offsets "
             "and abbreviations are refused"
         )
+    zone = _zone(name)
+    return zone if zone is not None else _bad(
+        f"timezone {name!r} is not in the IANA timezone database"
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=1024)
+def _zone(name: str) -> ZoneInfo | None:
+    """The zone from the `tzdata` package alone, never the host's files, so every machine
+    (and every replay) computes the same times with the same database version."""
+    path = resources.files("tzdata").joinpath("zoneinfo", *name.split("/"))
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return _bad(f"timezone {name!r} is not in the IANA timezone database")
+        with path.open("rb") as data:
+            return ZoneInfo.from_file(data, key=name)
+    except (OSError, ValueError):
+        return None
 
 
 def next_after(expr: CronExpr, zone: ZoneInfo, after_ms: int, anchor_ms: int) -> int | None:

@@ -37,6 +37,8 @@ import orjson
 from gateway.core.cron_expr import CronExpr, next_after, parse_cron, parse_zone
 from gateway.core.dialects import parse_request
 from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.limits import MAX_CRON_BYTES
+from gateway.core.request import Request
 from gateway.core.states import ALL_STATES, TERMINAL_STATES
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -113,6 +115,9 @@ def definition(raw: object) -> dict[str, Any] | GatewayError:
     firing = parse_request(firing_job(cron, parse_rfc3339(_SLOT) or 0, 0))
     if isinstance(firing, GatewayError):
         return _bad(f"job_template: {firing.message}")
+    size = len(orjson.dumps(cron))
+    if size > MAX_CRON_BYTES:
+        return _bad(f"the cron is {size} bytes as JSON; the limit is {MAX_CRON_BYTES}")
     return cron
 
 
@@ -197,14 +202,17 @@ def registered(cron: Mapping[str, Any], before: Mapping[str, Any] | None, now_ms
 
 
 def enabled(state: Mapping[str, Any], on: bool, now_ms: int) -> dict[str, Any]:
-    return _scheduled({**state, "enabled": on, "updated_at": format_rfc3339(now_ms)}, now_ms)
+    kept = {k: v for k, v in state.items() if k != "error"}  # a stopped cron tries again
+    return _scheduled({**kept, "enabled": on, "updated_at": format_rfc3339(now_ms)}, now_ms)
 
 
 def _scheduled(state: dict[str, Any], after_ms: int) -> dict[str, Any]:
-    """`next_run_at`: the first slot after `after_ms`; None while disabled, or never."""
+    """`next_run_at`: the first slot after `after_ms`; None while disabled, or never (or
+    when a stored expression or zone no longer parses: `fire` then says why)."""
     upcoming = None
-    if state["enabled"]:
-        upcoming = next_after(_expr(state), _zone(state), after_ms, _anchor(state))
+    expr, zone = parse_cron(state["expression"]), parse_zone(state["timezone"])
+    if state["enabled"] and isinstance(expr, CronExpr) and not isinstance(zone, GatewayError):
+        upcoming = next_after(expr, zone, after_ms, _anchor(state))
     state["next_run_at"] = None if upcoming is None else format_rfc3339(upcoming)
     return state
 
@@ -214,14 +222,30 @@ def next_run_ms(state: Mapping[str, Any]) -> int | None:
     return parse_rfc3339(value) if isinstance(value, str) else None
 
 
-def fire(state: Mapping[str, Any], now_ms: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """If the cron is due at `now_ms`: the job its slot enqueues, and its state after. The
-    next slot is the one after this one, unless that has passed too: then slots were
+def fire(state: Mapping[str, Any], now_ms: int) -> tuple[Request | None, dict[str, Any]] | None:
+    """If the cron is due at `now_ms`: the request its slot enqueues, and its state after.
+    The next slot is the one after this one, unless that has passed too: then slots were
     missed, this one fired for them all, and the next is the first after now. None if the
-    cron is not due (a stale schedule entry, a disabled cron)."""
+    cron is not due (a stale schedule entry, a disabled cron).
+
+    A cron whose definition no longer passes the rules (stored by an older version) does
+    not fire: it is disabled, with the reason as its `error`, and the request is None."""
     slot = next_run_ms(state)
     if not state.get("enabled") or slot is None or slot > now_ms:
         return None
+    problem = definition({k: v for k, v in state.items() if k in _DEFINITION_FIELDS})
+    request = None if isinstance(problem, GatewayError) else parse_request(
+        firing_job(state, slot, now_ms)
+    )  # fmt: skip
+    if isinstance(problem, GatewayError) or not isinstance(request, Request):
+        why = problem if isinstance(problem, GatewayError) else request
+        stopped = {
+            **state,
+            "enabled": False,
+            "next_run_at": None,
+            "updated_at": format_rfc3339(now_ms),
+        }
+        return None, {**stopped, "error": str(why)}
     after = {
         **state, "last_run_at": format_rfc3339(now_ms),
         "run_count": int(state.get("run_count") or 0) + 1,
@@ -229,7 +253,7 @@ def fire(state: Mapping[str, Any], now_ms: int) -> tuple[dict[str, Any], dict[st
     scheduled = _scheduled(after, slot)
     if (next_run_ms(scheduled) or now_ms + 1) <= now_ms:
         scheduled = _scheduled(after, now_ms)
-    return firing_job(state, slot, now_ms), scheduled
+    return request, scheduled
 
 
 def firing_job(cron: Mapping[str, Any], slot_ms: int, now_ms: int) -> dict[str, Any]:
@@ -269,18 +293,6 @@ def shown(state: Mapping[str, Any]) -> dict[str, Any]:
         **state, "cron": state["expression"], **template,
         "status": "active" if state["enabled"] else "disabled",
     }  # fmt: skip
-
-
-def _expr(state: Mapping[str, Any]) -> CronExpr:
-    parsed = parse_cron(state["expression"])
-    assert not isinstance(parsed, GatewayError)
-    return parsed
-
-
-def _zone(state: Mapping[str, Any]) -> Any:
-    zone = parse_zone(state["timezone"])
-    assert not isinstance(zone, GatewayError)
-    return zone
 
 
 def _anchor(state: Mapping[str, Any]) -> int:

@@ -69,6 +69,8 @@ MAX_RESULT_BYTES = 64 * 1024
 MAX_ERROR_BYTES = 16 * 1024
 MAX_JOB_RECORD_BYTES = 640 * 1024
 MAX_DEPTH = 64
+# A cron's definition as JSON: its state is kept and published at every firing.
+MAX_CRON_BYTES = 64 * 1024
 MAX_SAFE_INTEGER = 2**53 - 1
 MS_PER_DAY = 86_400_000
 MAX_DURATION_DAYS = 36_500  # 100 years of 365 days

@@ -7,6 +7,13 @@ partition of `requests` (each partition applies it in its own log order, so a
 claim after the pause in a partition's log is refused there, and replay and
 explain refuse it too); the edges only send commands and show what the
 processor published.
+
+Two clients pausing and resuming at once send their commands to every partition
+separately, so partitions may read them in different orders. Each command
+carries its `version` (the sender's clock and a random id), and a partition
+takes a command only if it is newer than the one it holds: every partition ends
+in the state of the newest command, whatever the order, and so does a view
+that keeps the newest version it has read.
 """
 
 from __future__ import annotations
@@ -19,47 +26,71 @@ import orjson
 
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
 
 QUEUE_PAUSED = "queue_paused"
+
+
+Version = tuple[int, str]  # the sender's clock (ms) and a random id: newer wins
+_SHAPE = '{"queue": <name>, "paused": true|false, "version": [<ms>, <id>]}'
 
 
 @dataclass(frozen=True, slots=True)
 class QueueCommand:
     queue: str
     paused: bool
+    version: Version
 
 
 def parse_queue_command(data: bytes | str) -> QueueCommand | GatewayError:
-    """`{"queue": name, "paused": true|false}`, or why not."""
+    """The command, or why not."""
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         return GatewayError(INVALID_REQUEST, f"the queue command is not valid JSON: {exc}")
-    if not isinstance(raw, Mapping) or set(raw) != {"queue", "paused"}:
-        return GatewayError(
-            INVALID_REQUEST, 'a queue command is {"queue": <name>, "paused": true|false}'
-        )
-    queue, paused = raw["queue"], raw["paused"]
+    if not isinstance(raw, Mapping) or set(raw) != {"queue", "paused", "version"}:
+        return GatewayError(INVALID_REQUEST, f"a queue command is {_SHAPE}")
+    queue, paused, version = raw["queue"], raw["paused"], version_of(raw)
     if not isinstance(queue, str) or not is_valid_queue_name(queue):
         return GatewayError(INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
     if not isinstance(paused, bool):
         return GatewayError(INVALID_REQUEST, "paused must be true or false")
-    return QueueCommand(queue, paused)
+    if version is None:
+        return GatewayError(INVALID_REQUEST, f"a queue command is {_SHAPE}")
+    return QueueCommand(queue, paused, version)
 
 
-def queue_command(queue: str, paused: bool) -> bytes:
-    return orjson.dumps({"queue": queue, "paused": paused})
+def version_of(record: Mapping[str, Any]) -> Version | None:
+    """A command's or a published state's version; None if it has none that is valid."""
+    version = record.get("version")
+    if not isinstance(version, list) or len(version) != 2:
+        return None
+    at, name = version
+    if not isinstance(at, int) or isinstance(at, bool) or not isinstance(name, str):
+        return None
+    return (at, name) if at >= 0 and 0 < len(name) <= MAX_ID_BYTES else None
+
+
+def queue_command(queue: str, paused: bool, version: Version) -> bytes:
+    return orjson.dumps({"queue": queue, "paused": paused, "version": list(version)})
+
+
+def newer(command: QueueCommand, held: Mapping[str, Any] | None) -> bool:
+    """Whether the command changes the state a partition holds (`held`: its last one)."""
+    version = None if held is None else version_of(held)
+    return version is None or command.version > version
 
 
 def queue_state(command: QueueCommand, at_ms: int) -> dict[str, Any]:
-    """What the processor publishes for a queue after a command at `at_ms`."""
+    """What the processor keeps and publishes for a queue after a command at `at_ms`."""
     stamp = "paused_at" if command.paused else "resumed_at"
     return {
         "queue": command.queue,
         "paused": command.paused,
         "status": "paused" if command.paused else "active",
         stamp: format_rfc3339(at_ms),
+        "version": list(command.version),
     }
 
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from gateway import wire
 from gateway.core import INVALID_REQUEST, State
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
+from gateway.core.queues import version_of
 from gateway.core.times import format_rfc3339
 from gateway.http import commands, errors, queue_stats
 from gateway.http.answers import Answer
@@ -108,12 +109,16 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     answers = await commands.send(binding, queue_commands(name, paused, count), f"{verb} {name}")
     if isinstance(answers, ApiError):
         return answers
-    stamp = "paused_at" if paused else "resumed_at"
-    at = max(str(a["queue"][stamp]) for a in answers)
-    status = "paused" if paused else "active"
-    queue = {"name": name, "paused": paused, "status": status, stamp: at}
+    # Each partition answers the state it holds: this command's, or a newer one's.
+    held = max((a["queue"] for a in answers), key=lambda q: version_of(q) or (0, ""))
+    binding.view.queue_answered(held)
+    now_paused = bool(held["paused"])
+    stamp = "paused_at" if now_paused else "resumed_at"
+    status = "paused" if now_paused else "active"
+    at = held.get(stamp)
+    queue = {"name": name, "paused": now_paused, "status": status, stamp: at}
     return Answer(
-        200, {"queue": queue, "name": name, "paused": paused, "status": status, stamp: at}
+        200, {"queue": queue, "name": name, "paused": now_paused, "status": status, stamp: at}
     )
 
 

@@ -71,11 +71,13 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict, WriteBatch
 
+from gateway import wire
 from gateway.catalogue import Catalogue
 from gateway.config import gateway_home
 from gateway.core import DEFAULT_RETENTION_MS, ready_at
 from gateway.core.jobs import job_expires_at
 from gateway.core.moves import WAITING_STATES
+from gateway.core.queues import version_of
 from gateway.core.times import parse_rfc3339
 from gateway.http import queue_stats
 from gateway.processor.state_identity import Identity
@@ -207,6 +209,7 @@ class JobView:
         self._read: OrderedDict[tuple[str, int], None] = OrderedDict()
         # key -> (a cron's state as an answer gave it, None if deleted; until when)
         self._controls_provisional: dict[bytes, tuple[bytes | None, float]] = {}
+        self._controls_read: dict[bytes, bytes | None] = {}  # the last committed, by key
 
     def close(self) -> None:
         with self._lock:
@@ -269,11 +272,8 @@ class JobView:
             for partition, offset, key, value in records:
                 ends[partition] = offset + 1
                 if key.startswith(b"\x00"):  # a queue's or a cron's state, not a job
-                    if value is None:
-                        batch.delete(_CONTROL + key)
-                    else:
-                        batch.put(_CONTROL + key, value)
-                    controls.append((key, value))
+                    if self._keep_control(batch, staged, key, value):
+                        controls.append((key, value))
                     continue
                 try:
                     job = None if value is None else orjson.loads(value)
@@ -336,6 +336,7 @@ class JobView:
             for job_id, job in read:  # once written: `get` never falls back to an older copy
                 self._confirm(job_id, job)
             for key, value in controls:
+                self._controls_read[key] = value
                 answered = self._controls_provisional.get(key)
                 if answered is not None and answered[0] == value:
                     del self._controls_provisional[key]
@@ -397,10 +398,50 @@ class JobView:
 
     def control_answered(self, key: bytes, state: Mapping[str, Any] | None) -> None:
         """A cron's state as the processor's answer left it (None: deleted), shown until
-        the view reads the committed record, as for jobs (`provisional`)."""
+        the view reads the committed record, as for jobs (`provisional`); nothing if that
+        record was read already."""
         value = None if state is None else orjson.dumps(state)
         with self._lock:
+            if key in self._controls_read and self._controls_read[key] == value:
+                return
             self._controls_provisional[key] = (value, time.monotonic() + PROVISIONAL_S)
+
+    def queue_answered(self, state: Mapping[str, Any]) -> None:
+        """A queue's state as the processor answered it: kept at once if it is the newest
+        this view has (the committed records bring the same version, or a newer one)."""
+        key = wire.queue_key(str(state.get("queue")))
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            self._keep_control(batch, {}, key, orjson.dumps(state))
+            self._db.write(batch)
+
+    def _keep_control(
+        self, batch: WriteBatch, staged: dict[bytes, bytes | None], key: bytes, value: bytes | None
+    ) -> bool:
+        """Write a queue's or a cron's published state; False if it is not kept. A queue's
+        is kept only if newer than the one held (partitions publish theirs in any order:
+        core/queues.py); a record that is not one of the processor's is skipped."""
+        stored_key = _CONTROL + key
+        if value is None:
+            batch.delete(stored_key)
+            staged[stored_key] = None
+            return True
+        try:
+            state = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            state = None
+        if not isinstance(state, dict):
+            log.warning("a job_states record under a NUL key is not a state; skipped")
+            return False
+        if key.startswith(wire.QUEUE_KEY_PREFIX):
+            version = version_of(state)
+            held_raw = staged[stored_key] if stored_key in staged else self._db.get(stored_key)
+            held = None if held_raw is None else version_of(orjson.loads(bytes(held_raw)))
+            if version is None or (held is not None and version <= held):
+                return False
+        batch.put(stored_key, value)
+        staged[stored_key] = value
+        return True
 
     def controls(self, prefix: bytes) -> dict[str, dict[str, Any]]:
         """The states published under keys starting with `prefix` (wire.QUEUE_KEY_PREFIX,
@@ -411,7 +452,7 @@ class JobView:
             key = bytes(key)  # type: ignore[arg-type]
             if not key.startswith(start):
                 break
-            found[key[len(start) :].decode()] = orjson.loads(bytes(value))  # type: ignore[arg-type]
+            found[key[len(start) :].decode(errors="replace")] = orjson.loads(bytes(value))  # type: ignore[arg-type]
         now = time.monotonic()
         for key, (answered, until) in list(self._controls_provisional.items()):
             if until <= now or not key.startswith(prefix):

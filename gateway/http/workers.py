@@ -25,6 +25,7 @@ from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
 from gateway.core.limits import MAX_ID_BYTES
+from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
 from gateway.http import transitions
 from gateway.http.answers import Answer
@@ -32,6 +33,7 @@ from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.jobs import shown
 from gateway.http.plumbing import read_json
+from gateway.http.queues import paused_queues
 from gateway.randomness import random_hex
 from gateway.sdk import ClientError
 
@@ -41,6 +43,7 @@ MAX_FETCH = 1000
 MAX_HEARTBEAT_JOBS = 1000
 # A claim this process has in flight: other local fetches skip it meanwhile (at most this long).
 CLAIM_MEMORY_S = 5.0
+PAUSED = object()  # a claim's answer: the job's queue is paused
 
 
 def now_ms() -> int:
@@ -71,17 +74,22 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
     claimed: list[dict[str, Any]] = []
     problems: list[ApiError] = []
     tried: set[str] = set()
+    # Queues this view shows paused are not asked; one whose claim the processor refuses
+    # as paused (this view has not read the pause yet) is asked no more.
+    wanted = [q for q in queues if q not in paused_queues(binding)]
     while len(claimed) < count and not problems:
         # Never more claims than jobs wanted: a claimed job is active, it must be handed out.
-        candidates = _candidates(binding, queues, count - len(claimed), tried)
+        candidates = _candidates(binding, wanted, count - len(claimed), tried)
         if not candidates:
             break
         tried.update(j["id"] for j in candidates)
         answers = await asyncio.gather(*(_claim(binding, j, fields) for j in candidates))
-        for answer in answers:
+        for job, answer in zip(candidates, answers, strict=True):
             if isinstance(answer, ApiError):
                 problems.append(answer)
-            elif answer is not None:
+            elif answer is PAUSED:
+                wanted = [q for q in wanted if q != job.get("queue")]
+            elif isinstance(answer, dict):
                 claimed.append(shown(answer))
     if problems and not claimed:
         return problems[0]
@@ -127,8 +135,9 @@ def _candidates(
 
 async def _claim(
     binding: Binding, job: dict[str, Any], fields: dict[str, Any]
-) -> dict[str, Any] | ApiError | None:
-    """The job, active, if the processor gave it to us; None if it went elsewhere."""
+) -> dict[str, Any] | ApiError | object | None:
+    """The job, active, if the processor gave it to us; PAUSED if its queue is paused;
+    None if it went elsewhere."""
     binding.claims[job["id"]] = time.monotonic() + CLAIM_MEMORY_S
     # The claim's own name: a requeue undoes this claim, never another fetch's.
     claim_id = random_hex()
@@ -139,6 +148,8 @@ async def _claim(
         if isinstance(ack, ApiError):
             return ack
         moved = ack.record.get("job")
+        if ack.error is not None and ack.error.code == QUEUE_PAUSED:
+            return PAUSED
         if ack.outcome != EventOutcome.APPLIED or not isinstance(moved, dict):
             return None
         transitions.answered(binding, moved)

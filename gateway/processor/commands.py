@@ -1,12 +1,12 @@
 """What the processor does with queue and cron commands, and with crons that fall due.
 
-Wiring only: the rules live in core/queues.py and core/crons.py. A queue's paused
-state lives in each partition's state under wire.queue_key (present: paused), set
-by a command written to every partition; a cron lives in the state of its
-wire.cron_key on the one partition that key belongs to, with its next slot on
-the CRONS schedule. Every change is published on `job_states` under the same
-key, in the same transaction, for the views; a command that asked (reply_to)
-gets an answer.
+Wiring only: the rules live in core/queues.py and core/crons.py. A queue's state
+(paused or not, and the version of the command that set it) lives in each
+partition's state under wire.queue_key, set by a command written to every
+partition; a cron lives in the state of its wire.cron_key on the one partition
+that key belongs to, with its next slot on the CRONS schedule. Every change is
+published on `job_states` under the same key, in the same transaction, for the
+views; a command that asked (reply_to) gets an answer.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import orjson
 from gateway import wire
 from gateway.core import EventOutcome, GatewayError
 from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, registered, shown
-from gateway.core.dialects import parse_request
-from gateway.core.queues import parse_queue_command, queue_state
+from gateway.core.queues import newer, parse_queue_command, queue_state
 from gateway.partitioner import partition_for
 from gateway.processor.records import Output, Source, command_reply, refused_command
 from gateway.processor.schedule import CRONS
@@ -28,7 +27,7 @@ from gateway.processor.schedule import CRONS
 log = logging.getLogger("gateway.processor")
 
 APPLIED, IGNORED = str(EventOutcome.APPLIED), str(EventOutcome.IGNORED)
-PAUSED = "paused"
+QUEUE = "queue"
 CRON = "cron"
 
 
@@ -42,8 +41,8 @@ class Commands:
         """Whether `queue` is paused on the record's partition, as of the record."""
         if not isinstance(queue, str):
             return False
-        state = self._dedup.state_of(source, wire.queue_key(queue))
-        return state.get_bytes(PAUSED) is not None
+        raw = self._dedup.state_of(source, wire.queue_key(queue)).get_bytes(QUEUE)
+        return raw is not None and bool(orjson.loads(raw).get("paused"))
 
     def on_command(self, value: bytes | None, key: bytes | None, source: Source) -> None:
         if source.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
@@ -74,13 +73,14 @@ class Commands:
             return
         queue_key = wire.queue_key(command.queue)
         state = self._dedup.state_of(source, queue_key)
-        if command.paused:
-            state.set_bytes(PAUSED, b"1")
-        else:
-            state.delete(PAUSED)
-        published = queue_state(command, source.timestamp_ms)
-        self._publish(source, queue_key, published)
-        self._answer(source, queue_key, {"outcome": APPLIED, "queue": published})
+        raw = state.get_bytes(QUEUE)
+        held = None if raw is None else orjson.loads(raw)
+        if newer(command, held):
+            held = queue_state(command, source.timestamp_ms)
+            state.set_bytes(QUEUE, orjson.dumps(held))
+            self._publish(source, queue_key, held)
+        # An older command than the one held changes nothing: the answer is the state held.
+        self._answer(source, queue_key, {"outcome": APPLIED, "queue": held})
 
     # -- crons ----------------------------------------------------------------
 
@@ -134,15 +134,15 @@ class Commands:
             fired = None if raw is None else fire(orjson.loads(raw), source.timestamp_ms)
             if fired is None:
                 continue  # deleted, disabled, or moved since: a later entry has it
-            job, after = fired
-            request = parse_request(job)
-            route_of_job = None if isinstance(request, GatewayError) else wire.route(request)
-            if route_of_job is None:  # the registration checked this very template
-                raise ValueError(f"cron {name}: its job is refused: {request}")
-            headers = [(wire.REQUEST_ID_HEADER, f"cron/{name}/{job['meta']['cron_slot']}".encode())]
-            self._dedup.emit(
-                Output(orjson.dumps(job), route_of_job.encode(), role="requests", headers=headers),
-                source,
-            )
+            request, after = fired
+            route = None if request is None else wire.route(request)
+            if request is not None and route is not None:  # a keyed request: always a route
+                slot = request.envelope.raw["meta"]["cron_slot"]
+                headers = [(wire.REQUEST_ID_HEADER, f"cron/{name}/{slot}".encode())]
+                value = orjson.dumps(request.envelope.raw)
+                self._dedup.emit(Output(value, route.encode(), role="requests", headers=headers),
+                                 source)  # fmt: skip
+                log.info("cron fired", extra={"cron": name, "slot": slot})
+            else:
+                log.warning("cron stopped", extra={"cron": name, "error": after.get("error")})
             self._store(source, cron_key, after)
-            log.info("cron fired", extra={"cron": name, "slot": job["meta"]["cron_slot"]})

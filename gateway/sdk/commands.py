@@ -7,6 +7,8 @@ the cron lives. Send them with `Client.send_commands`.
 
 from __future__ import annotations
 
+import time
+
 from gateway import wire
 from gateway.core.crons import CronCommand, command_record
 from gateway.core.queues import queue_command
@@ -15,9 +17,12 @@ from gateway.sdk.prepare import Outgoing
 
 
 def queue_commands(queue: str, paused: bool, partitions: int) -> list[Outgoing]:
-    """Pause (or resume) `queue`: one command per partition, all named alike."""
-    value, key = queue_command(queue, paused), wire.queue_key(queue)
-    request_id = f"queue/{queue}/{'pause' if paused else 'resume'}/{random_hex()}"
+    """Pause (or resume) `queue`: one command per partition, all alike, versioned by this
+    clock and a random id (core/queues.py: the newest command wins on every partition)."""
+    command_id = random_hex()
+    version = (time.time_ns() // 1_000_000, command_id)
+    value, key = queue_command(queue, paused, version), wire.queue_key(queue)
+    request_id = f"queue/{queue}/{'pause' if paused else 'resume'}/{command_id}"
     headers = ((wire.KIND_HEADER, wire.QUEUE_COMMAND),)
     return [
         Outgoing(value, key, request_id, None, headers=headers, partition=p)

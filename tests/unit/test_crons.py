@@ -30,6 +30,7 @@ from gateway.core.crons import (
 )
 from gateway.core.dialects import parse_request
 from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.limits import MAX_CRON_BYTES
 from gateway.core.policy import OnConflict
 from gateway.core.states import ALL_STATES, TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -69,9 +70,10 @@ def request_of(job: dict[str, Any]) -> Request:
 
 
 def fired(state: dict[str, Any], now: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job a due cron's request carries, and the cron's state after."""
     result = fire(state, now)
-    assert result is not None
-    return result
+    assert result is not None and result[0] is not None
+    return dict(result[0].envelope.raw), result[1]
 
 
 # -- definition -------------------------------------------------------------------
@@ -575,9 +577,9 @@ def test_firing_catches_up_once_and_schedules_the_first_slot_after_now(
     assert next_run_ms(after) == expected
     assert fire(after, now) is None
     assert fire(after, expected - 1) is None
-    again = fire(after, expected)
-    assert again is not None and again[0]["meta"]["cron_slot"] == after["next_run_at"]
-    assert again[1]["run_count"] == state["run_count"] + 2
+    job_again, again = fired(after, expected)
+    assert job_again["meta"]["cron_slot"] == after["next_run_at"]
+    assert again["run_count"] == state["run_count"] + 2
     request_of(job)  # every firing is a valid request
 
 
@@ -678,4 +680,34 @@ def test_a_shown_cron_registers_as_itself() -> None:
 
 
 def test_zone_objects_are_what_registration_checked() -> None:
-    assert parse_zone(cron(timezone="Europe/Berlin")["timezone"]) == ZoneInfo("Europe/Berlin")
+    """From the tzdata package (not the host's files): the same rules, by name."""
+    zone = parse_zone(cron(timezone="Europe/Berlin")["timezone"])
+    assert isinstance(zone, ZoneInfo) and zone.key == "Europe/Berlin"
+    assert parse_zone("Europe/Berlin") is zone  # read once
+
+
+def test_a_stored_cron_the_rules_no_longer_take_is_stopped_not_fired() -> None:
+    """A cron kept by an older version whose template or zone no longer passes: it is
+    disabled with the reason, never raises, and fires nothing."""
+    state = registered(cron(), None, T0)
+    slot = next_run_ms(state)
+    assert slot is not None
+    for broken in (
+        {**state, "timezone": "Mars/Olympus"},
+        {**state, "job_template": {**state["job_template"], "type": "Not A Type"}},
+        {**state, "expression": "99 * * * *"},
+    ):
+        result = fire(broken, slot)
+        assert result is not None and result[0] is None
+        stopped = result[1]
+        assert stopped["enabled"] is False and stopped["next_run_at"] is None
+        assert "invalid_request" in stopped["error"]
+        assert fire(stopped, slot + DAY_MS) is None
+        again = enabled(stopped, True, slot)
+        assert "error" not in again
+
+
+def test_a_cron_too_large_to_keep_is_refused() -> None:
+    big = definition({"name": "big", "expression": "@daily", "type": "a.b",
+                      "description": "x" * MAX_CRON_BYTES})  # fmt: skip
+    assert isinstance(big, GatewayError) and "limit" in big.message

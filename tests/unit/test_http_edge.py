@@ -396,6 +396,9 @@ class FakeView:
         found = self.jobs.get(job_id)
         return None if found is None else dict(found)
 
+    def controls(self, prefix: bytes) -> dict[str, dict[str, Any]]:
+        return {}  # no queue paused, no cron
+
 
 class FakeClient:
     """Claims of `a` are applied, of `b` time out (sent, no answer), of `c` are not sent."""

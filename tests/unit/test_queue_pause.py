@@ -28,6 +28,7 @@ from gateway.core.lifecycle import on_key
 from gateway.core.queues import (
     QUEUE_PAUSED,
     QueueCommand,
+    newer,
     parse_queue_command,
     paused_refusal,
     queue_command,
@@ -66,19 +67,21 @@ def active_job() -> dict[str, Any]:
 
 # -- the command ---------------------------------------------------------------------
 
+V = (1_770_000_000_000, "c0ffee")
+
 
 @pytest.mark.parametrize("paused", [True, False])
 @pytest.mark.parametrize("queue", ["mail", "default", "a", "q-1.v_2", "0", "a" * 255])
 def test_a_command_round_trips(queue: str, paused: bool) -> None:
-    data = queue_command(queue, paused)
-    assert orjson.loads(data) == {"queue": queue, "paused": paused}
-    assert parse_queue_command(data) == QueueCommand(queue, paused)
-    assert parse_queue_command(data.decode()) == QueueCommand(queue, paused)
+    data = queue_command(queue, paused, V)
+    assert orjson.loads(data) == {"queue": queue, "paused": paused, "version": list(V)}
+    assert parse_queue_command(data) == QueueCommand(queue, paused, V)
+    assert parse_queue_command(data.decode()) == QueueCommand(queue, paused, V)
 
 
 @given(queue=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,254}", fullmatch=True), paused=st.booleans())
 def test_every_valid_queue_name_round_trips(queue: str, paused: bool) -> None:
-    assert parse_queue_command(queue_command(queue, paused)) == QueueCommand(queue, paused)
+    assert parse_queue_command(queue_command(queue, paused, V)) == QueueCommand(queue, paused, V)
 
 
 @pytest.mark.parametrize(
@@ -101,12 +104,19 @@ def test_bad_json_is_refused(data: bytes | str) -> None:
         {},
         {"queue": "mail"},
         {"paused": True},
-        {"queue": "mail", "paused": True, "extra": 1},
-        {"queue": "mail", "paused": True, "op": "pause"},
-        {"name": "mail", "paused": True},
+        {"queue": "mail", "paused": True},
+        {"queue": "mail", "paused": True, "version": [1, "a"], "extra": 1},
+        {"queue": "mail", "paused": True, "version": [1, "a"], "op": "pause"},
+        {"name": "mail", "paused": True, "version": [1, "a"]},
+        {"queue": "mail", "paused": True, "version": [1]},
+        {"queue": "mail", "paused": True, "version": [-1, "a"]},
+        {"queue": "mail", "paused": True, "version": [1, ""]},
+        {"queue": "mail", "paused": True, "version": [True, "a"]},
+        {"queue": "mail", "paused": True, "version": [1, "a" * 256]},
+        {"queue": "mail", "paused": True, "version": "1a"},
     ],
 )
-def test_anything_but_exactly_queue_and_paused_is_refused(value: object) -> None:
+def test_anything_but_exactly_queue_paused_and_a_version_is_refused(value: object) -> None:
     command = parse_queue_command(orjson.dumps(value))
     assert isinstance(command, GatewayError) and command.code == INVALID_REQUEST
 
@@ -115,21 +125,21 @@ def test_anything_but_exactly_queue_and_paused_is_refused(value: object) -> None
     "queue", ["", "Mail", "_mail", ".mail", "-mail", "a b", "mail/x", "é", "a" * 256, 5, None, []]
 )
 def test_bad_queue_names_are_refused(queue: object) -> None:
-    command = parse_queue_command(orjson.dumps({"queue": queue, "paused": True}))
+    command = parse_queue_command(orjson.dumps({"queue": queue, "paused": True, "version": V}))
     assert isinstance(command, GatewayError) and command.code == INVALID_REQUEST
     assert "queue name" in command.message
 
 
 @pytest.mark.parametrize("paused", [1, 0, "true", "false", None, [], {}, 1.0])
 def test_paused_must_be_a_bool(paused: object) -> None:
-    command = parse_queue_command(orjson.dumps({"queue": "mail", "paused": paused}))
+    command = parse_queue_command(orjson.dumps({"queue": "mail", "paused": paused, "version": V}))
     assert isinstance(command, GatewayError) and command.code == INVALID_REQUEST
     assert "paused" in command.message
 
 
 @given(
     st.dictionaries(
-        st.sampled_from(["queue", "paused", "x"]),
+        st.sampled_from(["queue", "paused", "version", "x"]),
         st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=10),
     )
     | st.lists(st.integers(0, 3), max_size=3)
@@ -143,12 +153,13 @@ def test_parse_queue_command_never_raises(value: Any) -> None:
 
 
 def test_the_published_state_of_a_pause_and_a_resume() -> None:
-    assert queue_state(QueueCommand("mail", True), T0) == {
+    assert queue_state(QueueCommand("mail", True, V), T0) == {
         "queue": "mail", "paused": True, "status": "paused", "paused_at": format_rfc3339(T0),
+        "version": list(V),
     }  # fmt: skip
-    assert queue_state(QueueCommand("mail", False), T0 + 5) == {
+    assert queue_state(QueueCommand("mail", False, V), T0 + 5) == {
         "queue": "mail", "paused": False, "status": "active",
-        "resumed_at": format_rfc3339(T0 + 5),
+        "resumed_at": format_rfc3339(T0 + 5), "version": list(V),
     }  # fmt: skip
 
 
@@ -332,3 +343,26 @@ def test_on_key_claims_when_not_paused() -> None:
     result, after = on_key(job, (entry_of(job),), event(type="job.started"), T0 + 10)
     assert result.outcome is EventOutcome.APPLIED and result.state is State.ACTIVE
     assert [e.state for e in after] == [State.ACTIVE]
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.sampled_from("abc")), min_size=1,
+             max_size=6),
+    st.randoms(use_true_random=False),
+)  # fmt: skip
+def test_every_order_of_the_same_commands_ends_in_the_newest(
+    commands: list[tuple[bool, int, str]], random: Any
+) -> None:
+    """Two partitions read the same commands in two orders: both hold the newest."""
+    by_version = {(at, name): paused for paused, at, name in commands}  # ids are unique
+    parsed = [QueueCommand("mail", paused, version) for version, paused in by_version.items()]
+    ends = []
+    for order in (parsed, random.sample(parsed, len(parsed))):
+        held = None
+        for t, command in enumerate(order):
+            if newer(command, held):
+                held = queue_state(command, T0 + t)
+        assert held is not None
+        ends.append((held["paused"], held["version"]))
+    newest = max(parsed, key=lambda c: c.version)
+    assert ends[0] == ends[1] == (newest.paused, list(newest.version))

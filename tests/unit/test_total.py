@@ -31,7 +31,7 @@ from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
 from gateway.processor.router import Router
-from gateway.wire import JOB_EVENT, KIND_HEADER, TICK
+from gateway.wire import CRON_COMMAND, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
 
 REQ, INTAKE, EVENTS = "gateway.requests", "gateway.intake", "gateway.job-events"
 PARTITIONS = 8
@@ -140,7 +140,12 @@ header_names = st.sampled_from(["reply_to", "correlation_id", "request_id", "kin
 headers = st.dictionaries(
     header_names,
     st.one_of(
-        st.binary(max_size=40), st.just(b"gateway.replies"), st.just(b"job_event"), st.just(TICK)
+        st.binary(max_size=40),
+        st.just(b"gateway.replies"),
+        st.just(b"job_event"),
+        st.just(TICK),
+        st.just(QUEUE_COMMAND),
+        st.just(CRON_COMMAND),
     ),
     max_size=4,
 )
@@ -159,6 +164,11 @@ def test_any_record_on_requests_is_answered_within_limits(value, key, headers, p
         assert "decisions" not in kinds
     elif headers.get(KIND_HEADER) == TICK and not value:
         assert kinds == []  # a tick only moves time: nothing is due on a fresh partition
+    elif headers.get(KIND_HEADER) in (QUEUE_COMMAND, CRON_COMMAND):
+        # A command is answered when it asked, or sent on to its cron's partition; a valid
+        # one publishes what it changed. It makes no decision.
+        assert "decisions" not in kinds
+        assert all(k in ("job_states", "requests") or k.startswith("reply:") for k in kinds)
     else:
         # Decided here, or sent back through the router to be decided on its own partition.
         assert kinds.count("decisions") + kinds.count("intake") == 1
