@@ -28,7 +28,7 @@ JOB_EVENT = b"job_event"
 # On `job_ids`: a route's report of the job it holds under an id (see core/ids.py).
 ID_REPORT = b"id_report"
 # On `requests`: a record that only carries time, written to each owned partition
-# twice a second so that leases and tombstones fall due without traffic (see
+# twice a second so that leases, tombstones and crons fall due without traffic (see
 # processor/ticks.py). Empty, and keyed apart from every route (none starts with NUL):
 # the key's own state is never written.
 TICK = b"tick"

@@ -55,7 +55,9 @@ _DEFINITION_FIELDS = {
 }  # fmt: skip
 _TEMPLATE_FIELDS = {"type", "args", "options", "meta"}
 # Shown but never taken from a registration (OJS cron 2.2: system-managed fields).
-_MANAGED = {"last_run_at", "next_run_at", "run_count", "created_at", "updated_at", "status"}
+_MANAGED = {
+    "last_run_at", "next_run_at", "run_count", "created_at", "updated_at", "status", "error",
+}  # fmt: skip
 _SLOT = "2000-01-01T00:00:00.000Z"  # a template is checked as a firing at this slot
 
 
@@ -134,7 +136,9 @@ def _one_of(raw: Mapping[str, Any], first: str, second: str) -> str | GatewayErr
 def _template(raw: Mapping[str, Any]) -> dict[str, Any] | GatewayError:
     nested = raw.get("job_template")
     top = {k: raw[k] for k in _TEMPLATE_FIELDS if k in raw}
-    if nested is not None and top:
+    # Both agree in a cron as it is shown (`shown`): one read back can be sent again.
+    agree = isinstance(nested, Mapping) and all(nested.get(k) == v for k, v in top.items())
+    if nested is not None and top and not agree:
         return _bad("give the job either as job_template or as type, args and options, not both")
     template = nested if nested is not None else top
     if not isinstance(template, Mapping):

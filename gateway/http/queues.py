@@ -71,12 +71,13 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
         return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
     await settled(binding, name)
     known = binding.view.queues().get(name)
-    if known is None:
+    is_paused = name in paused_queues(binding)
+    if known is None and not is_paused:
         return ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
     now_ms = time.time_ns() // 1_000_000
-    counts: dict[str, Any] = {str(s): known["counts"].get(str(s), 0) for s in State}
+    held = {} if known is None else known["counts"]
+    counts: dict[str, Any] = {str(s): held.get(str(s), 0) for s in State}
     stats = {**counts, **queue_stats.last_hour(binding.view.queue_activity(name), now_ms)}
-    is_paused = name in paused_queues(binding)
     status = "paused" if is_paused else "active"
     return Answer(200, {
         "queue": {"name": name, "status": status, "paused": is_paused, **counts},

@@ -6,7 +6,8 @@ the job's new state), and the results become records (see records.py). Before
 any record is handled, what its time made due is done (see schedule.py): active
 jobs past their lease or timeout and waiting ones past their expires_at go
 through `core.expire_job`, finished jobs past their retention get their
-tombstones. A tick record does only that. This module loads and stores a key's
+tombstones, due crons fire (commands.py, which also takes queue and cron
+commands). A tick record does only that. This module loads and stores a key's
 entries and job records, checks that a record sits on the partition its route
 belongs to, and hands records to `emit`.
 

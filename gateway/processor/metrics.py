@@ -47,7 +47,8 @@ class Metrics:
         self.reroutes = self._define(
             Counter,
             "gateway_router_reroutes",
-            "Requests whose key was not their fingerprint, sent back through the router",
+            "Requests on the wrong key or partition, sent on to their route (or to the router "
+            "when they have no route yet)",
         )
         self.replies_dropped = self._define(
             Counter,

@@ -1,6 +1,6 @@
 """Per-partition schedules of what falls due as event time passes, without traffic.
 
-Two things must happen when a partition's event time passes an instant rather
+Three things must happen when a partition's event time passes an instant rather
 than when a record about them arrives:
 
 - TOMBSTONES: a finished job's record leaves its route's state by the store's
@@ -11,8 +11,10 @@ than when a record about them arrives:
 - LEASES: an active job's attempt ends at its lease or its timeout, and a
   waiting job's chance to run at its expires_at (`core.job_deadline`); then
   the core's `expire_job` fails the attempt, or discards the job.
+- CRONS: a cron's next slot (processor/commands.py); the entry is (the cron's
+  key, its name), and `core.crons.fire` says whether it is still due.
 
-Each is a schedule of (route, job id) by due time, swept on every record of
+Each is a schedule of (route, item) by due time, swept on every record of
 the partition (a tick carries time when no other record does). An entry only
 says "look at this job then": the sweep reads the job's record and asks the
 core again, so an entry a later change made stale is skipped, never obeyed.
@@ -22,7 +24,7 @@ A schedule lives in the partition's state under a key of its own, in buckets of
 scan inside a transaction):
     next         -> the first bucket not yet swept (absent: nothing scheduled yet)
     <bucket>     -> how many entries the bucket holds
-    <bucket>/<i> -> [route, job id] of its i-th entry
+    <bucket>/<i> -> [route, item] of its i-th entry
 """
 
 from __future__ import annotations

@@ -250,9 +250,11 @@ def test_system_managed_fields_are_taken_and_dropped() -> None:
     assert cron(**managed) == cron()
 
 
-def test_the_job_is_given_once() -> None:
-    both = raw_cron(job_template={"type": "report.build"})
+def test_the_job_is_given_once_or_twice_alike() -> None:
+    both = raw_cron(job_template={"type": "report.other"})
     assert "not both" in refused(both).message
+    alike = {"name": "n", "cron": "* * * * *", "type": "a.b", "job_template": {"type": "a.b"}}
+    assert not isinstance(definition(alike), GatewayError)
     meta_too = {"name": "n", "cron": "* * * * *", "job_template": {"type": "a.b"}, "meta": {}}
     refused(meta_too)
 
@@ -675,8 +677,9 @@ def test_a_shown_cron_registers_as_itself() -> None:
     """What the HTTP binding shows can be sent back as a registration (managed fields and
     both aliases included) and names the same cron."""
     state = registered(cron(args=[1], meta={"m": 2}, description="d"), None, T0)
-    view = {k: v for k, v in shown(state).items() if k not in ("type", "args", "options", "meta")}
-    assert definition(view) == cron(args=[1], meta={"m": 2}, description="d")
+    assert definition(shown(state)) == cron(args=[1], meta={"m": 2}, description="d")
+    disagreeing = {**shown(state), "type": "other.type"}
+    assert isinstance(definition(disagreeing), GatewayError)
 
 
 def test_zone_objects_are_what_registration_checked() -> None:

@@ -170,8 +170,11 @@ def test_any_record_on_requests_is_answered_within_limits(value, key, headers, p
         assert "decisions" not in kinds
         assert all(k in ("job_states", "requests") or k.startswith("reply:") for k in kinds)
     else:
-        # Decided here, or sent back through the router to be decided on its own partition.
-        assert kinds.count("decisions") + kinds.count("intake") == 1
+        # Decided here once, or else sent on once: to its route's partition (`requests`),
+        # through the router while it has no route (`intake`), to the id stage (`job_ids`).
+        forwards = sum(kinds.count(k) for k in ("intake", "requests", "job_ids"))
+        decided = kinds.count("decisions")
+        assert decided == 1 or (decided == 0 and forwards == 1), (value[:300], key, headers, kinds)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
