@@ -128,8 +128,8 @@ class Commands:
 
     def fire_due(self, source: Source) -> None:
         """Every cron of the partition whose slot the record's time has reached fires."""
-        for route, name in self._dedup.take_due(CRONS, source):
-            cron_key = route.encode()
+        for cron_route, name in self._dedup.take_due(CRONS, source):
+            cron_key = cron_route.encode()
             raw = self._dedup.state_of(source, cron_key).get_bytes(CRON)
             fired = None if raw is None else fire(orjson.loads(raw), source.timestamp_ms)
             if fired is None:
