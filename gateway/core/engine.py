@@ -131,7 +131,9 @@ def decide(
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
         return Decision(Outcome.INVALID, now_ms, kept, error=request)
-    request = replace(request, envelope=resolved(request.envelope, now_ms))
+    envelope = resolved(request.envelope, now_ms)  # relative times: instants from now on
+    if envelope is not request.envelope:
+        request = replace(request, envelope=envelope)
     policy = request.policy
     job_id = request.envelope.id
     taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None
