@@ -286,8 +286,22 @@ def _deleted(job: Mapping[str, Any], stored: State) -> EventResult:
 
 
 def transition_events(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[str]:
-    """The OJS event types (none, one or two) a job record's change from `before` (None: a
-    new job) to `after` amounts to, in the order they happened."""
+    """The OJS event types a job record's change from `before` (None: a new job) to `after`
+    amounts to, in the order they happened. A new job a cron's slot enqueued (its meta
+    names the cron and the slot, core/crons.py) first amounts to OJS cron's
+    `cron.triggered`."""
+    events = _state_events(before, after)
+    return ["cron.triggered", *events] if before is None and _fired_by_cron(after) else events
+
+
+def _fired_by_cron(job: Mapping[str, Any]) -> bool:
+    meta = job.get("meta")
+    return isinstance(meta, Mapping) and all(
+        isinstance(meta.get(k), str) for k in ("cron_name", "cron_slot", "cron_triggered_at")
+    )
+
+
+def _state_events(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[str]:
     was = None if before is None else before.get("state")
     now = after.get("state")
     if was == now:

@@ -42,6 +42,7 @@ _STAMP = {
     "job.discarded": "discarded_at",
     "job.cancelled": "cancelled_at",
     "job.heartbeat": "lease_expires_at",
+    "cron.triggered": "meta.cron_triggered_at",
 }
 
 
@@ -78,6 +79,11 @@ def _envelope(kind: str, event_id: str, was: Any, job: Mapping[str, Any]) -> dic
         data["scheduled_at"] = job.get("scheduled_at")
     elif kind == "job.heartbeat":
         data["visible_until"] = job.get("lease_expires_at")
+    elif kind == "cron.triggered":  # OJS cron 9.1's fields the job carries
+        meta = job.get("meta") or {}
+        data["cron_name"] = meta.get("cron_name")
+        data["scheduled_time"] = meta.get("cron_slot")
+        data["actual_time"] = meta.get("cron_triggered_at")
     return {
         "specversion": "1.0",
         "id": event_id,

@@ -167,6 +167,10 @@ def test_each_slot_is_decided_once_across_a_kill(served: Any, tmp_path: Path):
 
     try:
         eventually(slots, lambda s: len(s) >= 3, seconds=30)
+        eventually(  # OJS cron's event, from each fired job's first record
+            lambda: http.get("/ojs/v1/events?types=cron.triggered").json()["events"],
+            lambda events: any(e["data"]["cron_name"] == "every-second" for e in events),
+        )
         proc.kill()
         time.sleep(2)
         proc.start()

@@ -244,6 +244,23 @@ def test_each_transition_becomes_the_ojs_events_it_amounts_to():
     assert types(job("discarded"), None) == []  # a tombstone: deleted, or past retention
 
 
+def test_a_job_a_cron_enqueued_is_first_its_crons_trigger():
+    meta = {"cron_name": "nightly", "cron_slot": "2026-01-01T03:00:00.000Z",
+            "cron_triggered_at": "2026-01-01T03:00:00.250Z"}  # fmt: skip
+    fired = job("available", meta=meta, enqueued_at="2026-01-01T03:00:00.400Z")
+    triggered, enqueued = derive((0, 9, None, fired))
+    assert (triggered["type"], enqueued["type"]) == ("cron.triggered", "job.enqueued")
+    assert triggered["time"] == meta["cron_triggered_at"]
+    assert triggered["data"] == {
+        "job_id": JOB_ID, "job_type": "t.x", "queue": "q", "from": None, "to": "available",
+        "attempt": 1, "cron_name": "nightly", "scheduled_time": meta["cron_slot"],
+        "actual_time": meta["cron_triggered_at"],
+    }  # fmt: skip
+    assert [e["type"] for e in derive((0, 10, fired, job("active", meta=meta)))] == [
+        "job.started"
+    ]  # only its first record: the slot fired once
+
+
 def test_an_event_is_the_ojs_envelope_with_the_transitions_own_time():
     before = job("active", started_at="2026-01-01T00:00:00Z")
     after = job(
