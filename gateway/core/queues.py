@@ -78,8 +78,19 @@ def queue_command(queue: str, paused: bool, version: Version) -> bytes:
 
 def newer(command: QueueCommand, held: Mapping[str, Any] | None) -> bool:
     """Whether the command changes the state a partition holds (`held`: its last one)."""
-    version = None if held is None else version_of(held)
-    return version is None or command.version > version
+    return _after(command.version, held)
+
+
+def newer_state(state: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool:
+    """Whether a published state replaces `held` (a view's, or another answer's): the rule
+    a partition takes commands by, so views end where the partitions do."""
+    version = version_of(state)
+    return version is not None and _after(version, held)
+
+
+def _after(version: Version, held: Mapping[str, Any] | None) -> bool:
+    held_version = None if held is None else version_of(held)
+    return held_version is None or version > held_version
 
 
 def queue_state(command: QueueCommand, at_ms: int) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from gateway import wire
 from gateway.core import INVALID_REQUEST, State
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
-from gateway.core.queues import version_of
+from gateway.core.queues import newer_state
 from gateway.core.times import format_rfc3339
 from gateway.http import commands, errors, queue_stats
 from gateway.http.answers import Answer
@@ -111,7 +111,10 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     if isinstance(answers, ApiError):
         return answers
     # Each partition answers the state it holds: this command's, or a newer one's.
-    held = max((a["queue"] for a in answers), key=lambda q: version_of(q) or (0, ""))
+    held: dict[str, Any] = answers[0]["queue"]
+    for answer in answers[1:]:
+        if newer_state(answer["queue"], held):
+            held = answer["queue"]
     binding.view.queue_answered(held)
     now_paused = bool(held["paused"])
     stamp = "paused_at" if now_paused else "resumed_at"

@@ -77,7 +77,7 @@ from gateway.config import gateway_home
 from gateway.core import DEFAULT_RETENTION_MS, ready_at
 from gateway.core.jobs import job_expires_at
 from gateway.core.moves import WAITING_STATES
-from gateway.core.queues import version_of
+from gateway.core.queues import newer_state
 from gateway.core.times import parse_rfc3339
 from gateway.http import queue_stats
 from gateway.processor.state_identity import Identity
@@ -434,10 +434,9 @@ class JobView:
             log.warning("a job_states record under a NUL key is not a state; skipped")
             return False
         if key.startswith(wire.QUEUE_KEY_PREFIX):
-            version = version_of(state)
             held_raw = staged[stored_key] if stored_key in staged else self._db.get(stored_key)
-            held = None if held_raw is None else version_of(orjson.loads(bytes(held_raw)))
-            if version is None or (held is not None and version <= held):
+            held = None if held_raw is None else orjson.loads(bytes(held_raw))
+            if not newer_state(state, held):
                 return False
         batch.put(stored_key, value)
         staged[stored_key] = value

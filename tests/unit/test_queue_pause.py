@@ -29,6 +29,7 @@ from gateway.core.queues import (
     QUEUE_PAUSED,
     QueueCommand,
     newer,
+    newer_state,
     parse_queue_command,
     paused_refusal,
     queue_command,
@@ -366,3 +367,11 @@ def test_every_order_of_the_same_commands_ends_in_the_newest(
         ends.append((held["paused"], held["version"]))
     newest = max(parsed, key=lambda c: c.version)
     assert ends[0] == ends[1] == (newest.paused, list(newest.version))
+
+
+def test_a_view_keeps_a_published_state_only_if_newer():
+    old, new = (queue_state(QueueCommand("mail", p, v), T0) for p, v in
+                ((True, (T0, "a")), (False, (T0 + 1, "a"))))  # fmt: skip
+    assert newer_state(old, None) and newer_state(new, old)
+    assert not newer_state(old, new) and not newer_state(new, new)
+    assert not newer_state({"queue": "mail", "paused": True}, None)  # no version: not ours
