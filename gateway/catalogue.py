@@ -15,7 +15,7 @@ from typing import Any
 
 ROLES = (
     "intake", "requests", "job_events", "jobs", "cancellations", "rejections", "decisions",
-    "job_states", "replies", "dead_letters", "job_ids",
+    "job_states", "replies", "dead_letters",
 )  # fmt: skip
 _FIELDS = {
     "role", "name", "partitions", "replication_factor", "config", "schema",

@@ -25,7 +25,8 @@ KIND_HEADER = "kind"
 # On `requests`: a job event the router (or the SDK) put beside the requests, so
 # that each partition's requests and events form one log in the order they are handled.
 JOB_EVENT = b"job_event"
-# On `job_ids`: a route's report of the job it holds under an id (see core/ids.py).
+# On `requests`, keyed by a job id: a route's report, to the id's home, of the job it
+# holds under the id (see core/ids.py).
 ID_REPORT = b"id_report"
 # On `requests`: a record that only carries time, written to each owned partition
 # twice a second so that leases, tombstones and crons fall due without traffic (see
@@ -42,12 +43,10 @@ CRON_COMMAND = b"cron"
 QUEUE_KEY_PREFIX = b"\x00queue\x00"
 CRON_KEY_PREFIX = b"\x00cron\x00"
 
-# On `requests`: how a request's client id was vouched for. `claimed`: the id stage
-# claimed it for this route; `minted`: the SDK or the router made it, fresh. Only the
-# gateway sets these: the router drops a producer's own.
+# On `requests`: a keyed request whose client id its home claimed for its route (core/ids.py).
+# Only the gateway sets these: the router drops a producer's own.
 ID_CLAIM_HEADER = "id_claim"
 ID_CLAIMED = b"claimed"
-ID_MINTED = b"minted"
 # Beside `id_claim: claimed`: the id claimed, so the route can report without reading the request.
 CLAIMED_ID_HEADER = "claimed_id"
 

@@ -3,20 +3,19 @@
 The log holds every input record of a simulated run, byte for byte: what the
 SDK, raw producers, job runners and the ticker send (requests in every dialect
 and unique policy, Oban's replace, client ids, a conflicting one among them,
-and minted ids, fetches with claims and leases, heartbeats, acks, nacks and
+and minted ids, ids reused at once, fetches with claims and leases, heartbeats, acks, nacks and
 retries, fails, cancels, requeues, revivals, deletes, ticks, and bad records of
 every kind the processor refuses), and what the processor's own stages wrote
-back onto its input topics (requests the router and the id stage forwarded,
+back onto its input topics (requests the router and ids' homes forwarded,
 requests re-routed, the routes' id reports).
 
 `simulate` makes it. A clock moves forward in steps of STEP_MS. Each step the
 processor first handles, partition by partition in offset order, every record
 appended before the step, through the stages the live processor chains
-(Router for `intake` and `job_events`, IdStage for `job_ids`, Dedup for
-`requests`), each partition over its own in-memory store
-(`gateway.audit.replay.Store`, with its event-time expiry; `at(timestamp)`
-before each record). What the stages write to `intake`, `requests` or
-`job_ids` is appended at the end of that handling (the commit), on the
+(Router for `intake` and `job_events`, Dedup for `requests`), each partition
+over its own in-memory store (`gateway.audit.replay.Store`, with its
+event-time expiry; `at(timestamp)` before each record). What the stages write
+to `intake` or `requests` is appended at the end of that handling (the commit), on the
 partition the processor's producer picks (murmur2 of the key,
 `gateway.partitioner.partition_for`; a record without a key: a seeded random
 partition, as librdkafka's murmur2_random does), so it is handled in a later
@@ -29,24 +28,18 @@ tombstones fall due (a short `retention_ms`, RETENTION_MS) on the ticks.
 The golden outputs are captured in the same run: for every input record, each
 output its stage emitted, in order (role or reply topic, key, value, headers),
 and at the end each store's live contents. The files in tests/data/differential
-were made by the code at commit fc7caa8 (the processor on quixstreams), with two
-changes applied to it that this code also has: a schedule's first entry no longer
-holds back an earlier one added after it (`Schedule.add` takes the adding
-record's time; fc7caa8 delayed a short lease taken after a long one until the
-long one's time), and the default lease is OJS's 1800 s (fc7caa8: 30 s,
-`DEFAULT_VISIBILITY_TIMEOUT_MS`). They were made with /tmp/regen_differential.py, which is
-kept out of the repository as it runs old code:
+were made by the code at the commit `meta.json` names, with
 
-    git -C /work/main worktree add /tmp/old-fc7 fc7caa8
-    cd /tmp && PYTHONPATH=/tmp/old-fc7 /work/main/.venv/bin/python /tmp/regen_differential.py
+    python -m tests.differential_log tests/data/differential
 
-It checks that `gateway` is imported from the fc7caa8 worktree, loads this
-file by path, runs `simulate()`, decides the finished log again the way
-gateway/audit/replay.py replays a log (each partition of each input topic
-alone, in offset order, over a fresh Store: the test's `decide_log` run on
-fc7caa8's code) and requires the very outputs and stores captured, then
-calls `write`. The stages are imported inside `Pipeline` only, so this module
-(its records and file format) loads whatever the processor's code has become.
+which runs `simulate()`, decides the finished log again the way
+tests/unit/test_differential.py does (each partition alone, in offset order,
+with a crash halfway), requires the very outputs and stores captured, and
+writes the files. Make them again only for a deliberate change of behaviour,
+and say which in the commit; a rewrite must leave them as they are. Before
+that commit they were made by fc7caa8's code (the processor on quixstreams),
+and every change since was checked against them byte for byte: the last,
+the id's home (core/ids.py), changed how client and minted ids travel.
 """
 
 from __future__ import annotations
@@ -72,11 +65,12 @@ TICK_EVERY_MS = 2_000
 RETENTION_MS = 20_000
 MAX_REQUEST_BYTES = 4_096
 END_MS = 165_000
-INPUT_ROLES = ("intake", "job_events", "job_ids", "requests")
-STATEFUL = ("job_ids", "requests")
-# The wire as fc7caa8 has it, spelled out: the log is fixed data, not a client of the code.
+INPUT_ROLES = ("intake", "job_events", "requests")
+STATEFUL = ("requests",)
+# The wire as the recording code has it, spelled out: the log is fixed data, not a client of
+# the code.
 KIND, JOB_EVENT, TICK, ID_REPORT = "kind", b"job_event", b"tick", b"id_report"
-ID_CLAIM, MINTED, CLAIMED, CLAIMED_ID = "id_claim", b"minted", b"claimed", "claimed_id"
+ID_CLAIM, CLAIMED, CLAIMED_ID = "id_claim", b"claimed", "claimed_id"
 TICK_KEY = b"\x00tick"
 
 Headers = list[tuple[str, bytes]]
@@ -150,7 +144,6 @@ class Pipeline:
         from gateway.core import GatewayError, parse_request_json
         from gateway.core.times import format_rfc3339
         from gateway.processor.dedup import Dedup
-        from gateway.processor.ids import IdStage
         from gateway.processor.metrics import Metrics
         from gateway.processor.parsing import Limits
         from gateway.processor.records import Source, headers_of
@@ -175,7 +168,6 @@ class Pipeline:
         self._committing: list[Out] = []
         metrics = Metrics()
         self.router = Router(self._emit, metrics, self.limits)
-        self.ids = IdStage(self.partitions["job_ids"], self._emit, metrics, self.limits)
         self.dedup = Dedup(
             self.partitions["requests"],
             self._emit,
@@ -213,7 +205,7 @@ class Pipeline:
     def _emit(self, output: Any, _source: Any) -> None:
         out = output_of(output)
         self._current.append(out)
-        if output.role in ("intake", "requests", "job_ids"):
+        if output.role in ("intake", "requests"):
             self._committing.append(out)
         if output.role == "decisions":
             decision = orjson.loads(output.value)
@@ -241,8 +233,7 @@ class Pipeline:
         else:
             store = self.stores[(record.role, record.partition)]
             store.at(record.timestamp_ms)
-            stage = self.ids if record.role == "job_ids" else self.dedup
-            stage.on_record(value, key, source, store.state(key or b""))
+            self.dedup.on_record(value, key, source, store.state(key or b""))
 
     def _process(self) -> None:
         """Every record appended before now, each partition in offset order; then the commit."""
@@ -323,15 +314,14 @@ class Pipeline:
         assert not isinstance(request, self._error), (request, job)
         rid = request_id or self.hex()
         headers: Headers = [("request_id", rid.encode())]
-        if request.envelope.id is not None:
-            role, key = "job_ids", request.envelope.id.encode()
+        if request.envelope.id is not None:  # claimed at the id's home first
+            key = request.envelope.id.encode()
         elif request.unique_key is not None:
-            role, key = "requests", request.unique_key.encode()
+            key = request.unique_key.encode()
         else:
             minted = self.uuid7()
-            role, key, value = "requests", minted.encode(), orjson.dumps({**job, "id": minted})
-            headers.append((ID_CLAIM, MINTED))
-        self.send(role, key, value, headers + self.reply_headers(reply)[0])
+            key, value = minted.encode(), orjson.dumps({**job, "id": minted})
+        self.send("requests", key, value, headers + self.reply_headers(reply)[0])
         return rid
 
     def intake(
@@ -539,7 +529,8 @@ def dialects(p: Pipeline) -> Actor:
 
 
 def client_ids(p: Pipeline) -> Actor:
-    """Client ids: claimed by the id stage, taken, conflicting, sent every way."""
+    """Client ids: claimed at their homes, taken, conflicting, sent every way; ids the
+    gateway minted, named again at once."""
     own = p.uuid7()
     invoice = ojs("invoice.send", [7], id=own)
     first = yield from p.decided(p.sdk(invoice))
@@ -549,16 +540,22 @@ def client_ids(p: Pipeline) -> Actor:
     keyed = ojs("invoice.remind", [8], by_args(), id=keyed_id)
     yield from p.decided(p.sdk(keyed))
     p.sdk({**keyed, "id": p.uuid7()})  # another id, the same key: rejected
-    p.intake(ojs("invoice.audit", [9], id=p.uuid7()), reply=True)  # router -> job_ids
-    direct = ojs("invoice.copy", [10], id=p.uuid7())
-    # Straight onto `requests`, unvouched: the dedup stage sends it to be claimed first.
-    p.send("requests", direct["id"].encode(), orjson.dumps(direct), [("request_id", b"direct")])
+    p.intake(ojs("invoice.audit", [9], id=p.uuid7()), reply=True)  # router -> the id's home
+    direct = ojs("invoice.copy", [10], by_args(), id=p.uuid7())
+    # Straight onto `requests` by its route, unclaimed: it is sent to be claimed first.
+    value = orjson.dumps(direct)
+    p.send("requests", p.parse(value).unique_key.encode(), value, [("request_id", b"direct")])
     forged = ojs("invoice.fake", [11], id=p.uuid7())
     # A producer's own id_claim header is dropped by the router.
     p.intake(forged, headers=[(ID_CLAIM, CLAIMED), (CLAIMED_ID, forged["id"].encode())])
-    # A forged `minted` for an id claimed by another route: two routes hold one id.
+    # The id of a keyed job, under a job routed by it: taken.
     clash = orjson.dumps(ojs("invoice.clash", [12], id=keyed_id))
-    p.send("requests", keyed_id.encode(), clash, [("request_id", b"clash"), (ID_CLAIM, MINTED)])
+    p.send("requests", keyed_id.encode(), clash, [("request_id", b"clash")])
+    # Ids the gateway minted for keyed jobs, named at once by requests of other keys or none.
+    for n in range(6):
+        minted = yield from p.decided(p.sdk(ojs("invoice.mint", [n], by_args())))
+        p.sdk(ojs("invoice.reuse", [n], by_args(), id=minted["job_id"]))
+        p.sdk(ojs("invoice.reuse", [], id=minted["job_id"]))
     # A forged `claimed` on `requests`: the route reports a claim it never had.
     claimed = p.uuid7()
     value = orjson.dumps(ojs("invoice.claimed", [13], id=claimed))
@@ -686,16 +683,16 @@ def bad_records(p: Pipeline) -> Actor:
     p.send("requests", key, b"\x00\x01", [(KIND, JOB_EVENT), *p.reply_headers(True)[0]])
     p.send("requests", b"x" * 40, b"", [(KIND, TICK)], 0)  # a tick under another key
     yield 200
-    # On `job_ids`: unreadable, misrouted, without an id, and reports no route would write.
+    # At an id's home: a keyed client id misrouted, too large, with oversized headers, and
+    # reports no route would write.
     claim = p.uuid7().encode()
-    client = orjson.dumps(ojs("ids.job", [1], id=claim.decode()))
-    p.send("job_ids", claim, b"[]", [("request_id", b"ids-bad")])
-    p.send("job_ids", b"not-the-id", client, [("request_id", b"ids-misrouted")])
-    p.send("job_ids", b"no-id", orjson.dumps(ojs("ids.none", [1])), [("request_id", b"ids-none")])
-    p.send("job_ids", claim, b"{broken", [(KIND, ID_REPORT)])  # a dead letter
-    p.send("job_ids", claim, b'{"job_id": "x"}', [(KIND, ID_REPORT)])  # one too
-    p.send("job_ids", claim, client, big_headers)
-    p.send("job_ids", claim, orjson.dumps(ojs("ids.job", [1], id=claim.decode(), pad="x" * 5_000)))
+    client = orjson.dumps(ojs("ids.job", [1], by_args(), id=claim.decode()))
+    p.send("requests", b"not-the-id", client, [("request_id", b"ids-misrouted")])
+    p.send("requests", claim, b"{broken", [(KIND, ID_REPORT)])  # a dead letter
+    p.send("requests", claim, b'{"job_id": "x"}', [(KIND, ID_REPORT)])  # one too
+    p.send("requests", claim, client, big_headers)
+    big = ojs("ids.job", [1], by_args(), id=claim.decode(), pad="x" * 5_000)
+    p.send("requests", claim, orjson.dumps(big))
     yield 200
     # On `job_events`: unreadable, too large, oversized headers, keyed wrong, invalid.
     some = p.uuid7()
@@ -971,3 +968,25 @@ def load(directory: Path) -> RecordedLog:
     return RecordedLog(
         records, meta["topics"], meta["partitions"], meta["limits"], outputs, stores, meta
     )
+
+
+if __name__ == "__main__":
+    import subprocess
+    import sys
+
+    from tests.unit.test_differential import decide_log
+
+    made = simulate()
+    # The outputs captured as the simulation went must be those of the log decided alone.
+    from gateway.processor.parsing import Limits
+
+    stores: StoreContents = {}
+    if decide_log(made, Limits(**made.limits), stores) != made.outputs or stores != made.stores:
+        sys.exit("the log decided again gives other outputs: the simulation is not the log")
+    here = Path(__file__).resolve().parent
+    commit = subprocess.run(
+        ["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    made.meta["commit"] = commit
+    write(made, Path(sys.argv[1]))

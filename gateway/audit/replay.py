@@ -27,7 +27,6 @@ import orjson
 from gateway import wire
 from gateway.audit.log import LogRecord, in_log_order
 from gateway.processor.dedup import Dedup
-from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
@@ -104,13 +103,10 @@ def replay(
     partitions: int,
     limits: Limits,
     compare_from_ms: int | None = None,
-    job_ids: Sequence[LogRecord] = (),
-    id_partitions: int | None = None,
 ) -> ReplayReport:
     """Replay the input topics and compare with `recorded` (decision records by source).
 
-    Each sequence holds one topic's records; the id stage's (`job_ids`) replays over
-    its own stores, since its decisions depend on its own log only.
+    Each sequence holds one topic's records.
     `compare_from_ms` leaves earlier decisions out of the comparison; they are
     still replayed, since later ones depend on the state they built.
     """
@@ -124,22 +120,15 @@ def replay(
 
     def emit_dedup(output: Output, source: Source) -> None:
         emit(output, source)
-        # Sent to be decided elsewhere; a report to the id stage is no request.
+        # Sent to be decided elsewhere; a report to an id's home is no request.
         report = (wire.KIND_HEADER, wire.ID_REPORT) in (output.headers or [])
-        if output.role in ("intake", "requests", "job_ids") and not report:
+        if output.role in ("intake", "requests") and not report:
             rerouted.append((source.topic, source.partition, source.offset))
 
     metrics = Metrics()
     router = Router(emit, metrics, limits)
     for record in intake:
         router.on_record(record.value, record.key, record.source)
-
-    id_stores: dict[int, Store] = defaultdict(Store)
-    ids = IdStage(id_partitions or partitions, emit, metrics, limits)
-    for record in in_log_order(job_ids):
-        store = id_stores[record.partition]
-        store.at(record.timestamp_ms)
-        ids.on_record(record.value, record.key, record.source, store.state(record.key or b""))
 
     stores: dict[int, Store] = defaultdict(Store)
     dedup = Dedup(
@@ -152,7 +141,7 @@ def replay(
         dedup.on_record(record.value, record.key, record.source, store.state(record.key or b""))
 
     report = ReplayReport(rerouted=len(rerouted))
-    times = {r.position: r.timestamp_ms for rs in (intake, requests, job_ids) for r in rs}
+    times = {r.position: r.timestamp_ms for rs in (intake, requests) for r in rs}
     for position in sorted(replayed.keys() | recorded.keys()):
         if compare_from_ms is not None and times.get(position, compare_from_ms) < compare_from_ms:
             continue

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "replay",
         help="replay the committed log through the core and compare with the recorded decisions",
         description=(
-            "Read the committed intake, job_ids and requests records (job events included), "
+            "Read the committed intake and requests records (job events included), "
             "decide them again over a fresh state in the order the processor did, and "
             "compare each decision with the one recorded for the same source record. "
             "Exits 1 when any differs. "
@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_INVALID) from exc
     policy = _policy(args.policy) if args.policy else None
     from_ms = _time(args.from_time) if args.from_time else None
-    roles = ("intake", "requests", "job_ids", "decisions")
+    roles = ("intake", "requests", "decisions")
     logs = read_log(reachable_config(args.bootstrap), [cat.name(r) for r in roles])
-    intake, requests, job_ids, decisions = (logs[cat.name(r)] for r in roles)
+    intake, requests, decisions = (logs[cat.name(r)] for r in roles)
     recorded = recorded_decisions(decisions)
     # The processor's warnings (re-routed requests, events not applied) are the
     # log's history here, not news.
@@ -98,10 +98,7 @@ def run(args: argparse.Namespace) -> int:
         print_flips(replay_under_policy(requests, recorded, policy, limits), args.show)
         return 0
     partitions = cat.by_role("requests").partitions
-    report = replay(
-        intake, requests, recorded, partitions, limits, from_ms, job_ids,
-        cat.by_role("job_ids").partitions,
-    )  # fmt: skip
+    report = replay(intake, requests, recorded, partitions, limits, from_ms)
     print_report(report, args.show)
     return EXIT_DIFFERENT if report.differences else 0
 

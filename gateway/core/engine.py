@@ -38,7 +38,7 @@ Rules, each decided here and only here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, assert_never
@@ -54,6 +54,8 @@ from gateway.core.request import OJS, Request
 from gateway.core.states import State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
+# What a new job's id is minted from: the request's seed and what the id must satisfy.
+Mint = tuple[bytes, Callable[[str], bool] | None]
 DUPLICATE_MESSAGE = "A job matching the uniqueness key already exists"
 
 
@@ -123,10 +125,12 @@ def decide(
     *,
     seed: bytes,
     known: Mapping[str, Any] | None = None,
+    at_home: Callable[[str], bool] | None = None,
 ) -> Decision:
     """Decide one request. `seed` identifies the request (see jobs.uuid7).
 
-    `known`: the job record already held under the request's id, if any.
+    `known`: the job already holding the request's id, if any. `at_home`: what an id the
+    decision mints must satisfy (see core/ids.py); None: anything.
     """
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
@@ -142,11 +146,11 @@ def decide(
     if known is not None:
         return id_taken(request, kept, now_ms, entry_of(known), holds_this_key=False)
     if policy is None:
-        return _accept(request, kept, now_ms, seed)
+        return _accept(request, kept, now_ms, (seed, at_home))
 
     matches = [e for e in kept if holds_key(e, policy, now_ms)]
     if not matches:
-        return _accept(request, kept, now_ms, seed)
+        return _accept(request, kept, now_ms, (seed, at_home))
     existing = _pick(matches)
     match policy.on_conflict:
         case OnConflict.REJECT:
@@ -156,7 +160,7 @@ def decide(
         case OnConflict.UPDATE:
             return _update(request, kept, now_ms, existing)
         case OnConflict.REPLACE | OnConflict.REPLACE_EXCEPT_SCHEDULE:
-            return _replace(request, kept, now_ms, seed, matches, existing, retention_ms)
+            return _replace(request, kept, now_ms, (seed, at_home), matches, existing, retention_ms)
         case _:
             assert_never(policy.on_conflict)
 
@@ -176,7 +180,7 @@ def _replace(
     request: Request,
     kept: tuple[Entry, ...],
     now_ms: int,
-    seed: bytes,
+    mint: Mint,
     matches: list[Entry],
     existing: Entry,
     retention_ms: int,
@@ -192,7 +196,7 @@ def _replace(
         scheduled_at = existing.scheduled_at
     cancel_ids = {e.job_id for e in to_cancel}
     after = [e.moved_to(State.CANCELLED, now_ms) if e.job_id in cancel_ids else e for e in kept]
-    accepted = _accept(request, after, now_ms, seed, scheduled_at)
+    accepted = _accept(request, after, now_ms, mint, scheduled_at)
     return replace(
         accepted,
         outcome=Outcome.REPLACED,
@@ -361,13 +365,13 @@ def _accept(
     request: Request,
     kept: Iterable[Entry],
     now_ms: int,
-    seed: bytes,
+    mint: Mint,
     scheduled_at: int | None = None,
 ) -> Decision:
     envelope, key = request.envelope, request.unique_key
     if scheduled_at is None:
         scheduled_at = envelope.scheduled_at
-    job_id = envelope.id or uuid7(now_ms, key, seed)
+    job_id = envelope.id or uuid7(now_ms, key, *mint)
     job = accepted_job(envelope, job_id, key, now_ms, scheduled_at)
     stored = tuple(kept)
     rule = request.holder_rule

@@ -1,19 +1,25 @@
-"""Job ids: one authority, so no two live jobs ever share an id.
+"""Job ids: one authority, so no two live jobs ever share an id, whatever the timing.
 
-A job is decided under its route (its unique key, else its id), so two
-requests with the same client id and different keys would be decided on two
-partitions, each blind to the other. The id stage therefore claims every
-client id first, in a log keyed by the id itself, before the request goes on
-to its route: one id, one partition, one order.
+Every id has a home: the partition of `requests` its own bytes are routed to (the
+route rule's partitioner over the id). A job without a unique key lives there,
+since its route is its id. Every other holder of an id is known there too, in
+the same log, before anyone can learn the id:
+
+- a keyed job whose id the processor mints gets an id whose home is the very
+  partition deciding it (`jobs.uuid7` with `at_home`), and its claim is written
+  in the same state write as the job, so a request that names the id, sent
+  after any answer (early or committed), comes later in that log and finds it;
+  a successor after a crash mints the same id at the same offset;
+- a keyed request carrying a client id goes to the id's home first, which
+  claims the id for the request's route (or refuses it as taken) and sends it
+  on; the route reports back after deciding, and when its job leaves.
 
 A claim belongs to a route. Requests for the route that holds it go on (the
 route's own decision then sees the id, see engine `id_taken`); a request for
-another route is refused as a taken id. The route reports back after each
-decision a claim sent it, and whenever a job appears or leaves: the claim
-counts the decisions still to come (`pending`) and whether the route holds a
-job with the id (`job`, as last reported). It is released once no decision is
-pending and the route holds no job. Jobs whose ids the gateway minted are
-reported too, once their job is accepted, so a client cannot take one afterwards.
+another route, or for the id itself while a keyed job holds it, is refused as a
+taken id. The claim counts the decisions still to come (`pending`) and keeps
+the job the route holds under the id (`job`, as last reported); it is released
+once no decision is pending and the route holds no job.
 """
 
 from __future__ import annotations
@@ -49,25 +55,40 @@ class IdClaim:
         return IdClaim(str(data["route"]), int(data["pending"]), data.get("job"))
 
 
+def holder(claim: IdClaim | None, route: str, job_id: str) -> Mapping[str, Any] | None:
+    """The job that holds `job_id` against a request for `route`, by the claim at the id's
+    home: a claim of another route (its job as last reported, or, while its first decision
+    is pending, the id as a waiting job), else None."""
+    if claim is None or claim.route == route:
+        return None
+    return claim.job or {"id": job_id, "state": "available"}
+
+
 def claim_id(
-    claim: IdClaim | None, request: Request, route: str, now_ms: int
+    claim: IdClaim | None,
+    home_job: Mapping[str, Any] | None,
+    request: Request,
+    route: str,
+    now_ms: int,
 ) -> tuple[IdClaim | None, Decision | None]:
-    """A request for `route` carrying a client id: the claim afterwards, and the refusal
-    if another route holds the id (None: the request goes on to its route)."""
+    """At the id's home, a request for another `route` (a keyed job) carrying a client id:
+    the claim afterwards, and the refusal if the id is held (None: the request goes on to
+    its route). `home_job`: the job living at the home under the id itself, if any."""
+    job_id = str(request.envelope.id)
+    held = summary(home_job) if home_job is not None else holder(claim, route, job_id)
+    if held is not None:
+        taken = entry_of({"type": "", "queue": "", **held})
+        return claim, id_taken(request, (), now_ms, taken, holds_this_key=False)
     if claim is None:
         return IdClaim(route, pending=1), None
-    if claim.route == route:
-        return IdClaim(route, claim.pending + 1, claim.job), None
-    holder = claim.job or {"id": request.envelope.id, "state": "available"}
-    taken = entry_of({"type": "", "queue": "", **holder})
-    return claim, id_taken(request, (), now_ms, taken, holds_this_key=False)
+    return IdClaim(route, claim.pending + 1, claim.job), None
 
 
 def report_id(
     claim: IdClaim | None, route: str, job: Mapping[str, Any] | None, decided: bool
 ) -> IdClaim | None:
     """A route's report: after a decision a claim sent it (`decided`), or a job that appeared
-    or left. `job` is the job the route now holds under the id, or None."""
+    (an id minted for it) or left. `job` is the job the route now holds under the id, or None."""
     if claim is None or claim.route != route:
         if job is None or claim is not None:
             return claim  # nothing held here; or another route's claim stands

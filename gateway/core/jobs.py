@@ -14,7 +14,7 @@ log therefore reproduces every id exactly, and two requests never share one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.core.envelope import Envelope, is_uuid7
@@ -32,21 +32,37 @@ LIFECYCLE_FIELDS = frozenset(
 )  # fmt: skip
 
 
-def uuid7(ms: int, unique_key: str | None, seed: bytes) -> str:
-    """A lowercase UUIDv7 for time `ms`, its other bits derived from key and seed."""
-    digest = hashlib.sha256(
-        _UUID7_DOMAIN
-        + (unique_key or "").encode()
-        + b"\x00"
-        + ms.to_bytes(8, "big", signed=True)
-        + seed
-    ).digest()
-    bits = int.from_bytes(digest[:10], "big")  # 80 bits: 12 for rand_a, 62 for rand_b
-    rand_a = bits >> 68
-    rand_b = bits & ((1 << 62) - 1)
-    value = ((ms & 0xFFFF_FFFF_FFFF) << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+def uuid7(
+    ms: int, unique_key: str | None, seed: bytes, at_home: Callable[[str], bool] | None = None
+) -> str:
+    """A lowercase UUIDv7 for time `ms`, its other bits derived from key and seed.
+
+    `at_home`, when given, must hold for the id: the processor mints a keyed job's id in
+    the id's own home, the partition that decides its claims (see core/ids.py). The 12
+    bits of rand_a are stepped until it holds (a partition in N takes N steps on average),
+    then the digest is drawn again; the first id that holds is the one without `at_home`.
+    """
+    draw = 0
+    while True:
+        digest = hashlib.sha256(
+            _UUID7_DOMAIN
+            + (unique_key or "").encode()
+            + b"\x00"
+            + ms.to_bytes(8, "big", signed=True)
+            + seed
+            + (draw.to_bytes(4, "big") if draw else b"")
+        ).digest()
+        bits = int.from_bytes(digest[:10], "big")  # 80 bits: 12 for rand_a, 62 for rand_b
+        rand_a = bits >> 68
+        rand_b = bits & ((1 << 62) - 1)
+        value = ((ms & 0xFFFF_FFFF_FFFF) << 80) | (0x7 << 76) | (0b10 << 62) | rand_b
+        h = f"{value:032x}"
+        head, tail = f"{h[:8]}-{h[8:12]}-7", f"-{h[16:20]}-{h[20:]}"
+        for step in range(1 << 12 if at_home else 1):
+            job_id = f"{head}{(rand_a + step) & 0xFFF:03x}{tail}"
+            if at_home is None or at_home(job_id):
+                return job_id
+        draw += 1
 
 
 def uuid7_ms(job_id: str) -> int | None:

@@ -1,6 +1,6 @@
 """The changelog topics of the processor's stores: named, created and checked here.
 
-One compacted topic per stateful input (`requests`, `job_ids`), with its
+One compacted topic per stateful input (`requests`), with its
 partition count, so partition p's store logs to changelog partition p:
 `changelog__<group>--<input topic>--state`. A gateway before the processor
 had its own loop kept state in `changelog__<group>--<input topic>--default`,
@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.catalogue import Catalogue, CatalogueError
 
-STATEFUL = ("requests", "job_ids")
+STATEFUL = ("requests",)
 TIMEOUT_S = 30.0
 _CONFIG = {"cleanup.policy": "compact", "max.message.bytes": "1048588"}
 

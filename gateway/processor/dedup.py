@@ -54,12 +54,12 @@ from gateway.core import (
     stored_job,
 )
 from gateway.core.engine import updated_record
-from gateway.core.ids import summary
 from gateway.core.jobs import job_expires_at, job_route
 from gateway.core.lifecycle import cancelled_by_replace, follow, on_key
 from gateway.core.limits import headers_refusal
 from gateway.partitioner import partition_for
 from gateway.processor.commands import Commands
+from gateway.processor.ids import Ids
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits, dialect_of, parse_event_record, parse_limited
 from gateway.processor.records import (
@@ -68,8 +68,8 @@ from gateway.processor.records import (
     cancellation,
     decision_outputs,
     event_reply,
-    id_report,
     is_command,
+    is_id_report,
     is_tick,
     job_state,
     job_state_tombstone,
@@ -117,6 +117,7 @@ class Dedup:
         self.metrics = metrics
         self.limits = limits
         self.commands = Commands(self)
+        self.ids = Ids(self)
 
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -134,14 +135,16 @@ class Dedup:
 
         def handle() -> None:
             if self._on_record(value, key, source, staged) and claimed:
-                self.emit(self._claim_report(source, key), source)
+                self.emit(self.ids.decided(source, key), source)
 
         def answer(source: Source, error: GatewayError) -> list[Output]:
             if source.is_job_event:
                 return refused_event(source, error)
             if is_command(source):
                 return refused_command(source, error, key)
-            report = [self._claim_report(source, key)] if claimed else []
+            if is_id_report(source):
+                return []  # the gateway's own record: kept as a dead letter, not answered
+            report = [self.ids.decided(source, key)] if claimed else []
             return [*refused_request(source, error), *report]
 
         self._known.settle(self._guard.run("dedup", source, value, key, handle, answer))
@@ -163,17 +166,13 @@ class Dedup:
         if is_command(source):
             self.commands.on_command(value, key, source)
             return True
+        if is_id_report(source):
+            self.ids.on_report(value, state)
+            return True
         if source.is_job_event:
             self.on_event(value, key, source, state)
             return True
         return self.on_request(value, key, source, state)
-
-    def _claim_report(self, source: Source, key: bytes | None) -> Output:
-        """After a claimed request's decision: the job its route now holds under the id."""
-        job_id = source.header(wire.CLAIMED_ID_HEADER) or ""
-        job = self.state_of(source, key or b"").get_bytes(JOB + job_id)
-        held = None if job is None else summary(orjson.loads(job))
-        return id_report(job_id, (key or b"").decode(errors="replace"), held, decided=True)
 
     def _refuse(self, source: Source, error: GatewayError) -> None:
         """A record refused before it is read: its answer, and the count."""
@@ -215,11 +214,14 @@ class Dedup:
     ) -> bool:
         """Decide a request (True), or send it where it must go first (False)."""
         request = parse_limited(value, self.limits)
-        if isinstance(request, Request) and self._unvouched(request, source):
-            # A client id nobody claimed: the id stage claims it first (core/ids.py).
-            claim_key = str(request.envelope.id).encode()
-            headers = list(source.headers.items())
-            self.emit(Output(value or b"", claim_key, role="job_ids", headers=headers), source)
+        if isinstance(request, Request) and self._unclaimed(request, source):
+            # A keyed job's client id is claimed at the id's home first (core/ids.py).
+            home = str(request.envelope.id).encode()
+            if key == home and self.ids.home(home) == source.partition:
+                self.ids.claim(request, value, source, state)
+            else:
+                again = Output(value or b"", home, "requests", headers=list(source.headers.items()))
+                self.emit(again, source)
             return False
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
             # Deciding here could let two copies of one fingerprint be decided on two
@@ -240,12 +242,11 @@ class Dedup:
             self.emit(again, source)
             return False
         unique_key = request.unique_key if isinstance(request, Request) else None
-        job_id = request.envelope.id if isinstance(request, Request) else None
         entries = self._load(state) if unique_key else ()
-        known = self._load_job(state, job_id) if job_id else None
+        known = self.ids.known(state, request) if isinstance(request, Request) else None
         decision = decide(
             entries, request, source.timestamp_ms, self.limits.retention_ms,
-            seed=source.seed, known=known,
+            seed=source.seed, known=known, at_home=self.ids.at_home(source.partition),
         )  # fmt: skip
         if unique_key:
             self._store(state, entries, decision.entries, source.timestamp_ms)
@@ -269,17 +270,20 @@ class Dedup:
         existing = decision.existing
         if existing is None or existing.job is not None:
             return decision
-        record = self._load_job(state, existing.job_id)
+        record = self.load_job(state, existing.job_id)
         if record is None:
             return decision
         shown = {k: v for k, v in record.items() if k not in ("route", "partition")}
         return replace(decision, existing=replace(existing, job=shown))
 
     @staticmethod
-    def _unvouched(request: Request, source: Source) -> bool:
-        return request.envelope.id is not None and source.headers.get(wire.ID_CLAIM_HEADER) not in (
-            wire.ID_CLAIMED,
-            wire.ID_MINTED,
+    def _unclaimed(request: Request, source: Source) -> bool:
+        """A keyed request with a client id its home has not claimed for it."""
+        job_id = request.envelope.id
+        return (
+            job_id is not None
+            and wire.route(request) != job_id
+            and source.header(wire.CLAIMED_ID_HEADER) != job_id
         )
 
     def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
@@ -292,7 +296,7 @@ class Dedup:
     # -- job records --------------------------------------------------------
 
     @staticmethod
-    def _load_job(state: KeyState, job_id: str) -> dict[str, Any] | None:
+    def load_job(state: KeyState, job_id: str) -> dict[str, Any] | None:
         raw = state.get_bytes(JOB + job_id)
         return None if raw is None else dict(orjson.loads(raw))
 
@@ -301,7 +305,7 @@ class Dedup:
         cancelled, an updated one (Oban's replace) with its changed fields."""
         if decision.outcome is Outcome.UPDATED and decision.job is not None:
             # The stored record keeps what the update does not touch (attempts, stamps).
-            stored = self._load_job(state, str(decision.job["id"]))
+            stored = self.load_job(state, str(decision.job["id"]))
             if stored is not None:
                 self._put_job(state, updated_record(stored, decision), source)
                 return
@@ -310,11 +314,10 @@ class Dedup:
             job = stored_job(decision.job, decision.unique_key, source.partition)
             route = job["route"]
             self._put_job(state, job, source)
-            if source.header(wire.CLAIMED_ID_HEADER) != job_id:
-                # An id the gateway minted: the id stage learns it is taken.
-                self.emit(id_report(job_id, route, summary(job), decided=False), source)
+            if route != job_id and source.header(wire.CLAIMED_ID_HEADER) != job_id:
+                self.ids.minted(source, job, route)
         for entry in decision.cancelled:
-            old = self._load_job(state, entry.job_id)
+            old = self.load_job(state, entry.job_id)
             cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
             if cancelled is not None:
                 self._put_job(state, cancelled, source)
@@ -355,7 +358,7 @@ class Dedup:
     def _tombstone_expired(self, source: Source) -> None:
         for route, job_id in self.take_due(TOMBSTONES, source):
             state = self.state_of(source, route.encode())
-            job = self._load_job(state, job_id)
+            job = self.load_job(state, job_id)
             if job is not None:
                 due = job_expires_at(job, self.limits.retention_ms)
                 if due is None or due > source.timestamp_ms:
@@ -364,14 +367,14 @@ class Dedup:
                 # so the record and its tombstone never disagree.
                 state.delete(JOB + job_id)
             self.emit(job_state_tombstone(job_id), source)
-            self.emit(id_report(job_id, route, None, decided=False), source)
+            self.ids.left(source, job_id, route)
 
     def _expire_attempts(self, source: Source) -> None:
         """Jobs whose deadline has passed: an active one past its lease or timeout fails as
         a nack would fail it; a waiting one past its expires_at is discarded."""
         for route, job_id in self.take_due(LEASES, source):
             state = self.state_of(source, route.encode())
-            job = self._load_job(state, job_id)
+            job = self.load_job(state, job_id)
             # A heartbeat, an ack or a new attempt since made the entry stale: the job
             # is judged as it is now, and only once its own deadline's bucket has ended
             # (so its expiry time is a function of the job alone: see audit/jobs.py).
@@ -394,7 +397,7 @@ class Dedup:
     ) -> None:
         event = parse_event_record(value, key)
         job_id = None if isinstance(event, GatewayError) else event.job_id
-        job = self._load_job(state, job_id) if job_id else None
+        job = self.load_job(state, job_id) if job_id else None
         keyed = job is not None and isinstance(job.get("unique_key"), str)
         entries = self._load(state) if keyed else ()
         paused = job is not None and self.commands.paused(source, job.get("queue"))

@@ -1,127 +1,118 @@
-"""The id stage: every client-chosen job id is claimed in `job_ids`, keyed by the id, before
-its request reaches its route (the rules: core/ids.py).
+"""Job ids at their home: the dedup stage's part in core/ids.py's one authority for ids.
 
-It reads two kinds of record, in one log per partition: requests carrying a
-client id (from the SDK, the router, or sent back by the dedup stage), and
-the routes' reports (`kind: id_report`). A request whose id another route
-holds is refused here, with its decision record, rejection and reply like
-any; the others go on to `requests`, keyed by their route and marked
-`id_claim: claimed` with the id, so the route reports back after deciding.
+An id's home is the partition of `requests` its own bytes route to. There the
+stage claims client ids for keyed requests before sending them on to their
+route, keeps the claim of every id it minted for a keyed job (in the same
+state write as the job, no record), and takes the routes' reports (records
+keyed by the id, `kind: id_report`) of the jobs they hold under a claimed id.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway import wire
-from gateway.core import GatewayError, Request
-from gateway.core.ids import IdClaim, claim_id, report_id
-from gateway.core.limits import headers_refusal
+from gateway.core import Request
+from gateway.core.ids import IdClaim, claim_id, holder, report_id, summary
 from gateway.partitioner import partition_for
-from gateway.processor.dedup import Emit, KeyState
-from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits, dialect_of, parse_limited
-from gateway.processor.records import (
-    Output,
-    Source,
-    decision_outputs,
-    refused_request,
-    request_id,
-)
-from gateway.processor.total import Guard
+from gateway.processor.records import Output, Source, decision_outputs, id_report, request_id
 
-log = logging.getLogger("gateway.processor")
+if TYPE_CHECKING:
+    from gateway.processor.dedup import Dedup, KeyState
+
 CLAIM = "claim"
 
 
-class IdStage:
-    def __init__(self, partitions: int, emit: Emit, metrics: Metrics, limits: Limits) -> None:
-        self.partitions = partitions
-        self._guard = Guard(emit, None, metrics)
-        self.emit = self._guard.emit
-        self.metrics = metrics
-        self.limits = limits
+class Ids:
+    def __init__(self, dedup: Dedup) -> None:
+        self.dedup = dedup
+        self._at_home: dict[int, Callable[[str], bool]] = {}
 
-    def on_record(
-        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
-    ) -> None:
-        staged = self._guard.stage(key, state)
-        if source.headers.get(wire.KIND_HEADER) == wire.ID_REPORT:
-            handle = lambda: self._on_report(value, key, staged)  # noqa: E731
-            # A report the stage cannot read is the gateway's own fault: kept, not answered.
-            self._guard.run("ids", source, value, key, handle, lambda *_: [])
-            return
-        handle = lambda: self._on_request(value, key, source, staged)  # noqa: E731
-        self._guard.run("ids", source, value, key, handle, refused_request)
+    def home(self, job_id: bytes) -> int:
+        return partition_for(job_id, self.dedup.partitions)
 
-    def _on_report(self, value: bytes | None, key: bytes | None, state: KeyState) -> None:
-        report = orjson.loads(value or b"")
-        claim = IdClaim.load(state.get_bytes(CLAIM))
-        route, job = str(report["route"]), report.get("job")
-        if claim is not None and claim.route != route and job is not None:
-            # Two routes hold one id: a minted id a client claimed before its report came.
-            self.metrics.id_conflicts.inc()
-            # Routes are unique keys, which never go above DEBUG.
-            log.error("two routes hold one job id", extra={"job_id": report.get("job_id")})
-        _store(state, report_id(claim, route, job, bool(report["decided"])))
+    def at_home(self, partition: int) -> Callable[[str], bool]:
+        """What an id minted on `partition` must satisfy: that its home is `partition`."""
+        test = self._at_home.get(partition)
+        if test is None:
+            count = self.dedup.partitions
+            test = self._at_home[partition] = lambda job_id: (
+                partition_for(job_id.encode(), count) == partition
+            )
+        return test
 
-    def _on_request(
-        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
-    ) -> None:
-        request = headers_refusal(source.headers) or parse_limited(value, self.limits)
-        raw = request.envelope.raw if isinstance(request, Request) else None
-        req_id = request_id(source, raw)
-        if isinstance(request, GatewayError) or request.envelope.id is None:
-            # Nothing to claim: an invalid request is answered here; one without an id
-            # (sent here by mistake) goes through the router, which gives it one.
-            if isinstance(request, GatewayError):
-                dialect = dialect_of(request, value)
-                for output in refused_request(source, request, dialect, raw):
-                    self.emit(output, source)
-                self.metrics.refused_inputs.labels("ids", request.code).inc()
-            else:
-                self.emit(_forward(value, None, "intake", source, req_id), source)
-            return
+    def known(self, state: KeyState, request: Request) -> Mapping[str, Any] | None:
+        """What holds the request's client id where its route decides: the route's own job
+        with the id; at the id's home (a job routed by its id), also a keyed job's claim."""
         job_id = request.envelope.id
-        wanted = job_id.encode()
-        if key != wanted or partition_for(wanted, self.partitions) != source.partition:
-            # Claimed anywhere else, two partitions could each claim the id.
-            self.emit(_forward(value, wanted, "job_ids", source, req_id), source)
-            return
-        route = wire.route(request)
-        assert route is not None  # it has an id
+        if job_id is None:
+            return None
+        job = self.dedup.load_job(state, job_id)
+        if job is not None or wire.route(request) != job_id:
+            return job
+        return holder(IdClaim.load(state.get_bytes(CLAIM)), job_id, job_id)
+
+    def claim(self, request: Request, value: bytes | None, source: Source, state: KeyState) -> None:
+        """At its home, a keyed request's client id: claimed for its route and sent on there
+        (marked claimed), or refused as taken, answered like any decision."""
+        job_id, route = str(request.envelope.id), str(wire.route(request))
+        req_id = request_id(source, request.envelope.raw)
         claim, refusal = claim_id(
-            IdClaim.load(state.get_bytes(CLAIM)), request, route, source.timestamp_ms
-        )
+            IdClaim.load(state.get_bytes(CLAIM)), self.dedup.load_job(state, job_id),
+            request, route, source.timestamp_ms,
+        )  # fmt: skip
         _store(state, claim)
         if refusal is not None:
-            outputs = decision_outputs(refusal, source, req_id, request.dialect)
-            for output in outputs:
-                self.emit(output, source)
-            self.metrics.decided(refusal.outcome, request.dialect, source.timestamp_ms)
+            for output in decision_outputs(refusal, source, req_id, request.dialect):
+                self.dedup.emit(output, source)
+            self.dedup.metrics.decided(refusal.outcome, request.dialect, source.timestamp_ms)
             return
-        forward = _forward(value, route.encode(), "requests", source, req_id, claimed=job_id)
-        self.emit(forward, source)
+        dropped = (wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER, wire.REQUEST_ID_HEADER)
+        headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
+        headers += [
+            (wire.REQUEST_ID_HEADER, req_id.encode()),
+            (wire.ID_CLAIM_HEADER, wire.ID_CLAIMED),
+            (wire.CLAIMED_ID_HEADER, job_id.encode()),
+        ]
+        self.dedup.emit(Output(value or b"", route.encode(), "requests", headers=headers), source)
 
+    def minted(self, source: Source, job: Mapping[str, Any], route: str) -> None:
+        """A keyed job whose id was minted here, at the id's home: its claim, at once."""
+        self._report(source, str(job["id"]), route, job, decided=False)
 
-def _forward(
-    value: bytes | None,
-    key: bytes | None,
-    role: str,
-    source: Source,
-    req_id: str,
-    claimed: str | None = None,
-) -> Output:
-    """The request on its way, with its request id; marked claimed only by this stage."""
-    dropped = (wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER, wire.REQUEST_ID_HEADER)
-    headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
-    headers.append((wire.REQUEST_ID_HEADER, req_id.encode()))
-    if claimed is not None:
-        headers.append((wire.ID_CLAIM_HEADER, wire.ID_CLAIMED))
-        headers.append((wire.CLAIMED_ID_HEADER, claimed.encode()))
-    return Output(value or b"", key, role=role, headers=headers)
+    def left(self, source: Source, job_id: str, route: str) -> None:
+        """A job that left its route: its id's claim, if a route other than the id holds it,
+        learns so, here when the id's home is here, else by a report."""
+        if route != job_id:
+            self._report(source, job_id, route, None, decided=False)
+
+    def decided(self, source: Source, route: bytes | None) -> Output:
+        """After a claimed request's decision: the report of the job the route now holds
+        under the id, to the id's home."""
+        job_id = source.header(wire.CLAIMED_ID_HEADER) or ""
+        job = self.dedup.load_job(self.dedup.state_of(source, route or b""), job_id)
+        held = None if job is None else summary(job)
+        return id_report(job_id, (route or b"").decode(errors="replace"), held, decided=True)
+
+    def on_report(self, value: bytes | None, state: KeyState) -> None:
+        """A route's report, at the id's home (the record is keyed by the id)."""
+        report = orjson.loads(value or b"")
+        claim = IdClaim.load(state.get_bytes(CLAIM))
+        _store(state, report_id(claim, str(report["route"]), report["job"], report["decided"]))
+
+    def _report(
+        self, source: Source, job_id: str, route: str, job: Mapping[str, Any] | None, decided: bool
+    ) -> None:
+        if self.home(job_id.encode()) != source.partition:
+            self.dedup.emit(id_report(job_id, route, None if job is None else summary(job),
+                                      decided), source)  # fmt: skip
+            return
+        state = self.dedup.state_of(source, job_id.encode())
+        claim = IdClaim.load(state.get_bytes(CLAIM))
+        _store(state, report_id(claim, route, job, decided))
 
 
 def _store(state: KeyState, claim: IdClaim | None) -> None:

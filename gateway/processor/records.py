@@ -78,6 +78,11 @@ def is_command(source: Source) -> bool:
     return source.headers.get(wire.KIND_HEADER) in (wire.QUEUE_COMMAND, wire.CRON_COMMAND)
 
 
+def is_id_report(source: Source) -> bool:
+    """A route's report to an id's home (`id_report`)."""
+    return source.headers.get(wire.KIND_HEADER) == wire.ID_REPORT
+
+
 def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> Output | None:
     """For a command that asked (reply_to), what became of it: `outcome` (applied or
     invalid), the `error` if invalid, and what the command changed."""
@@ -173,11 +178,11 @@ def refused_event(source: Source, error: GatewayError) -> list[Output]:
 
 
 def id_report(job_id: str, route: str, job: dict[str, Any] | None, decided: bool) -> Output:
-    """What a route tells the id stage: the job it holds under `job_id` now (None: none),
-    and whether this follows a decision the stage's claim sent it."""
+    """What a route tells the id's home (core/ids.py): the job it holds under `job_id` now
+    (None: none), and whether this follows a decision the home's claim sent it."""
     record = {"job_id": job_id, "route": route, "job": job, "decided": decided}
     headers = [(wire.KIND_HEADER, wire.ID_REPORT)]
-    return Output(_json(record), job_id.encode(), role="job_ids", headers=headers)
+    return Output(_json(record), job_id.encode(), role="requests", headers=headers)
 
 
 def job_state(job: dict[str, Any]) -> Output:

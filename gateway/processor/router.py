@@ -1,11 +1,11 @@
 """The router stage: raw requests from `intake` and job events from `job_events`, onto `requests`.
 
 Valid requests go on to the dedup stage keyed by their route (`wire.route`),
-so they land on the partition that owns it. A request
-with a client id goes to the id stage first (`job_ids`, keyed by the id),
-which claims the id and sends it on. A job with neither key nor id gets its
-id here, a UUIDv7 derived from the intake record (so replay gives the same
-one), written into the request. Invalid ones are decided `invalid` here,
+so they land on the partition that owns it; a keyed request with a client id
+goes to the id's home first (keyed by the id, see core/ids.py), which claims
+the id and sends it on. A job with neither key nor id gets its id here, a
+UUIDv7 derived from the intake record (so replay gives the same one), written
+into the request. Invalid ones are decided `invalid` here,
 with a rejection and a decision record, so none is lost. Job events go on
 unchanged, keyed as they came (by their job's route) and marked as events, so
 the dedup stage reads one log per partition: a key's requests and events in
@@ -60,18 +60,12 @@ class Router:
         headers = {**source.headers, wire.REQUEST_ID_HEADER: req_id.encode()}
         for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER):
             headers.pop(name, None)
-        if request.envelope.id is not None:
-            # A client id is claimed first, by the id stage (core/ids.py).
-            out = Output(value or b"", request.envelope.id.encode(), role="job_ids",
-                         headers=list(headers.items()))  # fmt: skip
-            self.emit(out, source)
-            return
-        route = wire.route(request)
+        # A client id is claimed at its home first (core/ids.py): keyed by the id.
+        route = request.envelope.id or wire.route(request)
         if route is None:  # neither a key nor an id: it gets its id here
             route = uuid7(source.timestamp_ms, None, source.seed)
             # Into the request as sent, whatever its dialect (the envelope's raw is OJS-shaped).
             value = orjson.dumps({**orjson.loads(value or b"{}"), "id": route})
-            headers[wire.ID_CLAIM_HEADER] = wire.ID_MINTED
         self.emit(
             Output(value or b"", route.encode(), role="requests", headers=list(headers.items())),
             source,

@@ -2,8 +2,8 @@
 
 The processor's per-record path without Kafka: the loop (loop.py) hands each
 batch's records here in log order, and so can a test or a benchmark. `intake`
-and `job_events` go to the router (no state); `requests` to the dedup stage
-and `job_ids` to the id stage, each over the store of the record's partition.
+and `job_events` go to the router (no state); `requests` to the dedup stage,
+over the store of the record's partition.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any, Protocol
 
 from gateway.catalogue import Catalogue
 from gateway.processor.dedup import Dedup, Emit
-from gateway.processor.ids import IdStage
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Source, headers_of
@@ -22,7 +21,7 @@ from gateway.processor.router import Router
 from gateway.processor.store import KeyState, PartitionStore
 
 # The inputs, by catalogue role.
-INPUTS = ("intake", "job_events", "requests", "job_ids")
+INPUTS = ("intake", "job_events", "requests")
 
 
 def input_roles(catalogue: Catalogue) -> dict[str, str]:
@@ -85,12 +84,10 @@ class Stages:
             epoch=lambda: stores.epoch,
         )  # fmt: skip
         self.router = Router(emit, metrics, limits)
-        self.ids = IdStage(catalogue.by_role("job_ids").partitions, emit, metrics, limits)
         self._handlers: dict[str, Callable[[Record, str, int], None]] = {
             "intake": self._intake,
             "job_events": self._job_event,
             "requests": self._request,
-            "job_ids": self._job_id,
         }
 
     def handle(self, records: Iterable[Record]) -> None:
@@ -115,9 +112,6 @@ class Stages:
 
     def _request(self, record: Record, topic: str, partition: int) -> None:
         self._stateful(self.dedup.on_record, "requests", record, topic, partition)
-
-    def _job_id(self, record: Record, topic: str, partition: int) -> None:
-        self._stateful(self.ids.on_record, "job_ids", record, topic, partition)
 
     def _stateful(
         self, stage: Callable[[bytes | None, bytes | None, Source, KeyState], None], role: str,

@@ -108,9 +108,8 @@ class Client:
         # Commands (sdk/commands.py) come prepared, and their replies stay records.
         self._commands = _Kind(lambda out: out, Invalid, dict)
         self._replies_topic = cat.name("replies")
-        # Jobs go to `requests`, or first to the id stage when they carry a client id
-        # (see prepare.py).
-        self._topics = {role: cat.name(role) for role in ("requests", "job_ids")}
+        # Everything goes to `requests`, keyed as prepare.py says.
+        self._topics = {role: cat.name(role) for role in ("requests",)}
         self._settings: dict[str, Any] = config.client_config(bootstrap) | {
             _librdkafka_name(k): v for k, v in kafka_settings.items()
         }

@@ -27,11 +27,11 @@ from gateway.randomness import random_bytes, random_hex
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     value: bytes
-    # The record key: the job's route (its fingerprint, else its id), or on `job_ids` its id.
+    # The record key: the job's id, else its route (its fingerprint): a client id is
+    # claimed at its home first, the partition its id routes to (core/ids.py).
     key: bytes | None
     request_id: str
     unique_key: str | None
-    # Where it goes: `requests`, or `job_ids` for a job whose client id must be claimed first.
     role: str = "requests"
     headers: tuple[tuple[str, bytes], ...] = ()
     # None: the key's partition (murmur2); a queue command names each partition.
@@ -50,19 +50,14 @@ def prepare(job: Any) -> Outgoing | GatewayError:
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
-    if request.envelope.id is not None:
-        # A client id is claimed by the gateway's id stage before the job can exist.
-        return Outgoing(value, request.envelope.id.encode(), request_id, key, "job_ids")
-    route = wire.route(request)
+    route = request.envelope.id or wire.route(request)
     if route is not None:
         return Outgoing(value, route.encode(), request_id, key)
     # A job without a key is routed by its id, so it is given one here (see wire.route),
-    # fresh, which the processor takes as vouched for. Into the job as sent, whatever its
-    # dialect (the envelope's raw is OJS-shaped).
+    # fresh. Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
     route = new_job_id()
     value = orjson.dumps({**job, "id": route})
-    headers = ((wire.ID_CLAIM_HEADER, wire.ID_MINTED),)
-    return Outgoing(value, route.encode(), request_id, key, headers=headers)
+    return Outgoing(value, route.encode(), request_id, key)
 
 
 def new_job_id() -> str:

@@ -53,7 +53,6 @@ def test_the_group_is_named_in_its_namespace() -> None:
         (wire.TICK_KEY, b"\x00tick"),
         (wire.ID_CLAIM_HEADER, "id_claim"),
         (wire.ID_CLAIMED, b"claimed"),
-        (wire.ID_MINTED, b"minted"),
         (wire.CLAIMED_ID_HEADER, "claimed_id"),
     ],
 )
