@@ -155,7 +155,6 @@ COVERED = [
     *(f"decision {o}" for o in ("accepted", "rejected", "ignored", "replaced", "updated")),
     "decision invalid",
     *(f"dialect {d}" for d in ("ojs", "oban", "oban-py", "zizq", "faktory", "unknown")),
-    "error invalid invalid_payload",
     "error invalid invalid_request",
     "error invalid payload_too_large",
     "error rejected duplicate",
