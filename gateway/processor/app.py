@@ -4,9 +4,8 @@ One consumer group reads `intake` and `job_events` (the router stage, which
 forwards both onto `requests`) and `requests` (the dedup stage, one RocksDB
 store per partition keyed by route). The dedup stage reads a single topic, so
 the order of each partition's log is the order of decisions: no merge of
-topics by timestamp, no buffering. It also reads `job_ids` (the id stage, a
-store per partition keyed by job id), where client ids are claimed before
-their requests reach `requests`. Every record the stages write goes through
+topics by timestamp, no buffering; a job id's claims are made in the same
+log, at the id's home (core/ids.py). Every record the stages write goes through
 the loop's transactional producer, so outputs, state changelog and input
 offsets commit in one Kafka transaction; local state is written only after
 that commit (loop.py). Replies to waiting callers are the exception when

@@ -123,7 +123,7 @@ class Dedup:
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
     ) -> None:
         """One record of the partition's log: a request, or a job event the router forwarded.
-        A request whose id the id stage claimed for this route is reported back to it once
+        A request whose id its home claimed for this route is reported back there once
         decided, whatever became of it, failures included (see core/ids.py)."""
         staged = self._guard.stage(key, state)
         claimed = (

@@ -1,6 +1,6 @@
 """Reading input records into the core's values, within the deployment's limits.
 
-The router, the id stage and the dedup stage read requests, and the audit
+The router and the dedup stage read requests, and the audit
 replays them, the same way: a request over the size limit is refused unread
 (`parse_limited`), a refused one still records the dialect it asked for
 (`dialect_of`), and a job event must travel under its job's route

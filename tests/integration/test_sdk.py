@@ -278,7 +278,7 @@ def _requests_by_id(stack: Stack, request_ids: set[str]) -> dict[str, dict[str, 
 
 def test_one_client_id_under_two_keys_is_one_job_however_they_race(stack: Stack):
     """200 ids, each sent twice at once under two different unique keys, from two clients:
-    the id stage lets exactly one of each pair become a job."""
+    the ids' homes let exactly one of each pair become a job."""
     ids = [str(uuid.UUID(int=(0x019B << 112) | (7 << 76) | (2 << 62) | i)) for i in range(200)]
     tag = uuid.uuid4().hex
 

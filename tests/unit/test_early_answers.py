@@ -25,7 +25,7 @@ from tests.unit.test_total import JOB, PARTITIONS, REQ, T0, routed
 REPLIES = "gateway.replies"
 NAMES = {
     role: f"gateway.{role}"
-    for role in ("jobs", "job_states", "decisions", "rejections", "dead_letters", "job_ids",
+    for role in ("jobs", "job_states", "decisions", "rejections", "dead_letters",
                  "cancellations", "requests", "intake")
 }  # fmt: skip
 

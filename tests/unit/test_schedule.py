@@ -33,7 +33,7 @@ class Partition:
         )  # fmt: skip
 
     def record(self, value: dict[str, Any], at: int, event: bool = False) -> list[Output]:
-        # A request's client id as the id stage sends it on: claimed for this route.
+        # A request's client id as its home sends it on: claimed for this route.
         claimed = {ID_CLAIM_HEADER: ID_CLAIMED, CLAIMED_ID_HEADER: str(value.get("id")).encode()}
         headers = {KIND_HEADER: JOB_EVENT} if event else claimed
         key = str(value.get("job_id") or value.get("id")).encode()

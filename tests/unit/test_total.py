@@ -171,8 +171,8 @@ def test_any_record_on_requests_is_answered_within_limits(value, key, headers, p
         assert all(k in ("job_states", "requests") or k.startswith("reply:") for k in kinds)
     else:
         # Decided here once, or else sent on once: to its route's partition (`requests`),
-        # through the router while it has no route (`intake`), to the id stage (`job_ids`).
-        forwards = sum(kinds.count(k) for k in ("intake", "requests", "job_ids"))
+        # through the router while it has no route (`intake`), to its id's home (`requests`).
+        forwards = sum(kinds.count(k) for k in ("intake", "requests"))
         decided = kinds.count("decisions")
         assert decided == 1 or (decided == 0 and forwards == 1), (value[:300], key, headers, kinds)
 
