@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.http import HttpSettings
 from gateway.core import Outcome
+from gateway.http import HttpSettings
 from gateway.sdk import Client
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served
@@ -73,7 +73,7 @@ def test_a_minted_id_reused_at_once_is_refused_on_any_serve(gateway: Any) -> Non
         )
 
     results = asyncio.run(all_races())
-    for job_id, first, *reuses in results:
+    for job_id, _, *reuses in results:
         for reuse in reuses:
             assert reuse.status_code == 409, reuse.text
             body = reuse.json()
