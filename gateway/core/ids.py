@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from gateway.core.engine import Decision, entry_of, id_taken
+from gateway.core.errors import INVALID_REQUEST, GatewayError
 from gateway.core.request import Request
 
 # What a claim remembers of the job that holds it, to report it when refusing.
@@ -97,6 +98,34 @@ def report_id(
     if pending == 0 and job is None:
         return None
     return IdClaim(route, pending, None if job is None else summary(job))
+
+
+@dataclass(frozen=True, slots=True)
+class IdReport:
+    """A route's report to an id's home (see report_id)."""
+
+    route: str
+    job: Mapping[str, Any] | None
+    decided: bool
+
+
+def parse_report(value: bytes | None) -> IdReport | GatewayError:
+    """A report as a route writes it: {"job_id", "route", "job": object or null, "decided"}."""
+    try:
+        data = orjson.loads(value or b"")
+    except orjson.JSONDecodeError as exc:
+        return GatewayError(INVALID_REQUEST, f"the id report is not valid JSON: {exc}")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("route"), str)
+        or not isinstance(data.get("job"), dict | None)
+        or not isinstance(data.get("decided"), bool)
+    ):
+        return GatewayError(
+            INVALID_REQUEST,
+            'an id report is {"job_id", "route": string, "job": object or null, "decided": bool}',
+        )
+    return IdReport(data["route"], data["job"], data["decided"])
 
 
 def summary(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,20 +9,20 @@ keyed by the id, `kind: id_report`) of the jobs they hold under a claimed id.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from gateway import wire
-from gateway.core import Request
-from gateway.core.ids import IdClaim, claim_id, holder, report_id, summary
+from gateway.core import GatewayError, Request
+from gateway.core.ids import IdClaim, claim_id, holder, parse_report, report_id, summary
 from gateway.partitioner import partition_for
 from gateway.processor.records import Output, Source, decision_outputs, id_report, request_id
 
 if TYPE_CHECKING:
     from gateway.processor.dedup import Dedup, KeyState
 
+log = logging.getLogger("gateway.processor")
 CLAIM = "claim"
 
 
@@ -98,10 +98,15 @@ class Ids:
         return id_report(job_id, (route or b"").decode(errors="replace"), held, decided=True)
 
     def on_report(self, value: bytes | None, state: KeyState) -> None:
-        """A route's report, at the id's home (the record is keyed by the id)."""
-        report = orjson.loads(value or b"")
+        """A route's report, at the id's home (the record is keyed by the id). One no route
+        wrote (unreadable) changes nothing; it is counted and logged."""
+        report = parse_report(value)
+        if isinstance(report, GatewayError):
+            self.dedup.metrics.refused_inputs.labels("dedup", report.code).inc()
+            log.warning("id report refused", extra={"error": report.message})
+            return
         claim = IdClaim.load(state.get_bytes(CLAIM))
-        _store(state, report_id(claim, str(report["route"]), report["job"], report["decided"]))
+        _store(state, report_id(claim, report.route, report.job, report.decided))
 
     def _report(
         self, source: Source, job_id: str, route: str, job: Mapping[str, Any] | None, decided: bool

@@ -8,13 +8,14 @@ from collections import deque
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.audit.replay import Store
-from gateway.core import Outcome, Request, parse_request
+from gateway.core import GatewayError, Outcome, Request, parse_request
 from gateway.core.envelope import is_uuid7
-from gateway.core.ids import IdClaim, claim_id, holder, report_id
+from gateway.core.ids import IdClaim, IdReport, claim_id, holder, parse_report, report_id
 from gateway.core.jobs import uuid7, uuid7_ms
 from gateway.partitioner import partition_for
 from gateway.processor.dedup import Dedup
@@ -299,3 +300,24 @@ def test_a_client_id_sent_straight_to_its_route_is_claimed_first():
     )
     gateway.run()
     assert len(gateway.accepted()) == 1 and gateway.decisions[-1]["outcome"] == "rejected"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"", b"{broken", b"[]", b'{"job_id": "x"}', b'{"route": 1, "job": null, "decided": true}',
+     b'{"route": "r", "job": [], "decided": true}', b'{"route": "r", "job": null, "decided": 1}'],
+)  # fmt: skip
+def test_a_report_no_route_wrote_is_refused_and_changes_nothing(value: bytes) -> None:
+    assert isinstance(parse_report(value), GatewayError)
+    gateway = Gateway()
+    home = gateway.store(partition_for(JOB_ID.encode(), PARTITIONS)).state(JOB_ID.encode())
+    home.set_bytes("claim", IdClaim("route-a", 1).dump())
+    source = Source("requests", 0, 0, T0, {"kind": b"id_report"})
+    gateway.dedup.on_record(value, JOB_ID.encode(), source, home)
+    assert IdClaim.load(home.get_bytes("claim")) == IdClaim("route-a", 1)
+    assert gateway.decisions == [] and not any(gateway.logs.values())
+
+
+def test_a_report_as_a_route_writes_it_is_read() -> None:
+    report = parse_report(b'{"job_id": "x", "route": "r", "job": {"id": "x"}, "decided": true}')
+    assert report == IdReport("r", {"id": "x"}, True)

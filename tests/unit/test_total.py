@@ -31,7 +31,7 @@ from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
 from gateway.processor.router import Router
-from gateway.wire import CRON_COMMAND, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
+from gateway.wire import CRON_COMMAND, ID_REPORT, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
 
 REQ, INTAKE, EVENTS = "gateway.requests", "gateway.intake", "gateway.job-events"
 PARTITIONS = 8
@@ -146,6 +146,7 @@ headers = st.dictionaries(
         st.just(TICK),
         st.just(QUEUE_COMMAND),
         st.just(CRON_COMMAND),
+        st.just(ID_REPORT),
     ),
     max_size=4,
 )
@@ -164,6 +165,10 @@ def test_any_record_on_requests_is_answered_within_limits(value, key, headers, p
         assert "decisions" not in kinds
     elif headers.get(KIND_HEADER) == TICK and not value:
         assert kinds == []  # a tick only moves time: nothing is due on a fresh partition
+    elif headers.get(KIND_HEADER) == ID_REPORT:
+        # A route's report to an id's home: the gateway's own record, answered by nobody;
+        # one it cannot read is kept as a dead letter.
+        assert set(kinds) <= {"dead_letters"}
     elif headers.get(KIND_HEADER) in (QUEUE_COMMAND, CRON_COMMAND):
         # A command is answered when it asked, or sent on to its cron's partition; a valid
         # one publishes what it changed. It makes no decision.
