@@ -171,7 +171,9 @@ COVERED = [
     "tick retryable",
     "tick discarded",
     "tick tombstone",
-    *(f"output {r}" for r in ("cancellations", "rejections", "dead_letters", "reply")),
+    # (A dead letter is the processor failing on a record, a bug: no record of the log
+    # makes one; tests/unit/test_total.py makes the processor fail on purpose.)
+    *(f"output {r}" for r in ("cancellations", "rejections", "reply")),
     *(f"output {r}" for r in ("intake", "requests")),
     "input intake request",
     "input job_events request",
