@@ -15,7 +15,7 @@ import pytest
 from gateway.core import Outcome
 from gateway.http import HttpSettings
 from gateway.sdk import Client
-from tests.integration.harness import Processor, apply_topics
+from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
 
 pytestmark = pytest.mark.kafka
@@ -126,3 +126,34 @@ def test_a_client_id_is_one_job_across_routes_and_serves(gateway: Any) -> None:
     for answers in asyncio.run(all_pairs()):
         codes = sorted(r.status_code for r in answers)
         assert codes == [201, 409, 409], [r.text for r in answers]
+
+
+def test_a_minted_id_reused_before_a_sigkill_is_refused_after_it(
+    kafka_bootstrap: str, namespace: str, tmp_path: Any
+) -> None:
+    """The id answered early, the reuse sent at once, the processor killed before either is
+    committed: its successor decides both again, the same id first, the reuse refused."""
+    cat = apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--commit-interval", "60")
+    proc.start()
+    tag = uuid.uuid4().hex[:8]
+    try:
+        with Client(kafka_bootstrap, namespace) as client:
+            first = client.enqueue(keyed(tag, 1), wait=True)  # answered long before a commit
+            assert first.outcome is Outcome.ACCEPTED and first.job_id
+            reuse = client.enqueue(keyed(tag, 2, id=first.job_id))  # acknowledged by Kafka
+        proc.kill()
+        # Its successor, on the same state, commits at once.
+        proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--commit-interval", "0.1")
+        proc.start()
+        reader = Reader(kafka_bootstrap, [cat.name("decisions")])
+        decisions = {
+            d["value"]["request_id"]: d["value"]
+            for d in reader.poll_until(cat.name("decisions"), 2, timeout=120)
+        }
+        assert decisions[first.request_id]["job_id"] == first.job_id
+        refused = decisions[reuse.request_id]
+        assert refused["outcome"] == "rejected", refused
+        assert refused["existing_job_id"] == first.job_id
+    finally:
+        proc.stop()
