@@ -60,11 +60,12 @@ class Ids:
         (marked claimed), or refused as taken, answered like any decision."""
         job_id, route = str(request.envelope.id), str(wire.route(request))
         req_id = request_id(source, request.envelope.raw)
+        before = IdClaim.load(state.get_bytes(CLAIM))
         claim, refusal = claim_id(
-            IdClaim.load(state.get_bytes(CLAIM)), self.dedup.load_job(state, job_id),
-            request, route, source.timestamp_ms,
-        )  # fmt: skip
-        _store(state, claim)
+            before, self.dedup.load_job(state, job_id), request, route, source.timestamp_ms
+        )
+        if claim != before:
+            _store(state, claim)
         if refusal is not None:
             for output in decision_outputs(refusal, source, req_id, request.dialect):
                 self.dedup.emit(output, source)
