@@ -106,8 +106,7 @@ class Ids:
             self.dedup.metrics.refused_inputs.labels("dedup", report.code).inc()
             log.warning("id report refused", extra={"error": report.message})
             return
-        claim = IdClaim.load(state.get_bytes(CLAIM))
-        _store(state, report_id(claim, report.route, report.job, report.decided))
+        self._apply(state, report.route, report.job, report.decided)
 
     def _report(
         self, source: Source, job_id: str, route: str, job: Mapping[str, Any] | None, decided: bool
@@ -116,8 +115,16 @@ class Ids:
             self.dedup.emit(id_report(job_id, route, None if job is None else summary(job),
                                       decided), source)  # fmt: skip
             return
-        state = self.dedup.state_of(source, job_id.encode())
+        self._apply(self.dedup.state_of(source, job_id.encode()), route, job, decided)
+
+    def _apply(
+        self, state: KeyState, route: str, job: Mapping[str, Any] | None, decided: bool
+    ) -> None:
         claim = IdClaim.load(state.get_bytes(CLAIM))
+        if claim is not None and claim.route != route and job is not None:
+            # Two routes hold one id: only a record forged past the home can do this.
+            self.dedup.metrics.id_conflicts.inc()
+            log.error("two routes hold one job id", extra={"job_id": job.get("id")})
         _store(state, report_id(claim, route, job, decided))
 
 

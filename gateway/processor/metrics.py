@@ -67,7 +67,8 @@ class Metrics:
         self.id_conflicts = self._define(
             Counter,
             "gateway_id_conflicts",
-            "Reports of a job under one id from a route other than the one holding its claim",
+            "Reports of a job under one id from a route other than the one holding its claim "
+            "(two routes holding one id: only records forged past its home can do this)",
         )
         self.refused_inputs = self._define(
             Counter,
