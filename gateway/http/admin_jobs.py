@@ -37,6 +37,7 @@ JOBS_FILTER = FIELDS
 DEAD_FILTER = ("queue", "type")
 JOBS_QUERY = (*JOBS_FILTER, *PAGING, "sort", "order")
 DEAD_QUERY = (*DEAD_FILTER, *PAGING)
+DEAD_BULK_FILTER = ("queue", "type", "since", "until")
 BULK_FIELDS = ("filter", "confirm")
 _SUMMARY_FIELDS = ("id", "type", "queue", "state", "priority", "attempt", "created_at",
                    "completed_at", "scheduled_at")  # fmt: skip
@@ -173,13 +174,25 @@ async def list_dead(request: Request, binding: Binding, _: str) -> Answer | ApiE
 
 
 async def bulk(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """`POST /admin/jobs/bulk/{retry|cancel}` with `{"filter": {...}, "confirm": true}`:
-    the first BULK_MAX jobs the filter names (core.job_filter.bulk_filter), each asked of
-    the processor, one answer each in `BulkResult`; `matched` counts every job named and
-    `remaining` those left for another call. Without `confirm: true` nothing is done."""
+    """`POST /admin/jobs/bulk/{retry|cancel}` with `{"filter": {...}, "confirm": true}`."""
     action = request.path_params["action"]
     if action not in BULK_ACTIONS:
         return ApiError(404, errors.NOT_FOUND, "a bulk action is retry or cancel")
+    return await _bulk(request, binding, action, FIELDS)
+
+
+async def retry_dead(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+    """`POST /admin/dead-letter/retry` (the UI's Bulk Retry All): bulk retry of the dead
+    letter jobs the filter names; it takes no `state`, they are the discarded ones."""
+    return await _bulk(request, binding, "retry", DEAD_BULK_FILTER)
+
+
+async def _bulk(
+    request: Request, binding: Binding, action: str, fields: tuple[str, ...]
+) -> Answer | ApiError:
+    """The first BULK_MAX jobs the filter names (core.job_filter.bulk_filter), each asked of
+    the processor, one answer each in `BulkResult`; `matched` counts every job named and
+    `remaining` those left for another call. Without `confirm: true` nothing is done."""
     body = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
         return body
@@ -191,7 +204,7 @@ async def bulk(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     if body.get("confirm") is not True:
         return ApiError(400, INVALID_REQUEST,
                         f'a bulk {action} needs "confirm": true beside its "filter"')  # fmt: skip
-    parsed = parse_filter(body.get("filter", {}), where="filter.")
+    parsed = parse_filter(body.get("filter", {}), "filter.", fields)
     if isinstance(parsed, GatewayError):
         return _refused(parsed)
     chosen = bulk_filter(action, parsed)

@@ -154,6 +154,11 @@ def create_app(settings: HttpSettings) -> Direct:
             methods=["GET"],
         ),
         Route("/ojs/v1/admin/dead-letter/stats", ops(admin.dead_stats), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/dead-letter/retry",
+            ops(admin_jobs.retry_dead, body=True),
+            methods=["POST"],
+        ),
         Route("/ojs/v1/admin/dead-letter/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
         Route("/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
         Route("/ojs/v1/admin/workers", ops(admin.workers, admin_jobs.PAGING), methods=["GET"]),

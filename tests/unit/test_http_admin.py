@@ -307,3 +307,18 @@ def test_the_query_parameters_served_are_those_the_document_describes(admin: Adm
             answer = admin.call("GET", path, params={name: ""})
             assert answer.status_code == 200, (path, name, answer.text)
         assert admin.call("GET", path, params={"not_listed": "1"}).status_code == 400
+
+
+def test_the_dead_letter_pages_bulk_retry_retries_the_dead_jobs_a_filter_names(admin: Admin):
+    path = "/ojs/v1/admin/dead-letter/retry"
+    assert '"filter.state"' in refusal(
+        admin.call("POST", path, json={"filter": {"state": "completed"}, "confirm": True})
+    )
+    assert '"confirm": true' in refusal(admin.call("POST", path, json={"filter": {}}))
+    assert admin.processor.sent == []
+    only = admin.call("POST", path, json={"filter": {"queue": "reports"}, "confirm": True})
+    assert only.json()["matched"] == 1 and admin.processor.sent[0]["job_id"] == JOB_IDS[4]
+    # As the UI's Bulk Retry All sends it.
+    every = admin.call("POST", path, json={"filter": {}, "confirm": True}).json()
+    assert (every["action"], every["matched"], every["succeeded"]) == ("retry", 1, 1)
+    assert admin.processor.sent[-1] == {"job_id": JOB_IDS[5], "type": "job.enqueued"}
