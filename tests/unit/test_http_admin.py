@@ -192,7 +192,9 @@ def test_an_empty_filter_with_confirm_means_every_job_the_action_applies_to(admi
      (b"{", {}, 400), (b'{"confirm": true}', {"content-type": "text/plain"}, 415),
      (b'{"filter": {}, "confirm": true, "x": "' + b"a" * 5000 + b'"}', {}, 413),
      (b'{"filter": {"queue": "\\ud800"}, "confirm": true}', {}, 400),
-     (b'{"filter": {"since": 1e999}, "confirm": true}', {}, 400)],
+     (b'{"filter": {"since": 1e999}, "confirm": true}', {}, 400),
+     (b'{"filter": {"queue": 123456789012345678901234567890}, "confirm": true}', {}, 400),
+     (b'{"filter": ' + b"[" * 1500 + b"]" * 1500 + b', "confirm": true}', {}, 400)],
 )  # fmt: skip
 def test_a_body_that_is_no_bulk_request_is_refused(
     admin: Admin, content: bytes, headers: dict[str, str], status: int
@@ -251,6 +253,14 @@ def test_huge_pages_and_limits_are_refused_or_answered_empty(admin: Admin):
     assert last.json()["pagination"]["total"] == 6
     sorted_page = admin.call("GET", "/ojs/v1/admin/jobs?page=2147483647&sort=scheduled_at")
     assert sorted_page.json()["items"] == []
+
+
+def test_huge_filter_values_are_refused_or_match_nothing(admin: Admin):
+    assert "queue" in refusal(admin.call("GET", "/ojs/v1/admin/jobs", params={"queue": "q" * 9999}))
+    huge_type = admin.call("GET", "/ojs/v1/admin/jobs", params={"type": "t" * 60_000})
+    assert huge_type.status_code == 200 and huge_type.json()["pagination"]["total"] == 0
+    assert "since" in refusal(admin.call("GET", "/ojs/v1/admin/jobs", params={"since": "9" * 9999}))
+    assert admin.call("GET", f"/ojs/v1/admin/jobs/{'x' * 60_000}").status_code == 404
 
 
 def test_unicode_filters_and_ids_are_answered_not_failed(admin: Admin):
