@@ -108,8 +108,9 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/health/live", _live, methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.cancel_job), methods=["DELETE"]),
-        Route("/ojs/v1/queues", endpoint(queues.list_queues), methods=["GET"]),
-        Route("/ojs/v1/queues/{name}/stats", endpoint(queues.stats), methods=["GET"]),
+        # The ops routes (`ops`) refuse a query parameter, or a body, they do not take.
+        Route("/ojs/v1/queues", ops(queues.list_queues, ("limit", "offset")), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}/stats", ops(queues.stats), methods=["GET"]),
         Route("/ojs/v1/queues/{name}/pause", endpoint(queues.pause), methods=["POST"]),
         Route("/ojs/v1/queues/{name}/resume", endpoint(queues.resume), methods=["POST"]),
         Route("/ojs/v1/cron", endpoint(cron.list_crons), methods=["GET"]),
@@ -117,7 +118,6 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/cron/{name}", endpoint(cron.get_cron), methods=["GET"]),
         Route("/ojs/v1/cron/{name}", endpoint(cron.toggle), methods=["PATCH"]),
         Route("/ojs/v1/cron/{name}", endpoint(cron.delete), methods=["DELETE"]),
-        # The ops routes refuse a query parameter, or a body, they do not take (`endpoint`).
         Route(
             "/ojs/v1/dead-letter",
             ops(dead_letter.list_dead, dead_letter.LIST_QUERY),

@@ -207,7 +207,7 @@ ROUTES = [
     "/ojs/v1/admin/stats", "/ojs/v1/admin/stats/history", "/ojs/v1/admin/queues",
     "/ojs/v1/admin/queues/mail", "/ojs/v1/admin/jobs", f"/ojs/v1/admin/jobs/{JOB_IDS[0]}",
     "/ojs/v1/admin/dead-letter", "/ojs/v1/admin/dead-letter/stats", "/ojs/v1/admin/workers",
-    "/ojs/v1/unique-jobs", "/ojs/v1/dead-letter",
+    "/ojs/v1/unique-jobs", "/ojs/v1/dead-letter", "/ojs/v1/queues", "/ojs/v1/queues/mail/stats",
 ]  # fmt: skip
 
 
