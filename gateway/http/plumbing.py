@@ -50,7 +50,7 @@ def endpoint(
     """Request id, authorisation, what the route takes, a live view, then the handler; its
     value becomes the response (a handler may also return a ready-made Response, as the
     event stream does). `query` names the query parameters the route understands (None:
-    the handler checks them); `body=False` says it takes no body. A parameter or body field
+    not checked here); `body=False` says it takes no body. A parameter or body field
     a route does not understand is refused, never ignored: ignored, it would widen what
     the caller asked for."""
 
