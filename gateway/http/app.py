@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from gateway import catalogue, config, wire
 from gateway.core import INVALID_REQUEST
 from gateway.http import (
     admin,
+    admin_jobs,
     cron,
     dead_letter,
     errors,
@@ -37,7 +38,7 @@ from gateway.http import (
     queues,
     workers,
 )
-from gateway.http.binding import Binding, HttpSettings
+from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.errors import ApiError
 from gateway.http.events import EventFeed
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
@@ -107,8 +108,9 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/health/live", _live, methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.cancel_job), methods=["DELETE"]),
-        Route("/ojs/v1/queues", endpoint(queues.list_queues), methods=["GET"]),
-        Route("/ojs/v1/queues/{name}/stats", endpoint(queues.stats), methods=["GET"]),
+        # The ops routes (`ops`) refuse a query parameter, or a body, they do not take.
+        Route("/ojs/v1/queues", ops(queues.list_queues, ("limit", "offset")), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}/stats", ops(queues.stats), methods=["GET"]),
         Route("/ojs/v1/queues/{name}/pause", endpoint(queues.pause), methods=["POST"]),
         Route("/ojs/v1/queues/{name}/resume", endpoint(queues.resume), methods=["POST"]),
         Route("/ojs/v1/cron", endpoint(cron.list_crons), methods=["GET"]),
@@ -116,34 +118,51 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/cron/{name}", endpoint(cron.get_cron), methods=["GET"]),
         Route("/ojs/v1/cron/{name}", endpoint(cron.toggle), methods=["PATCH"]),
         Route("/ojs/v1/cron/{name}", endpoint(cron.delete), methods=["DELETE"]),
-        Route("/ojs/v1/dead-letter", endpoint(dead_letter.list_dead), methods=["GET"]),
-        Route("/ojs/v1/dead-letter/{job_id}/retry", endpoint(dead_letter.retry), methods=["POST"]),
-        Route("/ojs/v1/dead-letter/{job_id}", endpoint(dead_letter.delete), methods=["DELETE"]),
+        Route(
+            "/ojs/v1/dead-letter",
+            ops(dead_letter.list_dead, dead_letter.LIST_QUERY),
+            methods=["GET"],
+        ),
+        Route("/ojs/v1/dead-letter/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
+        Route("/ojs/v1/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
         Route("/ojs/v1/events", endpoint(events_route.events), methods=["GET"]),
-        # The admin API the official OJS Admin UI reads (admin.py).
-        Route("/ojs/v1/admin/stats", endpoint(admin.stats), methods=["GET"]),
-        Route("/ojs/v1/admin/stats/history", endpoint(admin.stats_history), methods=["GET"]),
-        Route("/ojs/v1/admin/queues", endpoint(admin.queues), methods=["GET"]),
-        Route("/ojs/v1/admin/queues/{name}", endpoint(admin.queue), methods=["GET"]),
+        # The admin API the official OJS Admin UI reads (admin.py, admin_jobs.py).
+        Route("/ojs/v1/admin/stats", ops(admin.stats), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/stats/history",
+            ops(admin.stats_history, ("period", *admin.HISTORY_FILTER)),
+            methods=["GET"],
+        ),
+        Route("/ojs/v1/admin/queues", ops(admin.queues, admin_jobs.PAGING), methods=["GET"]),
+        Route("/ojs/v1/admin/queues/{name}", ops(admin.queue), methods=["GET"]),
         Route("/ojs/v1/admin/queues/{name}/pause", endpoint(queues.pause), methods=["POST"]),
         Route("/ojs/v1/admin/queues/{name}/resume", endpoint(queues.resume), methods=["POST"]),
-        Route("/ojs/v1/admin/jobs", endpoint(admin.list_jobs), methods=["GET"]),
-        Route("/ojs/v1/admin/jobs/bulk/{action}", endpoint(admin.bulk), methods=["POST"]),
-        Route("/ojs/v1/admin/jobs/{job_id}", endpoint(admin.job_detail), methods=["GET"]),
-        Route("/ojs/v1/admin/jobs/{job_id}/retry", endpoint(dead_letter.retry), methods=["POST"]),
-        Route("/ojs/v1/admin/jobs/{job_id}/cancel", endpoint(jobs.cancel_job), methods=["POST"]),
-        Route("/ojs/v1/admin/dead-letter", endpoint(admin.list_dead), methods=["GET"]),
-        Route("/ojs/v1/admin/dead-letter/stats", endpoint(admin.dead_stats), methods=["GET"]),
         Route(
-            "/ojs/v1/admin/dead-letter/{job_id}/retry",
-            endpoint(dead_letter.retry),
-            methods=["POST"],
-        ),  # fmt: skip
-        Route(
-            "/ojs/v1/admin/dead-letter/{job_id}", endpoint(dead_letter.delete), methods=["DELETE"]
+            "/ojs/v1/admin/jobs", ops(admin_jobs.list_jobs, admin_jobs.JOBS_QUERY), methods=["GET"]
         ),
-        Route("/ojs/v1/admin/workers", endpoint(admin.workers), methods=["GET"]),
-        Route("/ojs/v1/unique-jobs", endpoint(admin.unique_jobs), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/jobs/bulk/{action}",
+            ops(admin_jobs.bulk, (), body=True),
+            methods=["POST"],
+        ),
+        Route("/ojs/v1/admin/jobs/{job_id}", ops(admin_jobs.job_detail), methods=["GET"]),
+        Route("/ojs/v1/admin/jobs/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
+        Route("/ojs/v1/admin/jobs/{job_id}/cancel", ops(jobs.cancel_job), methods=["POST"]),
+        Route(
+            "/ojs/v1/admin/dead-letter",
+            ops(admin_jobs.list_dead, admin_jobs.DEAD_QUERY),
+            methods=["GET"],
+        ),
+        Route("/ojs/v1/admin/dead-letter/stats", ops(admin.dead_stats), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/dead-letter/retry",
+            ops(admin_jobs.retry_dead, body=True),
+            methods=["POST"],
+        ),
+        Route("/ojs/v1/admin/dead-letter/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
+        Route("/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
+        Route("/ojs/v1/admin/workers", ops(admin.workers, admin_jobs.PAGING), methods=["GET"]),
+        Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, admin_jobs.PAGING), methods=["GET"]),
         Route("/ojs/v1/crons", endpoint(admin.crons), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", endpoint(admin.cron_detail), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", endpoint(cron.toggle), methods=["PATCH"]),
@@ -155,6 +174,14 @@ def create_app(settings: HttpSettings) -> Direct:
         exception_handlers={HTTPException: _http_exception, Exception: _internal_error},
     )
     return Direct(app, direct)
+
+
+def ops(
+    handler: Handler, query: Collection[str] = (), *, body: bool = False
+) -> Callable[[Request], Awaitable[Response]]:
+    """An admin or ops route: it takes the query parameters `query` names and no others,
+    and no body unless `body`."""
+    return endpoint(handler, query=query, body=body)
 
 
 class Direct:

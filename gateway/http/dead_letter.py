@@ -14,7 +14,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.core import EventOutcome, State
+from gateway.core import EventOutcome, GatewayError, State
+from gateway.core.job_filter import parse_filter
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -25,6 +26,7 @@ from gateway.http.plumbing import int_param
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 DEAD = State.DISCARDED  # a dead letter job is a discarded one
+LIST_QUERY = ("queue", "limit", "offset")
 
 
 def page_of(request: Request) -> tuple[int, int] | ApiError:
@@ -50,8 +52,10 @@ async def list_dead(request: Request, binding: Binding, _: str) -> Answer | ApiE
     if isinstance(page, ApiError):
         return page
     limit, offset = page
-    queue = request.query_params.get("queue") or None
-    ids = list(binding.view.in_state(DEAD, queue))
+    chosen = parse_filter({"queue": request.query_params.get("queue") or None}, fields=("queue",))
+    if isinstance(chosen, GatewayError):
+        return ApiError(400, chosen.code, chosen.message)
+    ids = list(binding.view.in_state(DEAD, chosen.queue))
     jobs = []
     for job_id in ids[offset : offset + limit]:
         job = binding.view.get(job_id)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import orjson
@@ -43,15 +44,26 @@ def media_type_of(request: Request) -> str:
     return negotiate(headers.get("accept"), headers.get("user-agent"), headers.get("ojs-version"))
 
 
-def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """Request id, authorisation, a live view, then the handler; its value becomes the
-    response (a handler may also return a ready-made Response, as the event stream does)."""
+def endpoint(
+    handler: Handler, *, query: Collection[str] | None = None, body: bool = True
+) -> Callable[[Request], Awaitable[Response]]:
+    """Request id, authorisation, what the route takes, a live view, then the handler; its
+    value becomes the response (a handler may also return a ready-made Response, as the
+    event stream does). `query` names the query parameters the route understands (None:
+    not checked here); `body=False` says it takes no body. A parameter or body field
+    a route does not understand is refused, never ignored: ignored, it would widen what
+    the caller asked for."""
 
     async def handle(request: Request) -> Response:
         request_id = request_id_of(request)
         binding: Binding = request.app.state.binding
         media_type = media_type_of(request)
-        refused = authorize(request, binding.settings.token) or await binding.view_live()
+        refused = (
+            authorize(request, binding.settings.token)
+            or (None if query is None else unknown_params(request, query))
+            or (None if body else await no_body(request, binding.settings.max_body_bytes))
+            or await binding.view_live()
+        )
         answer = refused or await handler(request, binding, request_id)
         if isinstance(answer, Response):
             return answer
@@ -74,18 +86,78 @@ def authorize(request: Request, token: str | None) -> ApiError | None:
     return ApiError(401, errors.UNAUTHORIZED, "send `Authorization: Bearer <token>`")
 
 
-async def read_json(request: Request, cap: int) -> Any:
-    """The body as JSON, or an ApiError (415, 413, 400 invalid_request).
+def unknown_params(request: Request, known: Collection[str]) -> ApiError | None:
+    """400 naming each query parameter the route does not take, or one given twice."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    unknown = sorted({name for name in names if name not in known})
+    if unknown:
+        takes = ", ".join(sorted(known)) or "none"
+        return ApiError(
+            400, INVALID_REQUEST,
+            f"unknown query parameter {', '.join(map(repr, unknown))}: this route takes {takes}",
+            details={"unknown_parameters": unknown},
+        )  # fmt: skip
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        return ApiError(400, INVALID_REQUEST,
+                        f"query parameter {', '.join(map(repr, repeated))} is given more than "
+                        "once: give each once")  # fmt: skip
+    return None
 
-    Malformed JSON is OJS's `invalid_request` ("Malformed request"); OJS's
-    `invalid_payload` means args that fail a schema, which is another thing.
-    """
+
+def unknown_fields(body: dict[str, Any], known: Collection[str]) -> ApiError | None:
+    """400 naming each field of a request body the route does not take."""
+    unknown = sorted(name for name in body if name not in known)
+    if not unknown:
+        return None
+    return ApiError(
+        400, INVALID_REQUEST,
+        f"unknown field {', '.join(map(repr, unknown))}: this route takes "
+        f"{', '.join(sorted(known)) or 'no body'}",
+        details={"unknown_fields": unknown},
+    )  # fmt: skip
+
+
+async def no_body(request: Request, cap: int) -> ApiError | None:
+    """None for a request with no body (or `{}`); a route that takes none refuses any other."""
+    raw = await read_body(request, cap)
+    if isinstance(raw, ApiError):
+        return raw
+    if not raw.strip():
+        return None
+    value = _media_problem(request) or parse_json(raw)
+    if isinstance(value, ApiError):
+        return value
+    if isinstance(value, dict):
+        return unknown_fields(value, ())  # none for {}
+    return ApiError(400, INVALID_REQUEST, "this route takes no body")
+
+
+def _media_problem(request: Request) -> ApiError | None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type and media_type not in ACCEPTED_MEDIA_TYPES:
         return ApiError(
             415, errors.UNSUPPORTED_MEDIA_TYPE,
             f"send application/openjobspec+json or application/json, not {media_type}",
         )  # fmt: skip
+    return None
+
+
+async def read_json(request: Request, cap: int) -> Any:
+    """The body as JSON, or an ApiError (415, 413, 400 invalid_request).
+
+    Malformed JSON is OJS's `invalid_request` ("Malformed request"); OJS's
+    `invalid_payload` means args that fail a schema, which is another thing.
+    """
+    problem = _media_problem(request)
+    if problem is not None:
+        return problem
+    body = await read_body(request, cap)
+    return body if isinstance(body, ApiError) else parse_json(body)
+
+
+async def read_body(request: Request, cap: int) -> bytes | ApiError:
+    """The body's bytes, at most `cap` of them (else 413)."""
     too_large = ApiError(413, PAYLOAD_TOO_LARGE, f"the body is over the limit of {cap} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
@@ -101,6 +173,11 @@ async def read_json(request: Request, cap: int) -> Any:
         # the answer goes nowhere, nothing was enqueued.
         log.info("the client disconnected before sending its whole body")
         return ApiError(400, INVALID_REQUEST, "the client disconnected mid-body")
+    return bytes(body)
+
+
+def parse_json(body: bytes) -> Any:
+    """The body as JSON, or 400 invalid_request."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -113,13 +190,17 @@ async def read_json(request: Request, cap: int) -> Any:
     return value
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> int | ApiError:
-    """A query parameter as an integer in [low, high]; absent or empty: `default`."""
+    """A query parameter as an integer in [low, high]; absent or empty: `default`. Only
+    ASCII digits: Python's int() also takes "1_000", " 5" and other scripts' digits."""
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
-    except ValueError:
+        value = int(raw) if _INTEGER.fullmatch(raw) else low - 1
+    except ValueError:  # more digits than int() reads
         value = low - 1
     if not low <= value <= high:
         return ApiError(400, INVALID_REQUEST, f"{name} must be an integer from {low} to {high}")

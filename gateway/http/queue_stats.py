@@ -99,12 +99,15 @@ def per_minute(
 
 
 def history(
-    buckets: Iterable[tuple[bytes, bytes]], now_ms: int, width: int
+    buckets: Iterable[tuple[bytes, bytes]], now_ms: int, width: int, since_ms: int | None = None
 ) -> list[dict[str, Any]]:
-    """The kept minutes to `now_ms` in points of `width` minutes, oldest first: each point's
-    start, and the jobs completed (`processed`), attempts failed and jobs enqueued in it."""
+    """The kept minutes to `now_ms` in points of `width` minutes, oldest first, from the one
+    holding `since_ms` if given: each point's start, and the jobs completed (`processed`),
+    attempts failed and jobs enqueued in it."""
     last = now_ms // MINUTE_MS // width
     first = last - KEEP_MINUTES // width + 1
+    if since_ms is not None:
+        first = max(first, since_ms // MINUTE_MS // width)
     points = {n: [0] * COUNTERS for n in range(first, last + 1)}
     for key, raw in buckets:
         point = points.get(minute_of(key) // width)

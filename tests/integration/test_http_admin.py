@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from gateway.http import HttpSettings
+from gateway.http.admin_jobs import BULK_MAX
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served
 
@@ -170,3 +171,26 @@ def test_a_client_sees_its_own_enqueue_in_the_admin_lists_at_once(http: httpx.Cl
     listed = http.get(f"/ojs/v1/admin/jobs?queue={queue}").json()
     assert listed["pagination"]["total"] == 1
     assert listed["items"][0]["id"] == posted.json()["job"]["id"]
+
+
+def test_a_bulk_cancel_asks_for_a_thousand_jobs_a_call_and_counts_the_rest(http: httpx.Client):
+    queue = f"cap-{uuid.uuid4().hex[:8]}"
+    jobs = [{"type": "cap.job", "args": [n], "queue": queue} for n in range(BULK_MAX + 5)]
+    posted = http.post("/ojs/v1/jobs/batch", json={"jobs": jobs})
+    assert posted.status_code == 201, posted.text
+    ids = sorted(j["id"] for j in posted.json()["jobs"])
+    cancel = {"filter": {"queue": queue}, "confirm": True}
+    first = http.post("/ojs/v1/admin/jobs/bulk/cancel", json=cancel).json()
+    assert first == {"action": "cancel", "matched": BULK_MAX + 5, "succeeded": BULK_MAX,
+                     "failed": 0, "errors": [], "remaining": 5}  # fmt: skip
+    # The first thousand in the lists' order (state, queue, id): the newest five are left.
+    live = http.get(f"/ojs/v1/admin/jobs?queue={queue}&state=available").json()["items"]
+    assert sorted(j["id"] for j in live) == ids[-5:]
+    second = http.post("/ojs/v1/admin/jobs/bulk/cancel", json=cancel).json()
+    assert (second["matched"], second["succeeded"], second["remaining"]) == (5, 5, 0)
+    assert http.post("/ojs/v1/admin/jobs/bulk/cancel", json=cancel).json()["matched"] == 0
+    counts = eventually(
+        lambda: http.get(f"/ojs/v1/admin/queues/{queue}").json()["counts"],
+        lambda c: c["cancelled"] == BULK_MAX + 5,
+    )
+    assert counts["available"] == 0
