@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -162,7 +162,7 @@ def _listed(
 async def _stream(
     request: Request, binding: Binding, cursor: Cursor | None, unreadable: str | None,
     types: frozenset[str] | None, queues: frozenset[str] | None,
-) -> AsyncIterator[bytes]:  # fmt: skip
+) -> AsyncGenerator[bytes]:  # fmt: skip
     yield SSE_PREAMBLE
     feed = binding.feed
     resumed = feed.resume(feed.kept()[1] if cursor is None else cursor)

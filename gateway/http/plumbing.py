@@ -117,10 +117,11 @@ def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> 
     """A query parameter as an integer in [low, high]; absent or empty: `default`."""
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
+    # ASCII digits only (int() also takes other scripts' digits, underscores and spaces),
+    # and not so many that int() refuses them (Python reads at most 4300).
+    digits = raw.removeprefix("-")
+    number = digits.isascii() and digits.isdigit() and len(digits) <= 40
+    value = int(raw) if number else low - 1
     if not low <= value <= high:
         return ApiError(400, INVALID_REQUEST, f"{name} must be an integer from {low} to {high}")
     return value
