@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from starlette.requests import Request
 from starlette.responses import Response
@@ -91,18 +91,15 @@ class Binding:
     def job_states_ends(self, partitions: Iterable[int]) -> dict[int, int]:
         """The last stable offset of each of `partitions` of job_states, as the brokers say
         now (blocking); a partition the topic does not have is left out."""
-        asked = {TopicPartition(self.job_states_topic, p): OffsetSpec.latest() for p in partitions}
+        topic = self.job_states_topic
+        listed = self.admin.list_topics(topic, timeout=_ENDS_TIMEOUT_S).topics[topic].partitions
+        asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions if p in listed}
+        if not asked:
+            return {}
         answers = self.admin.list_offsets(
             asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=_ENDS_TIMEOUT_S
         )
-        ends: dict[int, int] = {}
-        for tp, future in answers.items():
-            try:
-                ends[tp.partition] = future.result().offset
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise
-        return ends
+        return {tp.partition: future.result().offset for tp, future in answers.items()}
 
     def view_not_live(self) -> str | None:
         """None once the view follows every partition and has caught up; else why not."""

@@ -163,9 +163,9 @@ async def _stream(
     request: Request, binding: Binding, cursor: Cursor | None, unreadable: str | None,
     types: frozenset[str] | None, queues: frozenset[str] | None,
 ) -> AsyncGenerator[bytes]:  # fmt: skip
-    yield SSE_PREAMBLE
     feed = binding.feed
     resumed = feed.resume(feed.kept()[1] if cursor is None else cursor)
+    yield SSE_PREAMBLE  # where the stream starts is fixed once its reader has this
     at = resumed.start
     quiet_since = time.monotonic()
     while True:
