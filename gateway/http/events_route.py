@@ -11,10 +11,10 @@ after `after`, the first `limit` (default 100) events from there, else the last
 `limit` kept; `last_id` is the cursor to pass as `after` next. A cursor older
 than the window starts from its oldest event and says so (`events.missed`
 first on a stream, `"missed": true` in JSON); one past the newest event starts
-with the next. Both filter by `types` and `queues` (comma-separated). With
-`page` or `per_page`, the paged shape the OJS Admin UI reads:
-`{"items": [...], "pagination": {"total", "page", "per_page"}}`, newest first,
-each envelope with its `time` also as `timestamp`; `type` filters too.
+with the next. Both filter by `types` (or the Admin UI's `type`) and `queues`
+(comma-separated). With `page` or `per_page`, the paged shape the OJS Admin UI
+reads: `{"items": [...], "pagination": {"total", "page", "per_page"}}`, newest
+first, each envelope with its `time` also as `timestamp`.
 """
 
 from __future__ import annotations
@@ -77,13 +77,13 @@ async def events(
     if refused is not None:
         return refused
     query = request.query_params
-    types, queues = _set(query.get("types")), _set(query.get("queues"))
+    types, queues = _set(query.get("types")) or _set(query.get("type")), _set(query.get("queues"))
     limit = int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     if isinstance(limit, ApiError):
         return limit
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if not streaming and ("page" in query or "per_page" in query):
-        return _page(binding, request, types or _set(query.get("type")), queues)
+        return _page(binding, request, types, queues)
     cursor: Cursor | None = None
     unreadable = None
     header = request.headers.get("last-event-id", "") if streaming else ""
@@ -194,6 +194,7 @@ async def _stream(
         newer = feed.since(resumed.seq)
         if newer is None:  # a reader slower than the window: resume, and say what it missed
             resumed = feed.resume(at)
+            at = resumed.start
         else:
             resumed = Resumed(newer, at, seq=newer[-1].seq if newer else resumed.seq)
 

@@ -149,3 +149,25 @@ def test_a_reader_slower_than_the_window_is_told_what_it_missed(monkeypatch: pyt
     oldest = feed.kept()[0][0]
     assert body["resumes_from"] == notice["id"] == f"0:{oldest.offset - 1}.1"
     assert [orjson.loads(f["data"])["id"] for f in kept] == [k.event["id"] for k in feed.kept()[0]]
+
+
+def test_after_a_gap_every_id_stands_past_what_was_missed(monkeypatch: pytest.MonkeyPatch):
+    """Partition 0's unsent event was dropped and none of its events is kept: the ids
+    that follow still stand past it, so a reconnect is not told again."""
+    monkeypatch.setattr(events_route, "POLL_S", 0)
+    feed = EventFeed(size=2)
+    stage(feed, 0, range(2))
+    binding = Binding(HttpSettings(), None, None, None, "requests", None, feed)  # type: ignore[arg-type]
+    stream = events_route._stream(Connected(), binding, {}, None, None, None)  # type: ignore[arg-type]
+
+    async def read() -> list[bytes]:
+        await anext(stream), await anext(stream)  # the preamble, both events
+        stage(feed, 0, range(2, 3))
+        stage(feed, 1, range(300))
+        late = [await anext(stream), await anext(stream)]
+        await stream.aclose()
+        return late
+
+    notice, *kept = frames(asyncio.run(read()))
+    assert notice["event"] == "events.missed" and kept
+    assert all(f["id"].startswith("0:2.1,1:") for f in kept)
