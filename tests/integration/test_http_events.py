@@ -168,7 +168,12 @@ def test_a_cursor_older_than_kept_starts_at_the_oldest_and_says_so(
 ):
     queue = a_queue()
     made = enqueue(env.http, queue, 300)
-    # A serve process keeping 2 events (evicting in runs of 256) reads all 300 and more.
+    # Answers come before the commit: once A lists them all, they are committed.
+    committed = Stream(str(env.http.base_url), queue, after="0:0")
+    committed.until(covering(set(made)))
+    committed.close()
+    # A serve process keeping 2 events (evicting in runs of 256) reads all 300 and more
+    # before it is live.
     monkeypatch.setattr("gateway.http.app.EventFeed", functools.partial(event_feed.EventFeed, 2))
     with Served(env.settings) as small, httpx.Client(base_url=small.url, timeout=90) as http:
         listed = http.get("/ojs/v1/events", params={"after": "0:0", "queues": queue}).json()
