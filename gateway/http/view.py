@@ -30,6 +30,8 @@ Layout (one RocksDB under the gateway home per serve process):
     k/<key>                        -> a queue's or a cron's state, as the processor published
                                       it under its NUL-prefixed key (wire.queue_key, cron_key)
     o/<partition>                  -> the next offset to read
+    e/..., ew/...                  -> the events feed's window, written in the same batch
+                                      (event_feed.py)
     meta/layout                    -> this layout's version; a view of another is read anew
 Beside it, identity.json names the cluster and topic it was built from.
 Nothing here decides: fetch candidates are only proposals the processor may
