@@ -40,7 +40,7 @@ from gateway.http import (
 )
 from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.errors import ApiError
-from gateway.http.events import EventFeed
+from gateway.http.event_feed import EVENT_PREFIX, WINDOW_PREFIX, EventFeed
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
 from gateway.http.responses import error_response, ojs_response
 from gateway.http.view import Follower, JobView, default_view_dir, source_identity
@@ -66,13 +66,14 @@ def create_app(settings: HttpSettings) -> Direct:
         identity = await asyncio.to_thread(source_identity, admin, cat.name("job_states"))
         # A view built from another cluster or topic holds jobs this one never had.
         state_identity.reconcile(view_dir, identity)
-        view = JobView(view_dir, settings.retention_ms)
         feed = EventFeed()
+        view = JobView(view_dir, settings.retention_ms, also_write=feed.stage)
+        view.write(feed.load(view.scan(EVENT_PREFIX), view.scan(WINDOW_PREFIX), view.offsets()))
         board = settings.board
         if board is not None:
             board.mark(False)  # a worker started again is not live until its view is
         follower = Follower(
-            view, cat, kafka, on_change=feed.add,
+            view, cat, kafka,
             on_live=None if board is None else lambda: board.mark(True),
         )  # fmt: skip
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
@@ -80,8 +81,9 @@ def create_app(settings: HttpSettings) -> Direct:
         # the view follows every partition and has read what was there.
         follower.start()
         app.state.binding = Binding(
-            settings, client, view, admin, cat.name("requests"), follower, feed
-        )
+            settings, client, view, admin, cat.name("requests"), follower, feed,
+            job_states_topic=cat.name("job_states"),
+        )  # fmt: skip
         try:
             yield
         finally:

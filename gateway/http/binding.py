@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,7 +19,7 @@ from gateway.core.jobs import uuid7_ms
 from gateway.http import errors
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
-from gateway.http.events import EventFeed
+from gateway.http.event_feed import EventFeed
 from gateway.http.serving import Board
 from gateway.http.view import Follower, JobView
 from gateway.sdk import AsyncClient
@@ -30,6 +31,7 @@ VIEW_LIVE_WAIT_S = 10.0
 # made moments ago through another serve worker is on its way to this one's view.
 RECENT_JOB_WAIT_S = 2.0
 _RECENT_POLL_S = 0.02
+_ENDS_TIMEOUT_S = 5.0
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "conformance.json"
 
 
@@ -66,6 +68,7 @@ class Binding:
     requests_topic: str
     follower: Follower | None = None
     feed: EventFeed = field(default_factory=EventFeed)
+    job_states_topic: str = "job_states"
     # Job id -> until when (monotonic) this process's own claim of it is pending.
     claims: dict[str, float] = field(default_factory=dict)
 
@@ -84,6 +87,19 @@ class Binding:
             await asyncio.sleep(_RECENT_POLL_S)
             job, now = self.view.get(job_id), time.time()
         return job
+
+    def job_states_ends(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The last stable offset of each of `partitions` of job_states, as the brokers say
+        now (blocking); a partition the topic does not have is left out."""
+        topic = self.job_states_topic
+        listed = self.admin.list_topics(topic, timeout=_ENDS_TIMEOUT_S).topics[topic].partitions
+        asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions if p in listed}
+        if not asked:
+            return {}
+        answers = self.admin.list_offsets(
+            asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=_ENDS_TIMEOUT_S
+        )
+        return {tp.partition: future.result().offset for tp, future in answers.items()}
 
     def view_not_live(self) -> str | None:
         """None once the view follows every partition and has caught up; else why not."""

@@ -9,17 +9,13 @@ The event's `time` is the transition's own stamp in the record (started_at,
 completed_at, ...), never this process's clock; its `id` names the job_states
 record it came from, so it is the same on every serve process.
 
-`EventFeed` keeps the last MAX_EVENTS in memory, numbered in the order this
-process read them; GET /ojs/v1/events lists them (JSON) or streams them as
-server-sent events. A restarted process starts an empty feed (its view resumes
-where it stopped, so older transitions are not read again).
+Which events a process keeps is event_feed.py's; where a reader stands,
+event_cursor.py's; GET /ojs/v1/events (events_route.py) serves them.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -28,7 +24,6 @@ from gateway.core import transition_events
 from gateway.core.times import parse_rfc3339
 from gateway.http.view import Change
 
-MAX_EVENTS = 10_000
 SOURCE = "ojs://gateway/job_states"
 SSE_RETRY_MS = 3000
 # Event type -> the job field holding the transition's time.
@@ -110,14 +105,21 @@ def _between(start: Any, end: Any) -> int | None:
     return None if a is None or b is None else max(b - a, 0)
 
 
-def sse_frame(sequence: int, event: Mapping[str, Any]) -> bytes:
-    """One server-sent event: its number as `id` (for Last-Event-ID), the type, the data."""
-    return (
-        f"id: {sequence}\nevent: {event['type']}\n".encode()
-        + b"data: "
-        + orjson.dumps(event)
-        + b"\n\n"
-    )
+def sse_frame(cursor: str, event: Mapping[str, Any]) -> bytes:
+    """One server-sent event: the cursor past it as `id` (an EventSource sends it back
+    as Last-Event-ID), the type as `event`, the envelope as `data`."""
+    return f"id: {cursor}\nevent: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n"
+
+
+# Sent first when a reader's cursor is older than what is kept (or unreadable): an
+# EventSource sees it with addEventListener, curl as a named event.
+MISSED = "events.missed"
+
+
+def missed_notice(message: str, oldest_kept: str) -> dict[str, Any]:
+    """The body of the MISSED event: what was missed, and the cursor the stream resumes
+    from (the oldest kept)."""
+    return {"type": MISSED, "message": message, "resumes_from": oldest_kept}
 
 
 SSE_PREAMBLE = f"retry: {SSE_RETRY_MS}\n\n".encode()
@@ -130,28 +132,3 @@ def matches(
     if types is not None and event["type"] not in types:
         return False
     return queues is None or event["data"].get("queue") in queues
-
-
-class EventFeed:
-    """The last MAX_EVENTS events, numbered from 1 in the order read; thread-safe."""
-
-    def __init__(self, size: int = MAX_EVENTS) -> None:
-        self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=size)
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def add(self, changes: Iterable[Change]) -> None:
-        derived = [event for change in changes for event in derive(change)]
-        with self._lock:
-            for event in derived:
-                self._last += 1
-                self._events.append((self._last, event))
-
-    @property
-    def last(self) -> int:
-        return self._last
-
-    def after(self, sequence: int) -> list[tuple[int, dict[str, Any]]]:
-        """The events numbered above `sequence` that are still kept, oldest first."""
-        with self._lock:
-            return [(n, e) for n, e in self._events if n > sequence]

@@ -30,6 +30,8 @@ Layout (one RocksDB under the gateway home per serve process):
     k/<key>                        -> a queue's or a cron's state, as the processor published
                                       it under its NUL-prefixed key (wire.queue_key, cron_key)
     o/<partition>                  -> the next offset to read
+    e/..., ew/...                  -> the events feed's window, written in the same batch
+                                      (event_feed.py)
     meta/layout                    -> this layout's version; a view of another is read anew
 Beside it, identity.json names the cluster and topic it was built from.
 Nothing here decides: fetch candidates are only proposals the processor may
@@ -54,7 +56,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -99,8 +101,11 @@ PROVISIONAL_S = 60.0
 # Versions of jobs the view read last, so an answer that arrives after its own
 # record (answers with the commit) leaves no provisional entry behind.
 _REMEMBERED = 100_000
-# (partition, offset, the job before, the job after): what the follower hands on.
+# (partition, offset, the job before, the job after): what a record changed.
 Change = tuple[int, int, dict[str, Any] | None, dict[str, Any] | None]
+# Given a batch's changes and the offsets it reaches per partition, more keys to put
+# (or, with None, delete) in the same RocksDB batch: the events feed's (event_feed.py).
+AlsoWrite = Callable[[list[Change], dict[int, int]], Iterable[tuple[bytes, bytes | None]]]
 
 
 def default_view_dir(namespace: str | None, instance: str = "default") -> Path:
@@ -189,9 +194,15 @@ def _count_key(queue: str, state: str) -> bytes:
 class JobView:
     """Thread-safe: the follower writes, request handlers read."""
 
-    def __init__(self, path: Path, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+    def __init__(
+        self,
+        path: Path,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        also_write: AlsoWrite | None = None,
+    ) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.retention_ms = retention_ms
+        self._also_write = also_write
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         self._db = Rdict(str(path), options)
@@ -253,12 +264,10 @@ class JobView:
             found[int(key[2:])] = int(value)
         return found
 
-    def apply(
-        self, records: list[tuple[int, int, bytes, bytes | None]], now_ms: int
-    ) -> list[Change]:
+    def apply(self, records: list[tuple[int, int, bytes, bytes | None]], now_ms: int) -> None:
         """(partition, offset, key, value) records of job_states, in order; atomic with offsets.
-        A terminal job already past its expiry at `now_ms` is not kept. Returns each kept
-        change (the job before and after), for the events feed."""
+        A terminal job already past its expiry at `now_ms` is not kept. Each kept change
+        (the job before and after) goes to `also_write`, whose keys join the batch."""
         with self._lock:
             batch = WriteBatch(raw_mode=True)
             staged: dict[bytes, bytes | None] = {}
@@ -332,6 +341,8 @@ class JobView:
                 )
             for partition, end in ends.items():
                 batch.put(f"o/{partition}".encode(), str(end).encode())
+            if self._also_write is not None:
+                self._put(batch, self._also_write(changes, ends))
             self._db.write(batch)
             for job_id, job in read:  # once written: `get` never falls back to an older copy
                 self._confirm(job_id, job)
@@ -341,7 +352,29 @@ class JobView:
                 if answered is not None and answered[0] == value:
                     del self._controls_provisional[key]
             self.applied += len(records)
-            return changes
+
+    def write(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Put (or, for None, delete) keys outside the view's own prefixes."""
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            self._put(batch, writes)
+            self._db.write(batch)
+
+    @staticmethod
+    def _put(batch: WriteBatch, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        for key, value in writes:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The entries under `prefix` (one the view does not use itself), in key order."""
+        for raw_key, raw_value in self._db.items(from_key=prefix):
+            key = bytes(raw_key)  # type: ignore[arg-type]
+            if not key.startswith(prefix):
+                return
+            yield key, bytes(raw_value)  # type: ignore[arg-type]
 
     def _unindex(
         self, batch: WriteBatch, key: bytes, job: Mapping[str, Any], counts: dict[bytes, int]
@@ -576,7 +609,6 @@ class Follower:
         view: JobView,
         cat: Catalogue,
         settings: Mapping[str, Any],
-        on_change: Any = None,
         consumer: _Reader | None = None,
         on_live: Callable[[], None] | None = None,
     ) -> None:
@@ -594,7 +626,6 @@ class Follower:
                 "isolation.level": "read_committed",
             }
         )
-        self._on_change = on_change
         self._stopping = threading.Event()
         self._swept_at = 0.0
         self._behind: dict[int, int] = {}  # partition -> the end offset it must reach
@@ -619,9 +650,7 @@ class Follower:
                 messages = self._consumer.consume(_BATCH, _POLL_S)
                 records = [r for r in map(self._record, messages) if r is not None]
                 if records:
-                    changes = self._view.apply(records, time.time_ns() // 1_000_000)
-                    if self._on_change is not None:
-                        self._on_change(changes)
+                    self._view.apply(records, time.time_ns() // 1_000_000)
                 if not self.live.is_set():
                     self._check_caught_up()
                 if time.monotonic() - self._swept_at >= _SWEEP_EVERY_S:
@@ -706,7 +735,8 @@ class Follower:
             self._on_live()
 
     def _record(self, msg: Message) -> tuple[int, int, bytes, bytes | None] | None:
-        if msg.error() is not None:
-            log.warning("reading job_states failed", extra={"error": msg.error().str()})
+        error, partition, offset = msg.error(), msg.partition(), msg.offset()
+        if error is not None or partition is None or offset is None:
+            log.warning("reading job_states failed", extra={"error": error and error.str()})
             return None
-        return (msg.partition(), msg.offset(), msg.key() or b"", msg.value())
+        return (partition, offset, msg.key() or b"", msg.value())

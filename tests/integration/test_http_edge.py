@@ -324,7 +324,7 @@ def test_events_are_listed_and_streamed_from_job_states(stack: Stack):
     assert [e["type"] for e in only.json()["events"]] == ["job.completed"]
 
     frames: list[dict[str, Any]] = []
-    headers = {"Accept": "text/event-stream", "Last-Event-ID": "0"}
+    headers = {"Accept": "text/event-stream", "Last-Event-ID": "0:0"}
     with stack.http.stream(
         "GET", "/ojs/v1/events", params={"queues": queue}, headers=headers, timeout=30
     ) as stream:

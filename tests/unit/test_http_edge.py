@@ -15,10 +15,10 @@ from confluent_kafka import TopicPartition
 from gateway.catalogue import Catalogue, TopicSpec
 from gateway.core.retry import iso_duration, ojs_retry
 from gateway.http.answers import Answer, batch_item, for_result
-from gateway.http.events import EventFeed, derive, matches, sse_frame
+from gateway.http.events import derive, matches, sse_frame
 from gateway.http.jobs import shown
 from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
-from gateway.http.view import Follower, JobView
+from gateway.http.view import Change, Follower, JobView
 from gateway.http.workers import _heartbeat_job_ids
 from gateway.sdk import EnqueueResult
 
@@ -279,22 +279,19 @@ def test_an_event_is_the_ojs_envelope_with_the_transitions_own_time():
 
 def test_sse_frames_carry_id_event_and_data():
     [event] = derive((0, 1, None, job("available")))
-    frame = sse_frame(12, event)
-    assert frame.startswith(b"id: 12\nevent: job.enqueued\ndata: {") and frame.endswith(b"}\n\n")
+    frame = sse_frame("0:1.1,1:7", event)
+    assert frame.startswith(b"id: 0:1.1,1:7\nevent: job.enqueued\ndata: {")
+    assert frame.endswith(b"}\n\n")
     data_line = frame.split(b"\n")[2]
     assert orjson.loads(data_line.removeprefix(b"data: ")) == event
 
 
-def test_the_feed_numbers_events_in_order_and_filters():
-    feed = EventFeed(size=3)
-    feed.add([(0, 1, None, job("available")), (0, 2, job("available"), job("active"))])
-    feed.add([(0, 3, job("active"), job("retryable"))])
-    assert feed.last == 4
-    kept = feed.after(0)
-    assert [n for n, _ in kept] == [2, 3, 4]  # the oldest fell out
-    assert [e["type"] for _, e in kept] == ["job.started", "job.failed", "job.retrying"]
-    assert matches(kept[0][1], frozenset({"job.started"}), frozenset({"q"}))
-    assert not matches(kept[0][1], None, frozenset({"other"}))
+def test_events_are_filtered_by_type_and_queue():
+    [started] = derive((0, 2, job("available"), job("active")))
+    assert matches(started, frozenset({"job.started"}), frozenset({"q"}))
+    assert matches(started, None, None)
+    assert not matches(started, None, frozenset({"other"}))
+    assert not matches(started, frozenset({"job.completed"}), None)
 
 
 def test_heartbeat_names_jobs_as_the_binding_or_the_worker_protocol_does():
@@ -307,7 +304,13 @@ def test_heartbeat_names_jobs_as_the_binding_or_the_worker_protocol_does():
 
 
 def test_the_view_indexes_states_and_counts_queues(tmp_path: Path):
-    view = JobView(tmp_path)
+    changes: list[Change] = []
+
+    def seen(batch: list[Change], _: dict[int, int]) -> list[tuple[bytes, bytes | None]]:
+        changes.extend(batch)
+        return []
+
+    view = JobView(tmp_path, also_write=seen)
     later = "2999-01-01T00:00:00Z"
 
     def rec(partition: int, offset: int, **fields: Any) -> tuple[int, int, bytes, bytes | None]:
@@ -318,7 +321,7 @@ def test_the_view_indexes_states_and_counts_queues(tmp_path: Path):
         rec(0, 1, id="b", queue="q", state="discarded", completed_at=later),
         rec(1, 0, id="c", queue="r", state="discarded", completed_at=later),
     ]
-    changes = view.apply(records, 0)
+    view.apply(records, 0)
     assert [(before, after["state"]) for _, _, before, after in changes if after] == [
         (None, "available"), (None, "discarded"), (None, "discarded"),
     ]  # fmt: skip
