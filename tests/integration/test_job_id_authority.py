@@ -5,6 +5,11 @@ process, processor runtime or route the second request reaches (core/ids.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,19 +17,21 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.bench.services import free_port
 from gateway.core import Outcome
 from gateway.http import HttpSettings
 from gateway.sdk import Client
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
+from tests.integration.test_serve_workers import _wait_health
 
 pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture(scope="module")
 def gateway(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Two processor runtimes committing every 2 s, so answers come long before commits,
-    and two serve processes, each with its own view."""
+    """Two processor runtimes committing every 2 s, so answers come long before commits;
+    two serve processes, each with its own view, and a third with two workers."""
     namespace = f"t{uuid.uuid4().hex[:10]}"
     apply_topics(kafka_bootstrap, namespace)
     work = tmp_path_factory.mktemp("ids")
@@ -35,10 +42,22 @@ def gateway(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     def settings(name: str) -> HttpSettings:
         return HttpSettings(kafka_bootstrap, namespace, decision_timeout=60, view_dir=work / name)
 
+    port = free_port()
+    log = work / "serve.log"
+    with open(log, "ab") as out:
+        workers = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--bootstrap", kafka_bootstrap,
+             "--namespace", namespace, "--port", str(port), "--view-dir", str(work / "w"),
+             "--workers", "2"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     try:
+        _wait_health(f"http://127.0.0.1:{port}", workers, log)
         with Served(settings("a")) as a, Served(settings("b")) as b:
-            yield kafka_bootstrap, namespace, a.url, b.url
+            yield kafka_bootstrap, namespace, a.url, b.url, f"http://127.0.0.1:{port}"
     finally:
+        os.killpg(workers.pid, signal.SIGTERM)
+        workers.wait(timeout=30)
         proc.stop()
 
 
@@ -64,13 +83,12 @@ async def race(first_url: str, second_url: str, tag: str, n: int) -> tuple[Any, 
 
 
 def test_a_minted_id_reused_at_once_is_refused_on_any_serve(gateway: Any) -> None:
-    _, _, a, b = gateway
+    _, _, *urls = gateway
+    pairs = list(itertools.permutations(urls, 2))
     tag = uuid.uuid4().hex[:8]
 
     async def all_races() -> list[tuple[Any, ...]]:
-        return await asyncio.gather(
-            *(race(a if n % 2 else b, b if n % 2 else a, tag, n) for n in range(24))
-        )
+        return await asyncio.gather(*(race(*pairs[n % len(pairs)], tag, n) for n in range(30)))
 
     results = asyncio.run(all_races())
     for job_id, _, *reuses in results:
@@ -79,16 +97,16 @@ def test_a_minted_id_reused_at_once_is_refused_on_any_serve(gateway: Any) -> Non
             body = reuse.json()
             assert body["error"]["code"] == "duplicate"
             assert body["error"]["details"]["existing_job_id"] == job_id
-    # Every first job is still the one its id shows, on both serves.
-    with httpx.Client(base_url=a, timeout=60) as ha, httpx.Client(base_url=b, timeout=60) as hb:
-        for job_id, first, *_ in results:
-            for http in (ha, hb):
+    # Every first job is still the one its id shows, on every serve.
+    for url in urls:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for job_id, first, *_ in results:
                 shown = http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]
                 assert (shown["type"], shown["args"]) == (first["type"], first["args"])
 
 
 def test_a_minted_id_reused_through_the_sdk_is_refused(gateway: Any) -> None:
-    bootstrap, namespace, a, _ = gateway
+    bootstrap, namespace, a, *_ = gateway
     tag = uuid.uuid4().hex[:8]
     with Client(bootstrap, namespace) as client:
         for n in range(10):
@@ -103,7 +121,7 @@ def test_a_minted_id_reused_through_the_sdk_is_refused(gateway: Any) -> None:
 
 
 def test_a_client_id_is_one_job_across_routes_and_serves(gateway: Any) -> None:
-    _, _, a, b = gateway
+    _, _, a, _, b = gateway
     tag = uuid.uuid4().hex[:8]
 
     async def pair(n: int) -> list[httpx.Response]:
