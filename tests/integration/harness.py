@@ -152,7 +152,7 @@ class Reader:
             msg = self.consumer.poll(0.1)
             if msg is None or msg.error():
                 continue
-            self.records.setdefault(msg.topic(), []).append(
+            self.records.setdefault(msg.topic() or "", []).append(
                 {
                     "key": msg.key(),
                     "value": _loads(msg.value()),
