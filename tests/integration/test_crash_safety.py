@@ -25,7 +25,7 @@ def test_sigkill_during_load_loses_and_repeats_nothing(kafka_bootstrap, namespac
     port = free_port_block()
     # Transactions of seconds: a kill once this run has decided lands inside one.
     proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--metrics-port", str(port),
-                     "--commit-interval", "5").start()  # fmt: skip
+                     "--commit-interval", "2").start()  # fmt: skip
     load = DuplicateLoad(kafka_bootstrap, cat, keys=1000, copies=3)
 
     def disturb(batch: int) -> None:
