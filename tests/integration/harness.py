@@ -7,13 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from gateway import admin, catalogue
 from gateway.catalogue import Catalogue
@@ -150,7 +152,7 @@ class Reader:
             msg = self.consumer.poll(0.1)
             if msg is None or msg.error():
                 continue
-            self.records.setdefault(msg.topic(), []).append(
+            self.records.setdefault(msg.topic() or "", []).append(
                 {
                     "key": msg.key(),
                     "value": _loads(msg.value()),
@@ -187,6 +189,66 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
         total += high
     consumer.close()
     return total
+
+
+def written(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> int:
+    """Every record of `topic` up to its end, aborted ones too (read_uncommitted): more
+    than the committed ones once a transaction was aborted."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"written-{uuid.uuid4().hex}",
+            "isolation.level": "read_uncommitted",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        count, deadline = 0, time.monotonic() + timeout
+        # A position moves past transaction markers too, so it reaches each end offset.
+        while any(tp.offset < ends[tp.partition] for tp in consumer.position(
+            [TopicPartition(topic, p) for p in range(partitions)]
+        )):  # fmt: skip
+            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout}s"
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                count += 1
+        return count
+    finally:
+        consumer.close()
+
+
+def status(port: int, path: str) -> tuple[int, bytes]:
+    """A processor's status port (`--metrics-port`): the status and body of GET `path`;
+    0 while nothing listens there (the processor is starting, or gone)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read()
+    except urllib.error.URLError:
+        return 0, b""
+
+
+def owned_partitions(port: int) -> int:
+    """How many input partitions the processor on that status port owns now (0 until ready)."""
+    code, body = status(port, "/ready")
+    return int(orjson.loads(body)["partitions"]) if code == 200 else 0
+
+
+def decided(port: int) -> float:
+    """How many requests the processor on that status port has decided."""
+    code, body = status(port, "/metrics")
+    assert code == 200, f"no metrics on port {port}"
+    return sum(
+        float(line.split()[-1])
+        for line in body.decode().splitlines()
+        if line.startswith("gateway_decisions_total{")
+    )
 
 
 class DuplicateLoad:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.sdk import Client, EventAck
 from tests.integration.cli import gateway
 from tests.integration.harness import (
     Processor,
@@ -40,6 +40,7 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
     proc.start()
     reader = Reader(kafka_bootstrap, [cat.name("decisions")])
     prod = producer(kafka_bootstrap)
+    client = Client(kafka_bootstrap, namespace)
     sent = 0
 
     def request(body: dict[str, Any]) -> dict[str, Any]:
@@ -59,9 +60,9 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
         return [r["value"] for r in reader.records.get(cat.name("decisions"), [])]
 
     def event(body: dict[str, Any], key: str, **fields: Any) -> None:
-        send(prod, cat.name("job_events"), {"job_id": body["id"], "unique_key": key, **fields}, key)
-        prod.flush()
-        time.sleep(1.5)  # the next request must find the event applied
+        # Answered once applied: the next request finds it.
+        ack = client.publish_event({"job_id": body["id"], "unique_key": key, **fields}, timeout=60)
+        assert isinstance(ack, EventAck) and str(ack.outcome) == "applied", ack
 
     try:
         rejecting, replacing, ignoring = job("reject"), job("replace"), job("ignore")
@@ -96,6 +97,7 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
         outcomes = sorted(d["outcome"] for d in decisions())
         assert outcomes.count("invalid") == 3 and "replaced" in outcomes
     finally:
+        client.close()
         reader.close()
         proc.stop()
 

@@ -174,6 +174,12 @@ def at(seconds: float) -> str:
     return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
 
 
+def past(instant: str, seconds: float) -> None:
+    """Until the clock (the broker's too: it runs here) is `seconds` past `instant`: a
+    request sent after it is decided after it; how much after does not matter."""
+    time.sleep(max(0.0, datetime.fromisoformat(instant).timestamp() + seconds - time.time()))
+
+
 # --- Oban (Elixir) -------------------------------------------------------------------------
 
 
@@ -308,12 +314,14 @@ def test_oban_py_unique_true_holds_while_retained_whatever_the_state(gw: Gateway
 
 
 def test_oban_py_period_from_the_scheduled_time(gw: Gateway) -> None:
-    q, args = queue(), {"id": tag()}
-    first = gw.new(python(q, args, {"period": 1}, scheduled_at=at(2)))
-    time.sleep(2.3)  # past the insertion + 1 s, within the scheduled time + 1 s
-    gw.same(python(q, args, {"period": 1}), "conflicted", first)
-    time.sleep(1.2)
-    gw.new(python(q, args, {"period": 1}))
+    q, held, freed, soon = queue(), {"id": tag()}, {"id": tag()}, at(2)
+    first = gw.new(python(q, held, {"period": 1}, scheduled_at=at(3600)))
+    gw.new(python(q, freed, {"period": 1}, scheduled_at=soon))
+    past(soon, 1)  # past both insertions + 1 s
+    # Within its scheduled time + 1 s (an hour away): conflicts.
+    gw.same(python(q, held, {"period": 1}), "conflicted", first)
+    # Past its scheduled time + 1 s: free.
+    gw.new(python(q, freed, {"period": 1}))
 
 
 def test_oban_py_keys_and_fields_example(gw: Gateway) -> None:
@@ -462,12 +470,14 @@ def test_faktory_success_releases_and_a_retry_keeps_the_lock(gw: Gateway) -> Non
 
 
 def test_faktory_a_scheduled_delay_extends_the_lock(gw: Gateway) -> None:
-    q, args = queue(), [3, tag()]
-    first = gw.new(faktory(q, args, 1.0, at=at(2)))
-    time.sleep(2.0)  # past enqueue + unique_for, within at + unique_for
-    gw.notunique(faktory(q, args, 1.0), first)
-    time.sleep(1.5)
-    gw.new(faktory(q, args, 1.0))
+    q, held, freed, soon = queue(), [3, tag()], [3, tag()], at(2)
+    first = gw.new(faktory(q, held, 1.0, at=at(3600)))
+    gw.new(faktory(q, freed, 1.0, at=soon))
+    past(soon, 1.0)  # past both enqueues + unique_for
+    # Within at + unique_for (an hour away): still locked.
+    gw.notunique(faktory(q, held, 1.0), first)
+    # Past at + unique_for: free.
+    gw.new(faktory(q, freed, 1.0))
 
 
 def test_faktory_unique_until_start(gw: Gateway) -> None:

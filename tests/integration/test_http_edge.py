@@ -1,9 +1,5 @@
 """Issue 16's HTTP side against a real broker and processor: the view is part of
-readiness, heartbeat, fetch's lease, dead letters, queues, events, plain JSON.
-
-Tests of behaviour the processor has yet to gain (branch i16-life: job.heartbeat,
-leases, the dead letter retry and delete) are skipped until the core knows it.
-"""
+readiness, heartbeat, fetch's lease, dead letters, queues, events, plain JSON."""
 
 from __future__ import annotations
 
@@ -18,27 +14,11 @@ import httpx
 import orjson
 import pytest
 
-from gateway.core.job_events import EVENT_TYPES
-from gateway.core.lifecycle import ALLOWED_FROM
-from gateway.core.states import State
 from gateway.http import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
 
 pytestmark = pytest.mark.kafka
-
-WAITS_FOR_HEARTBEAT = pytest.mark.skipif(
-    "job.heartbeat" not in EVENT_TYPES,
-    reason="waits for the processor-side contract (i16-life): job.heartbeat and leases",
-)
-WAITS_FOR_DEAD_LETTER_RETRY = pytest.mark.skipif(
-    State.DISCARDED not in ALLOWED_FROM[State.AVAILABLE],
-    reason="waits for the processor-side contract (i16-life): job.enqueued on a discarded job",
-)
-WAITS_FOR_DELETE = pytest.mark.skipif(
-    "job.deleted" not in EVENT_TYPES,
-    reason="waits for the processor-side contract (i16-life): job.deleted",
-)
 
 
 def test_health_is_503_until_the_view_is_live_then_a_new_job_is_found_at_once(
@@ -176,7 +156,6 @@ def test_fetch_passes_visibility_timeout_ms_on_each_claim(stack: Stack):
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
 
 
-@WAITS_FOR_HEARTBEAT
 def test_a_claim_sets_the_lease_it_asked_for(stack: Stack):
     queue = a_queue()
     enqueue(stack, queue)
@@ -213,7 +192,6 @@ def test_heartbeat_answers_running_and_what_happened_to_each_job(stack: Stack):
     assert stack.http.get(f"/ojs/v1/jobs/{waiting['id']}").json()["job"]["state"] == "available"
 
 
-@WAITS_FOR_HEARTBEAT
 def test_heartbeat_extends_an_active_jobs_lease_and_refuses_another(stack: Stack):
     queue = a_queue()
     enqueue(stack, queue)
@@ -261,7 +239,6 @@ def test_dead_letter_lists_discarded_jobs_paginated(stack: Stack):
     assert not_dead.json()["error"]["details"]["current_state"] == "available"
 
 
-@WAITS_FOR_DEAD_LETTER_RETRY
 def test_a_dead_letter_retry_makes_the_job_available_with_its_attempts_reset(stack: Stack):
     queue = a_queue()
     job = discarded(stack, queue)
@@ -274,7 +251,6 @@ def test_a_dead_letter_retry_makes_the_job_available_with_its_attempts_reset(sta
     assert listed["jobs"] == []
 
 
-@WAITS_FOR_DELETE
 def test_a_dead_letter_delete_removes_the_job_for_good(stack: Stack):
     queue = a_queue()
     job = discarded(stack, queue)

@@ -3,7 +3,6 @@ is the one authority for both, and a cron's slot is decided exactly once, kill -
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -123,30 +122,44 @@ def test_a_cron_is_registered_listed_toggled_and_deleted(served: Any):
 
 
 def test_skip_refuses_a_slot_while_the_last_run_is_active(served: Any):
-    http = served[0]
+    http, _, cat, bootstrap, _ = served
+    reader = Reader(bootstrap, [cat.name("decisions")])
     template = {"type": "cron.skip", "args": [], "options": {"queue": "skipq"}}
     body = {"name": "tick-skip", "expression": "*/2 * * * * *", "job_template": template}
     assert http.post("/ojs/v1/cron", json=body).status_code == 201
+
+    def decided() -> list[dict[str, Any]]:
+        """The audit's decisions on the cron's slots (a refused one names the run it met)."""
+        reader.drain(0.5)
+        return [
+            r["value"]
+            for r in reader.records.get(cat.name("decisions"), [])
+            if (r["value"].get("job") or {}).get("meta", {}).get("cron_name") == "tick-skip"
+        ]
+
+    def slot(job: dict[str, Any]) -> int:
+        return parse_rfc3339(job["meta"]["cron_slot"]) or 0
+
     try:
         first = eventually(
             lambda: http.post("/ojs/v1/workers/fetch", json={"queues": ["skipq"]}).json()["jobs"],
             bool,
         )[0]  # fmt: skip
         started = parse_rfc3339(first["started_at"]) or 0
-        time.sleep(4.5)  # two more slots, both while the first run is active
-
-        def jobs() -> list[dict[str, Any]]:
-            listed = http.get("/ojs/v1/admin/jobs?queue=skipq&per_page=100").json()["items"]
-            return [http.get(f"/ojs/v1/jobs/{j['id']}").json()["job"] for j in listed]
-
-        later = [j for j in jobs() if (parse_rfc3339(j["meta"]["cron_slot"]) or 0) > started]
+        # A slot that came while the first run was active: refused as its duplicate.
+        seen = eventually(decided, lambda ds: any(
+            (d["outcome"], d["existing_job_id"], d["existing_job_state"])
+            == ("rejected", first["id"], "active") for d in ds
+        ), seconds=30)  # fmt: skip
+        later = [d for d in seen if d["outcome"] == "accepted" and slot(d["job"]) > started]
         assert later == []
         assert http.post("/ojs/v1/workers/ack", json={"job_id": first["id"]}).status_code == 200
-        eventually(jobs, lambda js: any(
-            (parse_rfc3339(j["meta"]["cron_slot"]) or 0) > started for j in js
-        ))  # fmt: skip
+        eventually(decided, lambda ds: any(
+            d["outcome"] == "accepted" and slot(d["job"]) > started for d in ds
+        ), seconds=30)  # fmt: skip
     finally:
         http.delete("/ojs/v1/cron/tick-skip")
+        reader.close()
 
 
 def test_each_slot_is_decided_once_across_a_kill(served: Any, tmp_path: Path):
@@ -171,8 +184,7 @@ def test_each_slot_is_decided_once_across_a_kill(served: Any, tmp_path: Path):
             lambda: http.get("/ojs/v1/events?types=cron.triggered").json()["events"],
             lambda events: any(e["data"]["cron_name"] == "every-second" for e in events),
         )
-        proc.kill()
-        time.sleep(2)
+        proc.kill()  # slots fall due while it is down and while it starts again
         proc.start()
         before = len(slots())
         eventually(slots, lambda s: len(s) >= before + 3, seconds=60)

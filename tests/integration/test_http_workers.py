@@ -12,9 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.core.times import parse_rfc3339
 from gateway.http import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served, assert_ojs_headers
+from tests.integration.test_http_admin import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -103,17 +105,17 @@ def test_default_states_hold_through_retryable_and_release_on_discard(http: http
     assert (body["job_id"], body["state"], body["attempt"], body["max_attempts"]) == (
         created["id"], "retryable", 1, 2,
     )  # fmt: skip
-    assert "next_attempt_at" in body
+    retry_at = parse_rfc3339(body["next_attempt_at"])
     shown = http.get(f"/ojs/v1/jobs/{created['id']}").json()["job"]
     assert shown["state"] == "retryable" and shown["error"]["message"] == "boom"
     held = http.post("/ojs/v1/jobs", json=first)
     assert held.status_code == 409
     assert held.json()["error"]["details"]["existing_job_id"] == created["id"]
-    assert fetch(http, queue) == []  # not before its backoff has passed
 
-    time.sleep(1.2)
-    [again] = fetch(http, queue)
+    # Handed out again once its backoff has passed, by event time, never before.
+    [again] = eventually(lambda: fetch(http, queue), bool)
     assert again["id"] == created["id"] and again["attempt"] == 2
+    assert retry_at is not None and (parse_rfc3339(again["started_at"]) or 0) >= retry_at
     discarded = http.post("/ojs/v1/workers/nack", json={"job_id": again["id"], "error": boom})
     body = discarded.json()
     assert body["state"] == "discarded" and body["discarded_at"] == body["completed_at"]

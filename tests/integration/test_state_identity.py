@@ -49,7 +49,6 @@ def test_after_a_purge_the_first_post_is_accepted_and_replay_agrees(gateway_home
     port, http_port = free_port_block(), free_port_block()
     took, job_id = _up_and_post_twice(gateway_home, port, http_port, "first")
     print(f"gateway up with its own broker stopped {took:.2f}s after Ctrl-C")
-    assert took < 10
     # One state directory per processor process `up` ran (one per core by default).
     states = [p.parent for p in (gateway_home / "state" / "gateway-dedup").glob("*/identity.json")]
     assert states

@@ -410,7 +410,9 @@ class FakeView:
         self.answered[job_id] = job
 
     def waiting(self, queue: str) -> Any:
-        return iter([i for i, j in self.jobs.items() if j["state"] == "available"])
+        return iter(
+            [i for i, j in self.jobs.items() if (j["state"], j["queue"]) == ("available", queue)]
+        )
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         found = self.jobs.get(job_id)
@@ -501,6 +503,59 @@ def test_fetch_hands_out_what_it_claimed_and_requeues_a_claim_with_no_answer():
     assert not any(t == "job.enqueued" and j != "b" for j, t, _ in events)
 
 
+class PausingClient:
+    """A processor that has read a pause of queue `paused` (the view has not): it refuses
+    those claims as paused, and applies any other."""
+
+    def __init__(self, view: FakeView) -> None:
+        self.view = view
+        self.sent: list[dict[str, Any]] = []
+
+    async def publish_event(self, event: dict[str, Any], **_: Any) -> Any:
+        from gateway.core.queues import paused_refusal
+        from gateway.sdk import EventAck
+
+        self.sent.append(event)
+        job = self.view.jobs[event["job_id"]]
+        if job["queue"] == "paused":
+            refusal = paused_refusal(job["id"], "paused")
+            return EventAck.from_record(
+                {"outcome": "refused", "job_id": job["id"], "previous_state": "available",
+                 "state": "available", "reason": "not_allowed", "job": job,
+                 "error": {"code": refusal.code, "message": refusal.message}}
+            )  # fmt: skip
+        moved = {**job, "state": "active", "attempt": 1}
+        return EventAck.from_record(
+            {"outcome": "applied", "job_id": job["id"], "previous_state": "available",
+             "state": "active", "job": moved}
+        )  # fmt: skip
+
+
+def test_fetch_asks_a_queue_no_more_once_a_claim_finds_it_paused_before_its_view_does():
+    import asyncio
+
+    from gateway.http.answers import Answer
+    from gateway.http.binding import HttpSettings
+    from gateway.http.workers import fetch
+
+    view = FakeView(
+        [
+            {"id": job_id, "type": "t", "queue": queue, "state": "available",
+             "created_at": "2026-01-01T00:00:00Z"}
+            for job_id, queue in (("p1", "paused"), ("p2", "paused"), ("o1", "open"))
+        ]
+    )  # fmt: skip
+    binding = SimpleNamespace(
+        settings=HttpSettings(), view=view, client=PausingClient(view), claims={}
+    )
+    body = {"queues": ["paused", "open"], "count": 1}
+    answer = asyncio.run(fetch(post_request(body), binding, "r"))
+    assert isinstance(answer, Answer) and answer.status == 200
+    assert [j["id"] for j in answer.body["jobs"]] == ["o1"]
+    # One refused claim stops the queue: p2 is never asked, the next queue is.
+    assert [e["job_id"] for e in binding.client.sent] == ["p1", "o1"]
+
+
 def test_fetch_answers_an_error_only_when_it_claimed_nothing():
     import asyncio
 
@@ -527,7 +582,34 @@ def test_json_responses_answers_plain_json_whatever_the_caller_accepts():
     assert media_type_of(request(True)) == JSON_TYPE
 
 
-def test_a_job_made_moments_ago_elsewhere_is_waited_for_an_old_one_is_not():
+class VirtualClock:
+    """The binding's clock, moved on by the binding's own sleeps: a wait is counted in
+    the time it asked for, never timed."""
+
+    def __init__(self, start_s: float) -> None:
+        self.start = self.now = start_s
+
+    def read(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        import asyncio
+
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    from gateway.http import binding
+
+    virtual = VirtualClock(time.time_ns() // 1_000_000 / 1000)  # whole ms, as ids carry
+    monkeypatch.setattr(binding, "time", SimpleNamespace(time=virtual.read, monotonic=virtual.read))
+    monkeypatch.setattr(binding, "asyncio", SimpleNamespace(sleep=virtual.sleep))
+    return virtual
+
+
+def test_a_job_made_moments_ago_elsewhere_is_waited_for_an_old_one_is_not(clock: VirtualClock):
     import asyncio
 
     from gateway.core import uuid7
@@ -546,7 +628,7 @@ def test_a_job_made_moments_ago_elsewhere_is_waited_for_an_old_one_is_not():
     def binding(view: Arriving) -> Binding:
         return Binding(HttpSettings(), None, view, None, "requests")  # type: ignore[arg-type]
 
-    now_ms = time.time_ns() // 1_000_000
+    now_ms = int(clock.now * 1000)
     recent = uuid7(now_ms, None, b"seed")
     view = Arriving(after=3)
     assert asyncio.run(binding(view).job(recent)) == {"id": recent}
@@ -556,7 +638,80 @@ def test_a_job_made_moments_ago_elsewhere_is_waited_for_an_old_one_is_not():
     for job_id in (old, "not-an-id"):
         view = Arriving(after=3)
         assert asyncio.run(binding(view).job(job_id)) is None and view.reads == 1
-    # Made moments ago and never arriving: None once the wait is over.
-    started = time.monotonic()
-    assert asyncio.run(binding(Arriving(after=10**9)).job(recent)) is None
-    assert time.monotonic() - started <= RECENT_JOB_WAIT_S + 0.5
+    # Made moments ago and never arriving: None once RECENT_JOB_WAIT_S from its making.
+    never = Arriving(after=10**9)
+    assert asyncio.run(binding(never).job(recent)) is None
+    until = now_ms / 1000 + RECENT_JOB_WAIT_S
+    assert until <= clock.now < until + 0.1, (until, clock.now)
+    assert never.reads > 1
+
+
+# -- every route waits for a live view, then answers 503 -----------------------------------
+
+
+class Liveness:
+    """A follower's `live` that is set once the virtual clock reaches `at` (never: None)."""
+
+    def __init__(self, clock: VirtualClock, at: float | None) -> None:
+        self.clock, self.at = clock, at
+
+    def is_set(self) -> bool:
+        return self.at is not None and self.clock.now >= self.at
+
+
+def served_with_view(clock: VirtualClock, live_after_s: float | None, jobs: list[str]) -> Any:
+    """The app, its view holding `jobs`, its follower live `live_after_s` from now."""
+    from gateway.http import HttpSettings, create_app
+    from gateway.http.binding import Binding
+
+    app = create_app(HttpSettings(bootstrap="127.0.0.1:1", namespace="unit"))
+    at = None if live_after_s is None else clock.now + live_after_s
+    follower: Any = SimpleNamespace(live=Liveness(clock, at), reason="the job view is catching up")
+    view: Any = FakeView([{"id": i, "type": "t", "queue": "q", "state": "available"} for i in jobs])
+    absent: Any = None  # the routes under test read the view only: no client, no admin
+    app.state.binding = Binding(HttpSettings(), absent, view, absent, "requests", follower=follower)
+    return app
+
+
+def call_app(app: Any, method: str, path: str, body: Any = None) -> Any:
+    import asyncio
+
+    import httpx
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            return await client.request(method, path, json=body)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", f"/ojs/v1/jobs/{JOB_ID}", None),
+        ("POST", "/ojs/v1/jobs", {"type": "t", "args": []}),
+        ("POST", "/ojs/v1/workers/fetch", {"queues": ["q"]}),
+        ("GET", "/ojs/v1/queues", None),
+        ("GET", "/ojs/v1/admin/jobs", None),
+    ],
+)
+def test_a_route_waits_up_to_10s_for_the_view_then_answers_503_unavailable(
+    clock: VirtualClock, method: str, path: str, body: Any
+):
+    from gateway.http.binding import VIEW_LIVE_WAIT_S
+
+    answer = call_app(served_with_view(clock, None, []), method, path, body)
+    assert answer.status_code == 503, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "unavailable" and error["retryable"] is True
+    assert error["message"] == "the job view is catching up"
+    deadline = clock.start + VIEW_LIVE_WAIT_S
+    assert deadline <= clock.now < deadline + 0.1, (deadline, clock.now)
+
+
+def test_a_view_that_goes_live_within_the_wait_answers_the_request(clock: VirtualClock):
+    answer = call_app(served_with_view(clock, 4.0, [JOB_ID]), "GET", f"/ojs/v1/jobs/{JOB_ID}")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["job"]["id"] == JOB_ID
+    assert clock.start + 4.0 <= clock.now < clock.start + 4.1, (clock.start, clock.now)
