@@ -146,14 +146,10 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
     failure = raw.get("error")
     if failure is not None and (size := len(orjson.dumps(failure))) > MAX_ERROR_BYTES:
         return too_large("the error", size, MAX_ERROR_BYTES)
-    if failure is not None and not (
-        isinstance(failure, Mapping) and isinstance(failure.get("message", ""), str)
-    ):
-        return _bad("error must be an object with a message, e.g. {code, message, retryable}")
+    if failure is not None and (problem := failure_problem(failure)):
+        return _bad(problem)
     lease = raw.get("visibility_timeout_ms")
-    if lease is not None and not is_int(lease, minimum=1):
-        return _bad("visibility_timeout_ms must be an integer of at least 1 (milliseconds)")
-    if lease is not None and (problem := duration_problem(lease, "visibility_timeout_ms")):
+    if lease is not None and (problem := lease_problem(lease)):
         return _bad(problem)
     for name in ("claim_id", "worker_id"):
         value = raw.get(name)
@@ -177,6 +173,34 @@ def parse_event_json(data: bytes | str) -> JobEvent | GatewayError:
     if problem is not None:
         return _bad(problem)
     return parse_event(raw)
+
+
+def lease_problem(value: object) -> str | None:
+    """Why `value` is no lease (`visibility_timeout_ms`), else None: whole ms, at least 1,
+    at most the longest duration (limits.py)."""
+    if not is_int(value, minimum=1):
+        return "visibility_timeout_ms must be an integer of at least 1 (milliseconds)"
+    assert isinstance(value, int)
+    return duration_problem(value, "visibility_timeout_ms")
+
+
+# A worker's error object: these fields, when given, have these types (`retryable` and the
+# type or code decide whether the job is retried: moves.after_failure); others are kept.
+_FAILURE_FIELDS: dict[str, tuple[type, str]] = {
+    "code": (str, "a string"), "type": (str, "a string"), "message": (str, "a string"),
+    "retryable": (bool, "true or false"), "details": (Mapping, "an object"),
+}  # fmt: skip
+
+
+def failure_problem(failure: object) -> str | None:
+    """Why `failure` is no worker's error object, else None."""
+    if not isinstance(failure, Mapping):
+        return "error must be an object with a message, e.g. {code, message, retryable}"
+    for name, (kind, shown) in _FAILURE_FIELDS.items():
+        value = failure.get(name)
+        if value is not None and not isinstance(value, kind):
+            return f"error.{name} must be {shown}"
+    return None
 
 
 def is_int(value: object, minimum: int) -> bool:

@@ -19,7 +19,6 @@ from gateway.http.events import EventFeed, derive, matches, sse_frame
 from gateway.http.jobs import shown
 from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
 from gateway.http.view import Follower, JobView
-from gateway.http.workers import _heartbeat_job_ids
 from gateway.sdk import EnqueueResult
 
 KEY = "a" * 64
@@ -295,15 +294,6 @@ def test_the_feed_numbers_events_in_order_and_filters():
     assert [e["type"] for _, e in kept] == ["job.started", "job.failed", "job.retrying"]
     assert matches(kept[0][1], frozenset({"job.started"}), frozenset({"q"}))
     assert not matches(kept[0][1], None, frozenset({"other"}))
-
-
-def test_heartbeat_names_jobs_as_the_binding_or_the_worker_protocol_does():
-    assert _heartbeat_job_ids({"active_jobs": ["a", "b", "a"]}) == ["a", "b"]
-    assert _heartbeat_job_ids({"active_jobs": 2, "active_job_ids": ["a", "b"]}) == ["a", "b"]
-    assert _heartbeat_job_ids({"job_id": "c"}) == ["c"]
-    assert _heartbeat_job_ids({}) == []
-    bad = _heartbeat_job_ids({"active_jobs": [1]})
-    assert not isinstance(bad, list) and bad.status == 400
 
 
 def test_the_view_indexes_states_and_counts_queues(tmp_path: Path):
