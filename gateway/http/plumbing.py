@@ -26,6 +26,7 @@ from gateway.http.responses import (
 from gateway.randomness import random_uuid4
 
 log = logging.getLogger("gateway.http")
+_MAX_DIGITS = 20  # past any bound a parameter has
 
 
 def request_id_of(request: Request) -> str:
@@ -117,10 +118,8 @@ def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> 
     """A query parameter as an integer in [low, high]; absent or empty: `default`."""
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
+    # ASCII digits only: int() also reads "１０", "1_0", " 7 " and "+3".
+    value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= _MAX_DIGITS else low - 1
     if not low <= value <= high:
         return ApiError(400, INVALID_REQUEST, f"{name} must be an integer from {low} to {high}")
     return value

@@ -136,3 +136,15 @@ def test_a_path_that_names_no_cron_is_refused(handler: Handler, name: str):
 @pytest.mark.parametrize("handler", [*PAUSE_ROUTES, queues.stats])
 def test_a_path_that_names_no_queue_is_refused(handler: Handler, name: str):
     assert "queue name" in refusal(handler, request(name=name)).message
+
+
+@pytest.mark.parametrize(
+    "value", ["\uff11\uff10", "1_0", " 7", "7 ", "+3", "-1", "0x10", "9" * 5000]
+)
+@pytest.mark.parametrize("param", ["limit", "offset"])
+@pytest.mark.parametrize("handler", [cron.list_crons, queues.list_queues])
+def test_a_page_parameter_is_ascii_digits(handler: Handler, param: str, value: str):
+    from urllib.parse import quote
+
+    refused = refusal(handler, request(query=f"{param}={quote(value)}", method="GET"))
+    assert param in refused.message
