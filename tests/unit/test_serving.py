@@ -31,6 +31,17 @@ def test_only_a_worker_marks_a_byte():
         Board.create(1).mark(True)
 
 
+def test_a_worker_that_died_is_not_live_until_it_is_started_again_and_its_view_is():
+    board = Board.create(2)
+    workers = [Board(board.fd, 2, index) for index in range(2)]
+    for worker in workers:
+        worker.mark(True)
+    board.clear(1)  # the supervisor saw worker 2 exit: its own byte said live when it died
+    assert workers[0].not_live() == "serve worker 2 of 2: its job view is not live yet"
+    with pytest.raises(AssertionError):
+        workers[0].clear(1)
+
+
 def test_a_taken_port_fails_before_any_worker_starts():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
