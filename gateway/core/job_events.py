@@ -107,7 +107,7 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
     job_id = raw.get("job_id")
     if not isinstance(job_id, str) or not job_id:
         return _bad("job_id is required: the id of the job the event is about")
-    if _UUID.fullmatch(job_id):
+    if is_uuid(job_id):
         job_id = job_id.lower()  # ids are stored in lowercase
     key = raw.get("unique_key")
     if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
@@ -173,6 +173,12 @@ def parse_event_json(data: bytes | str) -> JobEvent | GatewayError:
     if problem is not None:
         return _bad(problem)
     return parse_event(raw)
+
+
+def is_uuid(value: str) -> bool:
+    """Whether `value` has a UUID's form, in either case (a job's id is a lowercase UUIDv7;
+    an event may name it in capitals)."""
+    return _UUID.fullmatch(value) is not None
 
 
 def lease_problem(value: object) -> str | None:

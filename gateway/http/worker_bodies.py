@@ -7,14 +7,16 @@ fetch asked with a lease no claim could carry is a 400, not an empty answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST
-from gateway.core.envelope import QUEUE_NAME_RULE, is_uuid7, is_valid_queue_name
-from gateway.core.job_events import lease_problem
+from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
+from gateway.core.job_events import is_uuid, lease_problem
 from gateway.core.limits import MAX_ID_BYTES
+from gateway.core.times import parse_rfc3339
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.fields import unknown_fields
@@ -23,13 +25,27 @@ from gateway.http.plumbing import read_json
 MAX_FETCH = 1000
 MAX_FETCH_QUEUES = 1000
 MAX_HEARTBEAT_JOBS = 1000
-_UUID_CHARS = 36
 # The fields each route reads (`worker_id` on ack and nack: OJS's conformance suite sends
 # it; checked, and otherwise unused there).
 FETCH_FIELDS = ("queues", "count", "visibility_timeout_ms", "worker_id")
 ACK_FIELDS = ("job_id", "result", "worker_id")
 NACK_FIELDS = ("job_id", "error", "worker_id")
-HEARTBEAT_FIELDS = ("worker_id", "active_jobs", "active_job_ids", "job_id", "visibility_timeout_ms")
+WORKER_STATES = ("running", "quiet", "terminate")
+# The OJS worker protocol's heartbeat also describes the worker: checked, and otherwise
+# unused (this gateway keeps no worker registry). Each with its type and its check.
+WORKER_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "state": ('"running", "quiet" or "terminate"', lambda v: v in WORKER_STATES),
+    "started_at": ("an RFC 3339 time", lambda v: isinstance(v, str) and bool(parse_rfc3339(v))),
+    "hostname": ("a string", lambda v: isinstance(v, str)),
+    "pid": ("an integer", lambda v: _is_count(v)),
+    "concurrency": ("an integer", lambda v: _is_count(v)),
+    "queues": ("a list of strings", lambda v: _strings(v)),
+    "labels": ("a list of strings", lambda v: _strings(v)),
+}
+HEARTBEAT_FIELDS = (
+    "worker_id", "active_jobs", "active_job_ids", "job_id", "visibility_timeout_ms",
+    *WORKER_FIELDS,
+)  # fmt: skip
 
 
 async def worker_body(
@@ -83,6 +99,14 @@ def worker_id_of(body: dict[str, Any], required: bool) -> str | None | ApiError:
     return value
 
 
+def worker_description_problem(body: dict[str, Any]) -> ApiError | None:
+    """The worker protocol's description of the worker, when sent, has its types."""
+    for field, (shown, valid) in WORKER_FIELDS.items():
+        if field in body and not valid(body[field]):
+            return _bad(f"{field} must be {shown}")
+    return None
+
+
 def heartbeat_job_ids(body: dict[str, Any]) -> list[str] | ApiError:
     """The jobs named: `active_jobs` (the HTTP binding's list), `active_job_ids` (the worker
     protocol's; there `active_jobs` is a count) or `job_id`; each once, in order."""
@@ -110,6 +134,10 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 async def settle_body(
     request: Request, binding: Binding, known: tuple[str, ...]
 ) -> dict[str, Any] | ApiError:
@@ -128,13 +156,12 @@ async def settle_body(
 
 
 def job_id_of(value: object, field: str) -> str | ApiError:
-    """A job id as a worker sends it back: a UUIDv7, stored in lowercase (as the processor
-    reads an event's), so an id in capitals names its job too."""
-    if isinstance(value, str) and len(value) == _UUID_CHARS and is_uuid7(value.lower()):
+    """A job id as a worker sends it back: a UUID, in lowercase as ids are stored (and as the
+    processor reads an event's), so an id in capitals names its job too. Any other string
+    can name no job. A UUID that names none is the route's not_found."""
+    if isinstance(value, str) and is_uuid(value):
         return value.lower()
-    return _bad(
-        f"{field} must be a job's id, a UUIDv7 such as 019078a3-b5c7-7def-8a12-3456789abcde"
-    )
+    return _bad(f"{field} must be a job's id, a UUID such as 019078a3-b5c7-7def-8a12-3456789abcde")
 
 
 def _bad(message: str) -> ApiError:

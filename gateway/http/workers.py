@@ -44,6 +44,7 @@ from gateway.http.worker_bodies import (
     settle_body,
     visibility_timeout,
     worker_body,
+    worker_description_problem,
     worker_id_of,
 )
 from gateway.randomness import random_hex
@@ -191,7 +192,7 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer | ApiE
     worker_id = worker_id_of(body, required=True)
     if isinstance(worker_id, ApiError):
         return worker_id
-    ids = heartbeat_job_ids(body)
+    ids = worker_description_problem(body) or heartbeat_job_ids(body)
     if isinstance(ids, ApiError):
         return ids
     lease = visibility_timeout(body)

@@ -27,6 +27,7 @@ from gateway.http.worker_bodies import (
     job_id_of,
     queues_of,
     visibility_timeout,
+    worker_description_problem,
 )
 from tests.http_requests import Handler, refusal, request
 
@@ -75,6 +76,11 @@ SDK_AND_SUITE_BODIES = [
     ("nack", {"job_id": JOB, "worker_id": "w", "error": {"code": "c", "message": "m"}}),
     ("heartbeat", {"worker_id": "w", "active_jobs": [JOB], "visibility_timeout_ms": 30000}),
     ("heartbeat", {"worker_id": "w", "active_jobs": 1, "active_job_ids": [JOB]}),
+    # The OJS worker protocol's heartbeat, every field.
+    ("heartbeat", {"worker_id": "w", "state": "running", "active_jobs": 1,
+                   "active_job_ids": [JOB], "started_at": "2025-06-01T08:00:00Z",
+                   "hostname": "web-1", "pid": 12345, "queues": ["email", "default"],
+                   "concurrency": 10, "labels": ["canary", "v2.1"]}),
 ]  # fmt: skip
 
 
@@ -89,7 +95,7 @@ def test_what_real_clients_send_passes_every_body_check(route: str, body: dict[s
     if route == "fetch":
         assert queues_of(body["queues"]) == body["queues"]
     if route == "heartbeat":
-        assert heartbeat_job_ids(body) == [JOB]
+        assert heartbeat_job_ids(body) == [JOB] and worker_description_problem(body) is None
     if "job_id" in body:
         assert job_id_of(body["job_id"], "job_id") == JOB
 
@@ -161,7 +167,7 @@ def test_heartbeat_needs_its_worker_id():
 
 BAD_IDS = [
     "", "x", 1, None, [JOB], JOB + " ", " " + JOB, JOB[:-1], "0" * 36,
-    "019078a3-b5c7-4def-8a12-3456789abcde",  # a UUIDv4: no job's id
+    "019078a3b5c74def8a123456789abcde",  # a UUID's digits without its form
     "019078a3-b5c7-7def-8a12-3456789abcd\u0663",  # an Arabic-Indic digit
     "019078a3-b5c7-7def-8a12-" + "a" * 100_000,
 ]  # fmt: skip
@@ -184,6 +190,22 @@ def test_heartbeat_names_the_active_job_id_that_is_no_jobs_id(field: str, job_id
 
 def test_an_id_in_capitals_names_its_job_as_the_processor_reads_it():
     assert job_id_of(JOB.upper(), "job_id") == JOB
+
+
+def test_a_uuid_that_is_no_jobs_is_left_to_the_route_to_answer_not_found():
+    other = "019078a3-b5c7-4def-8a12-3456789abcde"  # a UUIDv4: well formed, no job's
+    assert job_id_of(other, "job_id") == other
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("state", "busy"), ("state", 1), ("started_at", "yesterday"), ("hostname", 1),
+     ("pid", "1"), ("pid", True), ("pid", -1), ("concurrency", 1.5), ("queues", "q"),
+     ("queues", [1]), ("labels", {"a": 1})],
+)  # fmt: skip
+def test_the_worker_protocols_heartbeat_fields_have_its_types(field: str, value: object):
+    body = {"worker_id": "w", "active_job_ids": [JOB], field: value}
+    assert refusal(workers.heartbeat, request(body)).message.startswith(field)
 
 
 def test_heartbeat_names_jobs_as_the_binding_or_the_worker_protocol_does():
