@@ -111,7 +111,11 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     if isinstance(count, ApiError):
         return count
     verb = "pause" if paused else "resume"
-    answers = await commands.send(binding, queue_commands(name, paused, count), f"{verb} {name}")
+    # Past the newest state this view holds: a pause or resume sent after another's answer
+    # wins over it, whatever the clocks of the serve processes that sent them say.
+    seen = binding.view.controls(wire.queue_key(name)).get("")
+    outgoing = queue_commands(name, paused, count, seen)
+    answers = await commands.send(binding, outgoing, f"{verb} {name}")
     if isinstance(answers, ApiError):
         return answers
     # Each partition answers the state it holds: this command's, or a newer one's.

@@ -36,6 +36,12 @@ class Commands:
 
 
 class View:
+    def __init__(self, queue: dict[str, Any] | None = None) -> None:
+        self.queue = queue
+
+    def controls(self, prefix: bytes) -> dict[str, dict[str, Any]]:
+        return {} if self.queue is None else {"": self.queue}
+
     def queue_answered(self, state: dict[str, Any]) -> None:
         pass
 
@@ -43,8 +49,8 @@ class View:
         pass
 
 
-def answering_binding() -> Any:
-    return SimpleNamespace(settings=HttpSettings(), view=View(), client=Commands())
+def answering_binding(queue: dict[str, Any] | None = None) -> Any:
+    return SimpleNamespace(settings=HttpSettings(), view=View(queue), client=Commands())
 
 
 @pytest.mark.parametrize("handler", PAUSE_ROUTES)
@@ -148,3 +154,14 @@ def test_a_page_parameter_is_ascii_digits(handler: Handler, param: str, value: s
 
     refused = refusal(handler, request(query=f"{param}={quote(value)}", method="GET"))
     assert param in refused.message
+
+
+@pytest.mark.parametrize("handler", PAUSE_ROUTES)
+def test_a_command_is_versioned_past_the_state_this_view_holds(handler: Handler):
+    from gateway.core.queues import QueueCommand, parse_queue_command
+
+    ahead = 2**45  # a state another serve process sent with its clock far ahead of ours
+    binding = answering_binding({"queue": "q", "paused": True, "version": [ahead, "z"]})
+    call(handler, request(name="q"), binding)
+    commands = [parse_queue_command(o.value) for o in binding.client.sent]
+    assert all(isinstance(c, QueueCommand) and c.version[0] == ahead + 1 for c in commands)
