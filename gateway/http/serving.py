@@ -7,7 +7,8 @@ of them. Each worker is a whole binding with its own producer, reply consumer
 and job view: nothing is shared between them but the socket and a board of
 one byte per worker saying whether its view is live, written by that worker
 alone, so health answers for every worker wherever it is asked. A worker that
-dies is started again (health is not ready meanwhile); SIGTERM or Ctrl-C stops
+dies is started again (health is not ready meanwhile), and accepts no connection
+until its view is live, so the live ones take them all; SIGTERM or Ctrl-C stops
 them all, each finishing the requests it holds (GRACEFUL_SHUTDOWN_S).
 """
 
@@ -71,6 +72,10 @@ class Board:
         """The supervisor's: worker `index` has exited."""
         assert self.index is None, "a worker clears no other's byte"
         self._map[index] = 0
+
+    def others_live(self) -> bool:
+        """Whether another worker's view is live: this one was started again beside it."""
+        return any(self._map[i] == 1 for i in range(self.workers) if i != self.index)
 
     def not_live(self) -> str | None:
         """None when every worker's view is live, else which are not."""

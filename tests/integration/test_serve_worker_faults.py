@@ -140,11 +140,23 @@ def _enqueue_through_new_connections(serve: Serve, tag: str, count: int) -> list
 
 
 def _restarted(serve: Serve, killed: int) -> None:
+    """Until the killed worker's successor is serving; meanwhile every connection is
+    accepted by a live worker, never by the successor before its view is live."""
+    survivors = _children(serve.proc.pid) - {killed}
     deadline = time.monotonic() + 60
-    while len(_children(serve.proc.pid) - {killed}) < WORKERS:
+    while not (fresh := _children(serve.proc.pid) - survivors - {killed}):
         assert time.monotonic() < deadline, serve.log.read_text()[-3000:]
-        time.sleep(0.1)
-    _wait_health(serve.base, serve.proc, serve.log)
+        time.sleep(0.05)
+    [successor] = fresh
+    while True:
+        with httpx.Client(base_url=serve.base, timeout=60) as client:
+            answer = client.get("/ojs/v1/health")
+            port = answer.extensions["network_stream"].get_extra_info("client_addr")[1]
+            if answer.status_code == 200:
+                return
+            assert serve.holder(port) != successor, answer.text
+        assert time.monotonic() < deadline, serve.log.read_text()[-3000:]
+        time.sleep(0.05)
 
 
 def test_a_worker_killed_mid_stream_ends_only_its_stream(serve: Serve):

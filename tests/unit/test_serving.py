@@ -42,6 +42,14 @@ def test_a_worker_that_died_is_not_live_until_it_is_started_again_and_its_view_i
         workers[0].clear(1)
 
 
+def test_a_worker_knows_whether_another_is_live():
+    board = Board.create(3)
+    workers = [Board(board.fd, 3, index) for index in range(3)]
+    workers[1].mark(True)
+    assert not workers[1].others_live()  # its own byte does not count
+    assert workers[0].others_live() and workers[2].others_live()
+
+
 def test_a_taken_port_fails_before_any_worker_starts():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
