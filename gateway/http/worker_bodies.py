@@ -14,7 +14,7 @@ from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
-from gateway.core.job_events import is_uuid, lease_problem
+from gateway.core.job_events import failure_problem, is_uuid, lease_problem
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import parse_rfc3339
 from gateway.http.binding import Binding
@@ -153,6 +153,15 @@ async def settle_body(
         if isinstance(problem, ApiError):
             return problem
     return {**body, "job_id": job_id}
+
+
+def nack_error(body: dict[str, Any]) -> dict[str, Any] | ApiError:
+    """A nack's error, by the processor's rule for it (it would refuse the event)."""
+    error = body.get("error")
+    if error is None:
+        return {"code": "handler_error", "message": "the worker reported a failure"}
+    problem = failure_problem(error)
+    return _bad(problem) if problem is not None else error
 
 
 def job_id_of(value: object, field: str) -> str | ApiError:

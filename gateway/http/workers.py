@@ -24,7 +24,6 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
-from gateway.core.job_events import failure_problem
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
 from gateway.http import transitions
@@ -40,6 +39,7 @@ from gateway.http.worker_bodies import (
     NACK_FIELDS,
     count_of,
     heartbeat_job_ids,
+    nack_error,
     queues_of,
     settle_body,
     visibility_timeout,
@@ -264,12 +264,9 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     body = await settle_body(request, binding, NACK_FIELDS)
     if isinstance(body, ApiError):
         return body
-    error = body.get("error")
-    if error is None:
-        error = {"code": "handler_error", "message": "the worker reported a failure"}
-    problem = failure_problem(error)  # the processor's rule: it would refuse the event
-    if problem is not None:
-        return _bad(problem)
+    error = nack_error(body)
+    if isinstance(error, ApiError):
+        return error
     moved = await _settle(binding, body["job_id"], "job.failed", "nack", {"error": error})
     if isinstance(moved, ApiError):
         return moved
@@ -301,7 +298,3 @@ async def _settle(
     moved: dict[str, Any] = answer.record["job"]
     transitions.answered(binding, moved)
     return moved
-
-
-def _bad(message: str) -> ApiError:
-    return ApiError(400, INVALID_REQUEST, message)
