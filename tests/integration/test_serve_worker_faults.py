@@ -200,6 +200,30 @@ def test_a_worker_killed_mid_request_loses_nothing_and_its_retry_is_decided_once
     _restarted(serve, killed)
 
 
+def test_a_worker_killed_with_a_whole_request_in_hand_decides_it_at_most_once(serve: Serve):
+    tag = uuid.uuid4().hex
+    job = orjson.dumps({"type": "faults.whole", "args": [tag], "unique": {"keys": ["type", "args"],
+                        "on_conflict": "reject"}})  # fmt: skip
+    head = (
+        f"POST /ojs/v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(job)}\r\n\r\n"
+    ).encode()
+    request = _connect(serve, head + job)  # answered or not when the kill lands: either way
+    killed = serve.holder(request.getsockname()[1])
+    os.kill(killed, signal.SIGKILL)
+    assert _ended(request)
+    request.close()
+    headers = {"Content-Type": "application/json"}
+    retried = httpx.post(f"{serve.base}/ojs/v1/jobs", content=job, timeout=60, headers=headers)
+    # 201 if the killed worker never sent it on, 409 naming the job if it did: never two.
+    assert retried.status_code in (201, 409), retried.text
+    again = httpx.post(f"{serve.base}/ojs/v1/jobs", content=job, timeout=60, headers=headers)
+    assert again.status_code == 409, again.text
+    if retried.status_code == 201:
+        assert again.json()["error"]["details"]["existing_job_id"] == retried.json()["job"]["id"]
+    _restarted(serve, killed)
+
+
 def _jobs_on_every_partition(serve: Serve, queue: str) -> dict[int, dict[str, Any]]:
     """A waiting job of `queue` on each partition of `requests` (its route: its key)."""
     jobs: dict[int, dict[str, Any]] = {}
@@ -259,4 +283,29 @@ def test_pauses_and_resumes_through_every_worker_at_once_end_in_the_newest_every
             assert time.monotonic() < deadline, (worker, shown, paused)
             time.sleep(0.05)
     for client in everyone:
+        client.close()
+
+
+def test_cron_changes_through_every_worker_at_once_end_alike_in_every_view(serve: Serve):
+    name = f"contended-{uuid.uuid4().hex[:8]}"
+    cron = {"name": name, "expression": "0 0 1 1 *", "job_template": {"type": "faults.cron"}}
+    assert httpx.post(f"{serve.base}/ojs/v1/cron", json=cron, timeout=60).status_code == 201
+    clients = [httpx.Client(base_url=serve.base, timeout=60) for _ in range(4)]
+
+    def toggle(client: httpx.Client) -> list[int]:
+        return [client.patch(f"/ojs/v1/cron/{name}",
+                             json={"enabled": random.choice([True, False])}).status_code
+                for _ in range(6)]  # fmt: skip
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        statuses = [s for answers in pool.map(toggle, clients) for s in answers]
+    assert statuses == [200] * len(statuses)
+    last = clients[0].patch(f"/ojs/v1/cron/{name}", json={"enabled": False}).json()["cron"]
+    # Every connection's view (on either worker) comes to the last change, none held back
+    # by an answer of its own that the records have since passed.
+    for client in clients:
+        deadline = time.monotonic() + 30
+        while (shown := client.get(f"/ojs/v1/cron/{name}").json()["cron"]) != last:
+            assert time.monotonic() < deadline, (shown, last)
+            time.sleep(0.05)
         client.close()
