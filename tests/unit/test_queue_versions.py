@@ -13,10 +13,11 @@ from gateway.core.limits import MAX_INSTANT_MS
 from gateway.core.queues import newer_state, parse_queue_command, version_after, version_of
 
 
+# Clocks before the year 9000: a version there is none (see the test below).
 @given(
-    now=st.integers(min_value=0, max_value=MAX_INSTANT_MS),
+    now=st.integers(min_value=0, max_value=MAX_INSTANT_MS - 2),
     held=st.one_of(
-        st.none(), st.tuples(st.integers(0, MAX_INSTANT_MS - 1), st.text(min_size=1, max_size=8))
+        st.none(), st.tuples(st.integers(0, MAX_INSTANT_MS - 2), st.text(min_size=1, max_size=8))
     ),
     command_id=st.text(min_size=1, max_size=8),
 )
