@@ -13,7 +13,8 @@ state) or `type` (an OJS lifecycle event type):
 `unique_key` (the job's key) is optional; the event's record key is the
 job's route: its unique_key, else its id (see `jobs.route_key`). Optional fields:
 `attempt`, `max_attempts`, `scheduled_at` (RFC 3339), `result` (any JSON, kept
-by job.completed), `error` (an object with a `message`, kept by job.failed;
+by job.completed), `error` (an object, kept by job.failed: its `code`, `type` and
+`message` strings, `retryable` a bool, `details` an object, when given;
 `retryable: false` discards at once), `visibility_timeout_ms` (job.started,
 job.heartbeat: the lease, see leases.py), `claim_id` and `worker_id` (see
 lifecycle.py). Other fields are allowed and ignored.
