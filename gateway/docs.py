@@ -33,7 +33,8 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_CRON_BYTES", "a cron's definition, template included, as JSON (bytes)"),
     ("MAX_SAFE_INTEGER", "the magnitude of an integer literal (larger ones are rounded by "
      "JSON parsers, so they are refused; a double such as 1e21 is taken)"),
-    ("MAX_DURATION_DAYS", "a duration: a period, a retention, a lease, a relative time (days)"),
+    ("MAX_DURATION_DAYS", "a duration: a period, a retention, a lease, a relative time, a "
+     "cron's @every (days)"),
     ("MIN_INSTANT", "the earliest instant (scheduled_at, expires_at)"),
     ("MAX_INSTANT", "the first instant past the latest"),
 )  # fmt: skip

@@ -27,6 +27,7 @@ from importlib import resources
 from zoneinfo import ZoneInfo
 
 from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.limits import MAX_DURATION_DAYS, duration_problem
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -49,7 +50,10 @@ _FIELDS = (
     ("day of week", 0, 7, _DAYS),
 )
 _UNITS = r"ns|us|µs|μs|ms|h|m|s"
-_EVERY = re.compile(rf"@every\s+((?:[0-9]+(?:\.[0-9]+)?(?:{_UNITS}))+)")
+_EVERY = re.compile(rf"@every[ \t]+((?:[0-9]+(?:\.[0-9]+)?(?:{_UNITS}))+)")
+# Fields are separated by ASCII blanks only (str.split would also take U+3000 and the like).
+_BLANKS = " \t\r\n"
+_SEPARATOR = re.compile(f"[{_BLANKS}]+")
 _EVERY_PART = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({_UNITS})")
 _UNIT_MS = {
     "ns": Fraction(1, 1_000_000), "us": Fraction(1, 1000), "µs": Fraction(1, 1000),
@@ -62,6 +66,8 @@ _DIGITS = re.compile(r"[0-9]+")
 _SEARCH_YEARS = 28
 _LAST_YEAR = 9998  # datetime ends with 9999: a search stops a year before it
 MAX_EXPRESSION_CHARS = 256
+# Area/Location[/More]: each part a name the database could hold (no "", ".", ".." or blanks).
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)+")
 UTC_ZONE = ZoneInfo("UTC")  # no rules to differ between databases
 
 
@@ -80,14 +86,14 @@ class CronExpr:
 
 def parse_cron(text: object) -> CronExpr | GatewayError:
     """The expression, or an invalid_request saying what is wrong with it."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not text.strip(_BLANKS):
         return _bad("the cron expression must be a non-empty string")
     if len(text) > MAX_EXPRESSION_CHARS:
         return _bad(f"the cron expression is longer than {MAX_EXPRESSION_CHARS} characters")
-    stripped = text.strip()
+    stripped = text.strip(_BLANKS)
     if stripped.startswith("@"):
         return _special(stripped)
-    tokens = stripped.split()
+    tokens = _SEPARATOR.split(stripped)
     if len(tokens) not in (5, 6):
         return _bad(
             f"cron expression {text!r} has {len(tokens)} fields; it needs 5 (minute hour "
@@ -120,6 +126,8 @@ def _special(text: str) -> CronExpr | GatewayError:
     ms = int(exact)
     if ms < 1000:
         return _bad(f"{text!r} is shorter than a second, the finest a cron fires at")
+    if duration_problem(ms, "@every") is not None:  # its slots would pass the calendar's end
+        return _bad(f"{text!r} is longer than {MAX_DURATION_DAYS} days, the longest interval")
     everything = frozenset(range(60))
     return CronExpr(everything, everything, frozenset(), frozenset(), frozenset(), frozenset(),
                     any_day=True, any_weekday=True, every_ms=ms)  # fmt: skip
@@ -164,11 +172,13 @@ def _field(
 
 def _is_name(part: str, names: tuple[str, ...]) -> bool:
     pieces = [piece for piece in re.split(r"[-/]", part) if piece]
-    return bool(names) and all(p.upper() in names or _DIGITS.fullmatch(p) for p in pieces)
+    return bool(names) and all(
+        (p.isascii() and p.upper() in names) or _DIGITS.fullmatch(p) for p in pieces
+    )
 
 
 def _value(text: str, name: str, low: int, high: int, names: tuple[str, ...]) -> int | GatewayError:
-    if text.upper() in names:
+    if text.isascii() and text.upper() in names:  # "ſun".upper() is "SUN"
         return names.index(text.upper()) + (1 if name == "month" else 0)
     if not _DIGITS.fullmatch(text):
         return _bad(f"the {name} field has {text!r}, which is not a number from {low} to {high}")
@@ -183,15 +193,21 @@ def parse_zone(name: object) -> ZoneInfo | GatewayError:
     (EST) are refused, as OJS asks: they do not follow daylight saving time."""
     if name == "UTC":
         return UTC_ZONE
-    if not isinstance(name, str) or "/" not in name or name.startswith(("/", ".")) or ".." in name:
+    if not isinstance(name, str) or not _ZONE_NAME.fullmatch(name):
         return _bad(
-            f"timezone {name!r} is not an IANA name such as Europe/Paris (or UTC); offsets "
-            "and abbreviations are refused"
+            f"timezone {_shown(name)} is not an IANA name such as Europe/Paris (or UTC); "
+            "offsets and abbreviations are refused"
         )
     zone = _zone(name)
     return zone if zone is not None else _bad(
-        f"timezone {name!r} is not in the IANA timezone database"
+        f"timezone {_shown(name)} is not in the IANA timezone database"
     )  # fmt: skip
+
+
+def _shown(value: object) -> str:
+    """A caller's value in a message, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
 
 
 @lru_cache(maxsize=1024)

@@ -39,6 +39,13 @@ QUEUE_NAME_RULE = (
 _QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,254}")
 _UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _TYPE = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*")
+# A relative time: "+", then P and weeks, or days and a time part (a T with at least one
+# of hours, minutes, seconds; a fraction of at most milliseconds on the seconds). Stricter
+# than isodate, which also takes a sign, a bare T, a trailing newline and any digits.
+_RELATIVE = re.compile(
+    r"\+P(?:[0-9]+W|(?=[0-9T])(?:[0-9]+D)?(?:T(?=[0-9])(?:[0-9]+H)?(?:[0-9]+M)?"
+    r"(?:[0-9]+(?:[.,][0-9]{1,3})?S)?)?)"
+)
 TYPE_RULE = (
     'dot-separated segments of a-z, 0-9, "_" and "-", each starting with a letter, '
     "255 characters at most"
@@ -192,6 +199,12 @@ def _time(value: object, name: str) -> tuple[int | None, int | None]:
     """(the instant, None) for an RFC 3339 time; (None, the ms) for one relative to the
     decision: "+" and a positive ISO 8601 duration of fixed length ("+PT5S", "+P1D")."""
     if isinstance(value, str) and value.startswith("+"):
+        if not _RELATIVE.fullmatch(value):
+            raise invalid_request(
+                f'{name} {value[:64]!r} is not a time from the decision: use "+" and an ISO '
+                "duration in weeks, days, hours, minutes and seconds (ASCII digits, whole "
+                'milliseconds), e.g. "+PT5S", "+PT0.5S" or "+P1DT2H"'
+            )
         return None, period_or_raise(value[1:], name)
     return _instant(value, name), None
 

@@ -13,7 +13,8 @@ state) or `type` (an OJS lifecycle event type):
 `unique_key` (the job's key) is optional; the event's record key is the
 job's route: its unique_key, else its id (see `jobs.route_key`). Optional fields:
 `attempt`, `max_attempts`, `scheduled_at` (RFC 3339), `result` (any JSON, kept
-by job.completed), `error` (an object with a `message`, kept by job.failed;
+by job.completed), `error` (an object, kept by job.failed: its `code`, `type` and
+`message` strings, `retryable` a bool, `details` an object, when given;
 `retryable: false` discards at once), `visibility_timeout_ms` (job.started,
 job.heartbeat: the lease, see leases.py), `claim_id` and `worker_id` (see
 lifecycle.py). Other fields are allowed and ignored.
@@ -107,7 +108,7 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
     job_id = raw.get("job_id")
     if not isinstance(job_id, str) or not job_id:
         return _bad("job_id is required: the id of the job the event is about")
-    if _UUID.fullmatch(job_id):
+    if is_uuid(job_id):
         job_id = job_id.lower()  # ids are stored in lowercase
     key = raw.get("unique_key")
     if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
@@ -146,14 +147,10 @@ def _parse_event(raw: Mapping[str, Any]) -> JobEvent | GatewayError:
     failure = raw.get("error")
     if failure is not None and (size := len(orjson.dumps(failure))) > MAX_ERROR_BYTES:
         return too_large("the error", size, MAX_ERROR_BYTES)
-    if failure is not None and not (
-        isinstance(failure, Mapping) and isinstance(failure.get("message", ""), str)
-    ):
-        return _bad("error must be an object with a message, e.g. {code, message, retryable}")
+    if failure is not None and (problem := failure_problem(failure)):
+        return _bad(problem)
     lease = raw.get("visibility_timeout_ms")
-    if lease is not None and not is_int(lease, minimum=1):
-        return _bad("visibility_timeout_ms must be an integer of at least 1 (milliseconds)")
-    if lease is not None and (problem := duration_problem(lease, "visibility_timeout_ms")):
+    if lease is not None and (problem := lease_problem(lease)):
         return _bad(problem)
     for name in ("claim_id", "worker_id"):
         value = raw.get(name)
@@ -177,6 +174,40 @@ def parse_event_json(data: bytes | str) -> JobEvent | GatewayError:
     if problem is not None:
         return _bad(problem)
     return parse_event(raw)
+
+
+def is_uuid(value: str) -> bool:
+    """Whether `value` has a UUID's form, in either case (a job's id is a lowercase UUIDv7;
+    an event may name it in capitals)."""
+    return _UUID.fullmatch(value) is not None
+
+
+def lease_problem(value: object) -> str | None:
+    """Why `value` is no lease (`visibility_timeout_ms`), else None: whole ms, at least 1,
+    at most the longest duration (limits.py)."""
+    if not is_int(value, minimum=1):
+        return "visibility_timeout_ms must be an integer of at least 1 (milliseconds)"
+    assert isinstance(value, int)
+    return duration_problem(value, "visibility_timeout_ms")
+
+
+# A worker's error object: these fields, when given, have these types (`retryable` and the
+# type or code decide whether the job is retried: moves.after_failure); others are kept.
+_FAILURE_FIELDS: dict[str, tuple[type, str]] = {
+    "code": (str, "a string"), "type": (str, "a string"), "message": (str, "a string"),
+    "retryable": (bool, "true or false"), "details": (Mapping, "an object"),
+}  # fmt: skip
+
+
+def failure_problem(failure: object) -> str | None:
+    """Why `failure` is no worker's error object, else None."""
+    if not isinstance(failure, Mapping):
+        return "error must be an object with a message, e.g. {code, message, retryable}"
+    for name, (kind, shown) in _FAILURE_FIELDS.items():
+        value = failure.get(name)
+        if value is not None and not isinstance(value, kind):
+            return f"error.{name} must be {shown}"
+    return None
 
 
 def is_int(value: object, minimum: int) -> bool:

@@ -26,7 +26,7 @@ import orjson
 
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.errors import INVALID_REQUEST, GatewayError
-from gateway.core.limits import MAX_ID_BYTES
+from gateway.core.limits import MAX_ID_BYTES, MAX_INSTANT_MS
 from gateway.core.times import format_rfc3339
 
 QUEUE_PAUSED = "queue_paused"
@@ -69,7 +69,17 @@ def version_of(record: Mapping[str, Any]) -> Version | None:
     at, name = version
     if not isinstance(at, int) or isinstance(at, bool) or not isinstance(name, str):
         return None
-    return (at, name) if at >= 0 and 0 < len(name) <= MAX_ID_BYTES else None
+    # A clock's reading: one past the calendar could not be passed (version_after) nor printed.
+    return (at, name) if 0 <= at < MAX_INSTANT_MS and 0 < len(name) <= MAX_ID_BYTES else None
+
+
+def version_after(now_ms: int, command_id: str, seen: Mapping[str, Any] | None) -> Version:
+    """A new command's version: the sender's clock, but past the version of the state the
+    sender has seen (`seen`), so a command sent after another's answer is newer than it
+    whatever the two senders' clocks say (a resume in the millisecond of its pause, or from
+    a host whose clock is behind, would otherwise lose to it)."""
+    held = None if seen is None else version_of(seen)
+    return (now_ms if held is None else max(now_ms, held[0] + 1), command_id)
 
 
 def queue_command(queue: str, paused: bool, version: Version) -> bytes:

@@ -54,6 +54,7 @@ log = logging.getLogger("gateway.http")
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 OPENAPI = Path(__file__).with_name("openapi.json")
+_LIVE_POLL_S = 0.05
 
 
 def create_app(settings: HttpSettings) -> Direct:
@@ -80,6 +81,10 @@ def create_app(settings: HttpSettings) -> Direct:
         # Serving starts at once; health says 503 (and every route waits, then 503) until
         # the view follows every partition and has read what was there.
         follower.start()
+        while board is not None and board.others_live() and not follower.live.is_set():
+            # A worker started again beside live ones accepts nothing until its view is live
+            # too (uvicorn accepts once this returns): the others take every connection.
+            await asyncio.sleep(_LIVE_POLL_S)
         app.state.binding = Binding(
             settings, client, view, admin, cat.name("requests"), follower, feed,
             job_states_topic=cat.name("job_states"),

@@ -21,15 +21,16 @@ from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.dead_letter import page_of, pagination
+from gateway.http.dead_letter import PAGE_PARAMS, page_of, pagination
 from gateway.http.errors import ApiError
+from gateway.http.fields import no_body, unknown_fields, unknown_params
 from gateway.http.plumbing import read_json
 from gateway.sdk.commands import cron_commands
 
 
 async def register(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """201 with the cron when it is new, 200 when it replaced one of the same name."""
-    body = await read_json(request, binding.settings.max_body_bytes)
+    body = unknown_params(request, ()) or await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
         return body
     cron = definition(body)
@@ -42,7 +43,7 @@ async def register(request: Request, binding: Binding, _: str) -> Answer | ApiEr
 
 
 async def list_crons(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    page = page_of(request)
+    page = unknown_params(request, PAGE_PARAMS) or page_of(request)
     if isinstance(page, ApiError):
         return page
     limit, offset = page
@@ -70,9 +71,16 @@ async def toggle(request: Request, binding: Binding, _: str) -> Answer | ApiErro
     body = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
         return body
-    on = body.get("enabled") if isinstance(body, dict) else None
-    if not isinstance(on, bool) or set(body) != {"enabled"}:
+    if not isinstance(body, dict):
         return ApiError(400, INVALID_REQUEST, 'the body is {"enabled": true|false}')
+    unknown = unknown_fields(body, ("enabled",), "the body")
+    if unknown is not None:
+        return unknown
+    on = body.get("enabled")
+    if not isinstance(on, bool):
+        return ApiError(
+            400, INVALID_REQUEST, 'enabled is required: the body is {"enabled": true|false}'
+        )
     answer = await _ask(binding, CronCommand("enable", name, enabled=on))
     return answer if isinstance(answer, ApiError) else Answer(200, _shown(answer["cron"]))
 
@@ -81,6 +89,9 @@ async def delete(request: Request, binding: Binding, _: str) -> Answer | ApiErro
     name = _name(request)
     if isinstance(name, ApiError):
         return name
+    refused = await no_body(request, binding.settings.max_body_bytes)
+    if refused is not None:
+        return refused
     answer = await _ask(binding, CronCommand("delete", name))
     if isinstance(answer, ApiError):
         return answer
@@ -111,10 +122,11 @@ def _shown(cron: dict[str, Any]) -> dict[str, Any]:
 
 
 def _name(request: Request) -> str | ApiError:
+    """The cron the path names; these routes take no query parameter."""
     name = request.path_params["name"]
     if not is_valid_name(name):
         return ApiError(400, INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
-    return str(name)
+    return unknown_params(request, ()) or str(name)
 
 
 def _not_found(name: str) -> ApiError:

@@ -23,6 +23,7 @@ from gateway.http.errors import ApiError
 from gateway.http.jobs import shown
 from gateway.http.plumbing import int_param
 
+PAGE_PARAMS = ("limit", "offset")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 DEAD = State.DISCARDED  # a dead letter job is a discarded one

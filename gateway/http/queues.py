@@ -24,8 +24,9 @@ from gateway.core.times import format_rfc3339
 from gateway.http import commands, errors, queue_stats
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.dead_letter import page_of, pagination
+from gateway.http.dead_letter import PAGE_PARAMS, page_of, pagination
 from gateway.http.errors import ApiError
+from gateway.http.fields import no_body, unknown_params
 from gateway.sdk.commands import queue_commands
 
 QUEUE_SETTLE_S = 2.0
@@ -43,7 +44,7 @@ async def settled(binding: Binding, queue: str | None = None) -> None:
 async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """Every queue the view has seen a job of, or paused, by name: `status` (active or
     paused), `created_at` (its first job's) and `counts` per state now."""
-    page = page_of(request)
+    page = unknown_params(request, PAGE_PARAMS) or page_of(request)
     if isinstance(page, ApiError):
         return page
     limit, offset = page
@@ -66,9 +67,9 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     failures, mean run and wait times and throughput. The shape holds both OJS's
     documents: the HTTP binding's top-level `status` and `stats`, and the conformance
     suite's `queue` object with the name and the counts."""
-    name = request.path_params["name"]
-    if not is_valid_queue_name(name):
-        return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+    name = _name(request)
+    if isinstance(name, ApiError):
+        return name
     await settled(binding, name)
     known = binding.view.queues().get(name)
     is_paused = name in paused_queues(binding)
@@ -100,14 +101,21 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     claim sent after this answer is judged by the new state wherever its job lives. The
     shape holds the OJS binding's `status` and time, the conformance suite's `queue`
     object and the Admin UI's `paused`."""
-    name = request.path_params["name"]
-    if not is_valid_queue_name(name):
-        return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+    name = _name(request)
+    if isinstance(name, ApiError):
+        return name
+    refused = await no_body(request, binding.settings.max_body_bytes)
+    if refused is not None:
+        return refused
     count = await commands.partitions(binding)
     if isinstance(count, ApiError):
         return count
     verb = "pause" if paused else "resume"
-    answers = await commands.send(binding, queue_commands(name, paused, count), f"{verb} {name}")
+    # Past the newest state this view holds: a pause or resume sent after another's answer
+    # wins over it, whatever the clocks of the serve processes that sent them say.
+    seen = binding.view.controls(wire.queue_key(name)).get("")
+    outgoing = queue_commands(name, paused, count, seen)
+    answers = await commands.send(binding, outgoing, f"{verb} {name}")
     if isinstance(answers, ApiError):
         return answers
     # Each partition answers the state it holds: this command's, or a newer one's.
@@ -124,6 +132,14 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     return Answer(
         200, {"queue": queue, "name": name, "paused": now_paused, "status": status, stamp: at}
     )
+
+
+def _name(request: Request) -> str | ApiError:
+    """The queue the path names; these routes take no query parameter."""
+    name = request.path_params["name"]
+    if not is_valid_queue_name(name):
+        return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+    return unknown_params(request, ()) or str(name)
 
 
 def paused_queues(binding: Binding) -> dict[str, dict[str, Any]]:

@@ -7,8 +7,9 @@ of them. Each worker is a whole binding with its own producer, reply consumer
 and job view: nothing is shared between them but the socket and a board of
 one byte per worker saying whether its view is live, written by that worker
 alone, so health answers for every worker wherever it is asked. A worker that
-dies is started again; SIGTERM or Ctrl-C stops them all, each finishing the
-requests it holds (GRACEFUL_SHUTDOWN_S).
+dies is started again (health is not ready meanwhile), and accepts no connection
+until its view is live, so the live ones take them all; SIGTERM or Ctrl-C stops
+them all, each finishing the requests it holds (GRACEFUL_SHUTDOWN_S).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 class Board:
     """One byte per worker, 1 once its job view is live, in memory the workers share (a
-    memfd passed down by number). Each worker writes only its own byte."""
+    memfd passed down by number). Each worker writes only its own byte, and the supervisor
+    clears the byte of one that died (else health would count it live until it restarts)."""
 
     def __init__(self, fd: int, workers: int, index: int | None = None) -> None:
         self.fd, self.workers, self.index = fd, workers, index
@@ -65,6 +67,15 @@ class Board:
     def mark(self, live: bool) -> None:
         assert self.index is not None, "only a worker marks its own byte"
         self._map[self.index] = 1 if live else 0
+
+    def clear(self, index: int) -> None:
+        """The supervisor's: worker `index` has exited."""
+        assert self.index is None, "a worker clears no other's byte"
+        self._map[index] = 0
+
+    def others_live(self) -> bool:
+        """Whether another worker's view is live: this one was started again beside it."""
+        return any(self._map[i] == 1 for i in range(self.workers) if i != self.index)
 
     def not_live(self) -> str | None:
         """None when every worker's view is live, else which are not."""
@@ -100,6 +111,7 @@ def supervise(command: Sequence[str], workers: int, sock: socket.socket, board: 
             if stopping or proc.poll() is None:
                 continue
             if index not in restart_at:
+                board.clear(index)
                 log.warning("serve worker %d of %d exited with code %d; starting it again",
                             index + 1, workers, proc.returncode)  # fmt: skip
                 restart_at[index] = time.monotonic() + RESTART_AFTER_S

@@ -55,7 +55,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -98,6 +98,7 @@ _LAYOUT_KEY = b"meta/layout"
 # How long a provisional entry waits for its committed record at most: a crashed
 # processor's successor takes over and commits well within it.
 PROVISIONAL_S = 60.0
+_CONTROLS_READ = 16  # committed states remembered per cron key
 # Versions of jobs the view read last, so an answer that arrives after its own
 # record (answers with the commit) leaves no provisional entry behind.
 _REMEMBERED = 100_000
@@ -220,7 +221,9 @@ class JobView:
         self._read: OrderedDict[tuple[str, int], None] = OrderedDict()
         # key -> (a cron's state as an answer gave it, None if deleted; until when)
         self._controls_provisional: dict[bytes, tuple[bytes | None, float]] = {}
-        self._controls_read: dict[bytes, bytes | None] = {}  # the last committed, by key
+        # key -> the last committed states read (a cron's answer may come after its own
+        # record and a later one were read: it is then no news, and must not hide the later)
+        self._controls_read: dict[bytes, deque[bytes | None]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -347,7 +350,7 @@ class JobView:
             for job_id, job in read:  # once written: `get` never falls back to an older copy
                 self._confirm(job_id, job)
             for key, value in controls:
-                self._controls_read[key] = value
+                self._controls_read.setdefault(key, deque(maxlen=_CONTROLS_READ)).append(value)
                 answered = self._controls_provisional.get(key)
                 if answered is not None and answered[0] == value:
                     del self._controls_provisional[key]
@@ -435,7 +438,7 @@ class JobView:
         record was read already."""
         value = None if state is None else orjson.dumps(state)
         with self._lock:
-            if key in self._controls_read and self._controls_read[key] == value:
+            if value in self._controls_read.get(key, ()):
                 return
             self._controls_provisional[key] = (value, time.monotonic() + PROVISIONAL_S)
 

@@ -24,7 +24,6 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
-from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
 from gateway.http import transitions
@@ -32,15 +31,27 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.jobs import shown
-from gateway.http.plumbing import read_json
 from gateway.http.queues import paused_queues
+from gateway.http.worker_bodies import (
+    ACK_FIELDS,
+    FETCH_FIELDS,
+    HEARTBEAT_FIELDS,
+    NACK_FIELDS,
+    count_of,
+    heartbeat_job_ids,
+    nack_error,
+    queues_of,
+    settle_body,
+    visibility_timeout,
+    worker_body,
+    worker_description_problem,
+    worker_id_of,
+)
 from gateway.randomness import random_hex
 from gateway.sdk import ClientError
 
 log = logging.getLogger("gateway.http.workers")
 
-MAX_FETCH = 1000
-MAX_HEARTBEAT_JOBS = 1000
 # A claim this process has in flight: other local fetches skip it meanwhile (at most this long).
 CLAIM_MEMORY_S = 5.0
 PAUSED = object()  # a claim's answer: the job's queue is paused
@@ -51,25 +62,25 @@ def now_ms() -> int:
 
 
 async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    body = await read_json(request, binding.settings.max_body_bytes)
+    body = await worker_body(
+        request, binding, FETCH_FIELDS, "{queues, count, visibility_timeout_ms}"
+    )
     if isinstance(body, ApiError):
         return body
-    queues = body.get("queues") if isinstance(body, dict) else None
-    count = body.get("count", 1) if isinstance(body, dict) else None
-    if not isinstance(queues, list) or not queues or not all(isinstance(q, str) for q in queues):
-        return _bad("queues is required: a non-empty list of queue names")
-    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_FETCH:
-        return _bad(f"count must be an integer from 1 to {MAX_FETCH}")
-    lease = _visibility_timeout(body)
+    queues = queues_of(body.get("queues"))
+    if isinstance(queues, ApiError):
+        return queues
+    count = count_of(body)
+    if isinstance(count, ApiError):
+        return count
+    lease = visibility_timeout(body)
     if isinstance(lease, ApiError):
         return lease
     fields: dict[str, Any] = {} if lease is None else {"visibility_timeout_ms": lease}
-    worker_id = body.get("worker_id")
+    worker_id = worker_id_of(body, required=False)
+    if isinstance(worker_id, ApiError):
+        return worker_id
     if worker_id is not None:
-        if not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_ID_BYTES:
-            return _bad(
-                f"worker_id must be a non-empty string of at most {MAX_ID_BYTES} characters"
-            )
         fields["worker_id"] = worker_id  # kept on each job it takes: who runs it
     claimed: list[dict[str, Any]] = []
     problems: list[ApiError] = []
@@ -97,15 +108,6 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
     if claimed:
         out["job"] = claimed[0]
     return Answer(200, out)
-
-
-def _visibility_timeout(body: dict[str, Any]) -> int | None | ApiError:
-    value = body.get("visibility_timeout_ms")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        return _bad("visibility_timeout_ms must be a non-negative integer (milliseconds)")
-    return value
 
 
 def _candidates(
@@ -182,18 +184,18 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer | ApiE
     `jobs_extended` (the jobs whose lease the processor extended), `server_time` and,
     per job, what the processor said (`jobs`: job_id, extended, state,
     lease_expires_at, or the error)."""
-    body = await read_json(request, binding.settings.max_body_bytes)
+    body = await worker_body(
+        request, binding, HEARTBEAT_FIELDS, "{worker_id, active_jobs, visibility_timeout_ms}"
+    )
     if isinstance(body, ApiError):
         return body
-    if not isinstance(body, dict):
-        return _bad("send a JSON object: {worker_id, active_jobs, visibility_timeout_ms}")
-    worker_id = body.get("worker_id")
-    if not isinstance(worker_id, str) or not worker_id:
-        return _bad("worker_id is required: the worker's identifier")
-    ids = _heartbeat_job_ids(body)
+    worker_id = worker_id_of(body, required=True)
+    if isinstance(worker_id, ApiError):
+        return worker_id
+    ids = worker_description_problem(body) or heartbeat_job_ids(body)
     if isinstance(ids, ApiError):
         return ids
-    lease = _visibility_timeout(body)
+    lease = visibility_timeout(body)
     if isinstance(lease, ApiError):
         return lease
     fields = {} if lease is None else {"visibility_timeout_ms": lease}
@@ -206,26 +208,6 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer | ApiE
             "server_time": format_rfc3339(now_ms()), "jobs": list(results),
         },
     )  # fmt: skip
-
-
-def _heartbeat_job_ids(body: dict[str, Any]) -> list[str] | ApiError:
-    """The jobs named: `active_jobs` (the HTTP binding's list), `active_job_ids` (the worker
-    protocol's; there `active_jobs` is a count) or `job_id`; each once, in order."""
-    named: list[Any] = []
-    for field in ("active_jobs", "active_job_ids"):
-        value = body.get(field)
-        if isinstance(value, list):
-            named.extend(value)
-        elif value is not None and not (field == "active_jobs" and isinstance(value, int)):
-            return _bad(f"{field} must be a list of job ids")
-    if body.get("job_id") is not None:
-        named.append(body["job_id"])
-    if not all(isinstance(j, str) and j for j in named):
-        return _bad("every active job id must be a non-empty string")
-    unique = list(dict.fromkeys(named))
-    if len(unique) > MAX_HEARTBEAT_JOBS:
-        return _bad(f"at most {MAX_HEARTBEAT_JOBS} active jobs per heartbeat")
-    return unique
 
 
 async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -260,7 +242,7 @@ def _error_of(error: ApiError) -> dict[str, Any]:
 
 
 async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    body = await _body(request, binding)
+    body = await settle_body(request, binding, ACK_FIELDS)
     if isinstance(body, ApiError):
         return body
     fields = {"result": body["result"]} if body.get("result") is not None else {}
@@ -279,14 +261,12 @@ async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
 
 async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """One failed attempt: the processor retries it (with backoff) or discards it."""
-    body = await _body(request, binding)
+    body = await settle_body(request, binding, NACK_FIELDS)
     if isinstance(body, ApiError):
         return body
-    error = body.get("error")
-    if error is None:
-        error = {"code": "handler_error", "message": "the worker reported a failure"}
-    if not isinstance(error, dict) or not isinstance(error.get("message", ""), str):
-        return _bad("error must be an object with code and message")
+    error = nack_error(body)
+    if isinstance(error, ApiError):
+        return error
     moved = await _settle(binding, body["job_id"], "job.failed", "nack", {"error": error})
     if isinstance(moved, ApiError):
         return moved
@@ -318,17 +298,3 @@ async def _settle(
     moved: dict[str, Any] = answer.record["job"]
     transitions.answered(binding, moved)
     return moved
-
-
-async def _body(request: Request, binding: Binding) -> dict[str, Any] | ApiError:
-    body = await read_json(request, binding.settings.max_body_bytes)
-    if isinstance(body, ApiError):
-        return body
-    job_id: Any = body.get("job_id") if isinstance(body, dict) else None
-    if not isinstance(job_id, str) or not job_id:
-        return _bad("job_id is required: the id of the job the worker fetched")
-    return body  # type: ignore[no-any-return]
-
-
-def _bad(message: str) -> ApiError:
-    return ApiError(400, INVALID_REQUEST, message)

@@ -8,19 +8,24 @@ the cron lives. Send them with `Client.send_commands`.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from gateway import wire
 from gateway.core.crons import CronCommand, command_record
-from gateway.core.queues import queue_command
+from gateway.core.queues import queue_command, version_after
 from gateway.randomness import random_hex
 from gateway.sdk.prepare import Outgoing
 
 
-def queue_commands(queue: str, paused: bool, partitions: int) -> list[Outgoing]:
+def queue_commands(
+    queue: str, paused: bool, partitions: int, seen: Mapping[str, Any] | None = None
+) -> list[Outgoing]:
     """Pause (or resume) `queue`: one command per partition, all alike, versioned by this
-    clock and a random id (core/queues.py: the newest command wins on every partition)."""
+    clock and a random id, past the queue state the sender has `seen` (core/queues.py: the
+    newest command wins on every partition)."""
     command_id = random_hex()
-    version = (time.time_ns() // 1_000_000, command_id)
+    version = version_after(time.time_ns() // 1_000_000, command_id, seen)
     value, key = queue_command(queue, paused, version), wire.queue_key(queue)
     request_id = f"queue/{queue}/{'pause' if paused else 'resume'}/{command_id}"
     headers = ((wire.KIND_HEADER, wire.QUEUE_COMMAND),)

@@ -19,7 +19,6 @@ from gateway.http.events import derive, matches, sse_frame
 from gateway.http.jobs import shown
 from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
 from gateway.http.view import Change, Follower, JobView
-from gateway.http.workers import _heartbeat_job_ids
 from gateway.sdk import EnqueueResult
 
 KEY = "a" * 64
@@ -292,15 +291,6 @@ def test_events_are_filtered_by_type_and_queue():
     assert matches(started, None, None)
     assert not matches(started, None, frozenset({"other"}))
     assert not matches(started, frozenset({"job.completed"}), None)
-
-
-def test_heartbeat_names_jobs_as_the_binding_or_the_worker_protocol_does():
-    assert _heartbeat_job_ids({"active_jobs": ["a", "b", "a"]}) == ["a", "b"]
-    assert _heartbeat_job_ids({"active_jobs": 2, "active_job_ids": ["a", "b"]}) == ["a", "b"]
-    assert _heartbeat_job_ids({"job_id": "c"}) == ["c"]
-    assert _heartbeat_job_ids({}) == []
-    bad = _heartbeat_job_ids({"active_jobs": [1]})
-    assert not isinstance(bad, list) and bad.status == 400
 
 
 def test_the_view_indexes_states_and_counts_queues(tmp_path: Path):

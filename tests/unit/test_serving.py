@@ -31,6 +31,25 @@ def test_only_a_worker_marks_a_byte():
         Board.create(1).mark(True)
 
 
+def test_a_worker_that_died_is_not_live_until_it_is_started_again_and_its_view_is():
+    board = Board.create(2)
+    workers = [Board(board.fd, 2, index) for index in range(2)]
+    for worker in workers:
+        worker.mark(True)
+    board.clear(1)  # the supervisor saw worker 2 exit: its own byte said live when it died
+    assert workers[0].not_live() == "serve worker 2 of 2: its job view is not live yet"
+    with pytest.raises(AssertionError):
+        workers[0].clear(1)
+
+
+def test_a_worker_knows_whether_another_is_live():
+    board = Board.create(3)
+    workers = [Board(board.fd, 3, index) for index in range(3)]
+    workers[1].mark(True)
+    assert not workers[1].others_live()  # its own byte does not count
+    assert workers[0].others_live() and workers[2].others_live()
+
+
 def test_a_taken_port_fails_before_any_worker_starts():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

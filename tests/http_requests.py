@@ -1,0 +1,69 @@
+"""Starlette requests and a binding for calling route handlers directly in unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from types import SimpleNamespace
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.http.answers import Answer
+from gateway.http.binding import HttpSettings
+from gateway.http.errors import ApiError
+
+Handler = Callable[[Request, Any, str], Coroutine[Any, Any, Answer | ApiError]]
+
+
+def request(
+    body: object = None,
+    *,
+    raw: bytes | None = None,
+    query: str = "",
+    method: str = "POST",
+    **path_params: str,
+) -> Request:
+    """A request with `body` as JSON (or `raw` bytes; neither: no body at all)."""
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    headers = [(b"content-type", b"application/json")]
+    if body is not None or raw is not None:
+        headers.append((b"content-length", str(len(data)).encode()))
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    scope = {
+        "type": "http", "method": method, "path": "/", "query_string": query.encode(),
+        "headers": headers, "path_params": path_params,
+    }  # fmt: skip
+    return Request(scope, receive)
+
+
+class Untouchable:
+    """Any use fails the test: a refusal must come before the binding asks anything."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the route reached for {name} before refusing")
+
+
+def refusing_binding() -> Any:
+    return SimpleNamespace(settings=HttpSettings(), view=Untouchable(), client=Untouchable())
+
+
+def call(handler: Handler, req: Request, binding: Any = None) -> Answer | ApiError:
+    return asyncio.run(handler(req, binding or refusing_binding(), "r"))
+
+
+def refusal(handler: Handler, req: Request) -> ApiError:
+    """The handler's 400, asserted to come before the binding is touched."""
+    answer = call(handler, req)
+    assert isinstance(answer, ApiError), answer
+    assert answer.status == 400 and answer.code == "invalid_request", answer
+    return answer
