@@ -99,12 +99,13 @@ def create_app(settings: HttpSettings) -> Direct:
     # Paths without parameters, answered without Starlette's router and middleware
     # (a sizeable share of each enqueue's CPU); everything else goes through Starlette.
     direct = {
-        ("POST", "/ojs/v1/jobs"): endpoint(jobs.enqueue),
-        ("POST", "/ojs/v1/jobs/batch"): endpoint(jobs.enqueue_batch),
-        ("POST", "/ojs/v1/workers/fetch"): endpoint(workers.fetch),
-        ("POST", "/ojs/v1/workers/ack"): endpoint(workers.ack),
-        ("POST", "/ojs/v1/workers/nack"): endpoint(workers.nack),
-        ("POST", "/ojs/v1/workers/heartbeat"): endpoint(workers.heartbeat),
+        # Their bodies say everything: no query parameter is understood.
+        ("POST", "/ojs/v1/jobs"): endpoint(jobs.enqueue, query=()),
+        ("POST", "/ojs/v1/jobs/batch"): endpoint(jobs.enqueue_batch, query=()),
+        ("POST", "/ojs/v1/workers/fetch"): endpoint(workers.fetch, query=()),
+        ("POST", "/ojs/v1/workers/ack"): endpoint(workers.ack, query=()),
+        ("POST", "/ojs/v1/workers/nack"): endpoint(workers.nack, query=()),
+        ("POST", "/ojs/v1/workers/heartbeat"): endpoint(workers.heartbeat, query=()),
     }
     routes = [
         # Starlette keeps the direct routes too, to answer their other methods 405.
@@ -113,8 +114,8 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/manifest", _manifest, methods=["GET"]),
         Route("/ojs/v1/health", _health, methods=["GET"]),
         Route("/ojs/v1/health/live", _live, methods=["GET"]),
-        Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.get_job), methods=["GET"]),
-        Route("/ojs/v1/jobs/{job_id}", endpoint(jobs.cancel_job), methods=["DELETE"]),
+        Route("/ojs/v1/jobs/{job_id}", ops(jobs.get_job), methods=["GET"]),
+        Route("/ojs/v1/jobs/{job_id}", ops(jobs.cancel_job), methods=["DELETE"]),
         # The ops routes (`ops`) refuse a query parameter, or a body, they do not take.
         Route("/ojs/v1/queues", ops(queues.list_queues, ("limit", "offset")), methods=["GET"]),
         Route("/ojs/v1/queues/{name}/stats", ops(queues.stats), methods=["GET"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
@@ -97,7 +98,7 @@ def unknown_params(request: Request, known: Collection[str]) -> ApiError | None:
             f"unknown query parameter {', '.join(map(repr, unknown))}: this route takes {takes}",
             details={"unknown_parameters": unknown},
         )  # fmt: skip
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
     if repeated:
         return ApiError(400, INVALID_REQUEST,
                         f"query parameter {', '.join(map(repr, repeated))} is given more than "

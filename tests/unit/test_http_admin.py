@@ -332,3 +332,20 @@ def test_the_dead_letter_pages_bulk_retry_retries_the_dead_jobs_a_filter_names(a
     every = admin.call("POST", path, json={"filter": {}, "confirm": True}).json()
     assert (every["action"], every["matched"], every["succeeded"]) == ("retry", 1, 1)
     assert admin.processor.sent[-1] == {"job_id": JOB_IDS[5], "type": "job.enqueued"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", f"/ojs/v1/jobs/{JOB_IDS[0]}"), ("DELETE", f"/ojs/v1/jobs/{JOB_IDS[0]}"),
+     ("POST", "/ojs/v1/jobs"), ("POST", "/ojs/v1/jobs/batch"),
+     *(("POST", f"/ojs/v1/workers/{w}") for w in ("fetch", "ack", "nack", "heartbeat"))],
+)  # fmt: skip
+def test_the_job_and_worker_routes_take_no_query_parameter(admin: Admin, method: str, path: str):
+    answer = admin.call(method, path, params={"queue": "mail"}, json={"type": "x", "args": []})
+    assert "'queue'" in refusal(answer) and "takes none" in answer.json()["error"]["message"]
+    assert admin.processor.sent == []
+
+
+def test_thousands_of_repeated_parameters_are_refused_at_once(admin: Admin):
+    answer = admin.call("GET", "/ojs/v1/admin/jobs?" + "&".join(["page=1"] * 8_000))
+    assert "more than once" in refusal(answer)
