@@ -15,8 +15,10 @@ restore copies records verbatim):
                         0xff, so the last 0xff splits route from name: no two
                         (route, name) pairs share a store key.
     m<name>             the store's own facts: `time` (the partition's event
-                        time, a changelog record like data) and `offset` (the
-                        changelog offset the store reaches, local only).
+                        time, a changelog record like data), and local only
+                        `offset` (the changelog offset the store reaches) and
+                        `count` (how many keys hold the counted name, so the
+                        count is known at start without reading every key).
     x<stamp><key>       local only: a value with a ttl, by when it expires, so
                         expired values are deleted (see sweep_expired).
 A value is 0x00 + bytes, or 0x01 + its expiry (8 bytes, event-time ms) + bytes.
@@ -37,9 +39,14 @@ from typing import Protocol
 
 from rocksdict import Options, Rdict, WriteBatch
 
+# The version of the layout above. Raise it with any change: a state directory records the
+# layout its stores have (state_identity.py), and one of another layout is deleted at start
+# and restored from the changelog (2: counts).
+LAYOUT = 2
 DATA = b"d"
 TIME = b"mtime"
 OFFSET = b"moffset"  # local only
+COUNT = b"mcount"  # local only
 EXPIRY = b"x"
 _SEP = b"\xff"
 _PLAIN = b"\x00"
@@ -74,13 +81,18 @@ def _options() -> Options:
 
 
 class PartitionStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, counted: str | None = None) -> None:
+        """The store at `path`; with `counted`, it keeps how many routes hold a value of that
+        name (expired ones too, until swept), in `count`."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = Rdict(str(path), _options())
         offset = self._db.get(OFFSET)
         # The last changelog offset the store holds; -1: none.
         self.changelog_offset: int = -1 if offset is None else int(offset)
+        self._counted = None if counted is None else _SEP + counted.encode()
+        raw_count = self._db.get(COUNT)
+        self.count: int = 0 if raw_count is None else int(raw_count)
         raw_time = self._db.get(TIME)
         self.time_ms: int = 0 if raw_time is None else _STAMP.unpack(raw_time)[0]
         self._committed_time = self.time_ms
@@ -152,12 +164,17 @@ class PartitionStore:
         """The transaction holding the pending writes committed, and with it the changelog up
         to `changelog_offset`: write them, in one batch with that offset."""
         batch = WriteBatch(raw_mode=True)
+        count = self.count
         for key, value in self.pending.items():
             _apply(batch, key, value)
+            if self._is_counted(key):
+                count += (value is not None) - (self._db.get(key) is not None)
         batch.put(TIME, _STAMP.pack(self.time_ms))
         batch.put(OFFSET, str(changelog_offset).encode())
+        batch.put(COUNT, str(count).encode())
         self._db.write(batch)
         self.changelog_offset = changelog_offset
+        self.count = count
         self._committed_time = self.time_ms
         self.pending.clear()
 
@@ -173,9 +190,16 @@ class PartitionStore:
         each with the offset of its last record, so a crash leaves the store at a batch's edge
         and the next restore goes on from there."""
         batch, held, last = WriteBatch(raw_mode=True), 0, None
+        # Counted keys this batch wrote (True) or deleted: the batch is not read until written.
+        batched: dict[bytes, bool] = {}
+        counted = self._counted
         for record in records:
             key, value = record.key(), record.value()
             last = record
+            if counted is not None and key[:1] == DATA and key.endswith(counted):
+                held_before = batched[key] if key in batched else self._db.get(key) is not None
+                batched[key] = value is not None
+                self.count += batched[key] - held_before
             if value is None:
                 batch.delete(key)
                 continue
@@ -188,13 +212,18 @@ class PartitionStore:
             if held >= RESTORE_BYTES:
                 self._restored(batch, record.offset())
                 batch, held, last = WriteBatch(raw_mode=True), 0, None
+                batched.clear()
         if last is not None:
             self._restored(batch, last.offset())
 
     def _restored(self, batch: WriteBatch, offset: int) -> None:
         batch.put(OFFSET, str(offset).encode())
+        batch.put(COUNT, str(self.count).encode())
         self._db.write(batch)
         self.changelog_offset = offset
+
+    def _is_counted(self, key: bytes) -> bool:
+        return self._counted is not None and key[:1] == DATA and key.endswith(self._counted)
 
     def live(self) -> Iterator[tuple[bytes, str, bytes]]:
         """Every (route, name, value) the store holds, committed and not expired."""

@@ -31,7 +31,7 @@ ops = st.lists(
 
 
 def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
-    store = PartitionStore(tmp / "a")
+    store = PartitionStore(tmp / "a", counted="entries")
     model, committed = Model(), Model()
     changelog: list[tuple[bytes, bytes | None]] = []
     now = 1_000
@@ -67,15 +67,23 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
                 assert got == model.state(route).get_bytes(name), (route, name)
     store.abandon()
     live = sorted(store.live())
+    # Counted: the routes whose `entries` the committed writes left stored (expired or not).
+    held = {key: value for key, value in changelog}
+    counted = sum(v is not None and k.endswith(b"\xffentries") for k, v in held.items())
+    assert store.count == counted
     store.close()
+    reopened = PartitionStore(tmp / "a", counted="entries")
+    assert reopened.count == counted  # kept across a start
+    reopened.close()
     store_module.RESTORE_BYTES, before = restore_bytes, store_module.RESTORE_BYTES
     try:
-        restored = PartitionStore(tmp / "b")
+        restored = PartitionStore(tmp / "b", counted="entries")
         restored.restore(changelogged(changelog))
     finally:
         store_module.RESTORE_BYTES = before
     assert sorted(restored.live()) == live
     assert restored.changelog_offset == len(changelog) - 1
+    assert restored.count == counted
     restored.close()
 
 
