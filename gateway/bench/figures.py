@@ -3,8 +3,9 @@
 - restore: a processor decides K new keys and stops; then, round by round, it
   starts again with its local state kept, and again with it deleted (so it
   restores it from the changelog); time from start to the first decision on
-  sampled known keys (all must come back duplicates). The restored stores are
-  counted at the end: they must hold exactly the K fingerprints.
+  sampled known keys (all must come back duplicates). A start with the state kept
+  must not delete it; the restored stores are counted at the end: they must hold
+  exactly the K fingerprints.
 - state bytes per key: the restored state directory's size on disk over K.
 - cold start: `gateway up` in a fresh gateway home (the jar cache shared),
   time from health answering 200 to the answer of a first POST.
@@ -47,6 +48,9 @@ from gateway.catalogue import Catalogue
 from gateway.config import gateway_home
 
 PROBES = 1000
+# The processor's warning when it deletes its state (state_identity.py): a restart with the
+# state kept must not.
+_DELETED = b"local state was built from another cluster"
 _FINGERPRINT = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -98,8 +102,11 @@ def restore(
                     shutil.rmtree(workdir / "state")
                 what = "state deleted" if wipe else "state kept"
                 label = f"restart {number}/{rounds}, {what}"
+                log_from = _size(workdir / "gateway.log")
                 times.append(_restart(io, probes, label, broker, processes, cat, workdir, opts,
                                       namespace, show))  # fmt: skip
+                if not wipe and _DELETED in (workdir / "gateway.log").read_bytes()[log_from:]:
+                    raise BenchError(f"{label}: the processor deleted its state")
     finally:
         io.close()
         drop_namespace(broker, namespace)
@@ -152,6 +159,10 @@ def _restart(
     if not outcomes <= {"rejected", "ignored"}:
         raise BenchError(f"after the restart, known keys were decided {sorted(outcomes)}")
     return first[0] if first else time.monotonic() - started
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 def _every(seconds: float, call: Callable[[int], None]) -> Callable[[int], None]:
