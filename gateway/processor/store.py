@@ -41,8 +41,8 @@ from rocksdict import Options, Rdict, WriteBatch
 
 # The version of the layout above. Raise it with any change: a state directory records the
 # layout its stores have (state_identity.py), and one of another layout is deleted at start
-# and restored from the changelog (2: counts).
-LAYOUT = 2
+# and restored from the changelog. 1: the first recorded (with `count`).
+LAYOUT = 1
 DATA = b"d"
 TIME = b"mtime"
 OFFSET = b"moffset"  # local only
