@@ -165,6 +165,6 @@ def _finished(consumer: Any, pending: dict[tuple[str, int], Restoring]) -> list[
     done = []
     for tp in consumer.position([TopicPartition(t, p) for t, p in pending]):
         if tp.offset >= pending[(tp.topic, tp.partition)].end:
-            del pending[(tp.topic, tp.partition)]
+            pending.pop((tp.topic, tp.partition)).store.restored()
             done.append((tp.topic, tp.partition))
     return done

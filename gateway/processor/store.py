@@ -15,10 +15,10 @@ restore copies records verbatim):
                         0xff, so the last 0xff splits route from name: no two
                         (route, name) pairs share a store key.
     m<name>             the store's own facts: `time` (the partition's event
-                        time, a changelog record like data), and local only
-                        `offset` (the changelog offset the store reaches) and
-                        `count` (how many keys hold the counted name, so the
-                        count is known at start without reading every key).
+                        time) and `count` (how many routes hold the counted
+                        name, so it is known at start without reading every
+                        key), changelog records like data; and `offset` (the
+                        changelog offset the store reaches, local only).
     x<stamp><key>       local only: a value with a ttl, by when it expires, so
                         expired values are deleted (see sweep_expired).
 A value is 0x00 + bytes, or 0x01 + its expiry (8 bytes, event-time ms) + bytes.
@@ -46,7 +46,7 @@ LAYOUT = 1
 DATA = b"d"
 TIME = b"mtime"
 OFFSET = b"moffset"  # local only
-COUNT = b"mcount"  # local only
+COUNT = b"mcount"
 EXPIRY = b"x"
 _SEP = b"\xff"
 _PLAIN = b"\x00"
@@ -99,6 +99,8 @@ class PartitionStore:
         self.now_ms = self.time_ms
         # Written while the transaction is open: store key -> encoded value (None: deleted).
         self.pending: dict[bytes, bytes | None] = {}
+        # The count the pending writes leave, once changes() has worked it out.
+        self._next_count: int | None = None
 
     # -- the record being handled ----------------------------------------------
 
@@ -134,12 +136,25 @@ class PartitionStore:
 
     def changes(self) -> Iterator[tuple[bytes, bytes | None]]:
         """What the open transaction must carry to the changelog: every write, and the
-        partition's time when it moved."""
+        partition's time and count when they moved."""
         for key, value in self.pending.items():
             if key[:1] != EXPIRY:
                 yield key, value
         if self.time_ms != self._committed_time:
             yield TIME, _STAMP.pack(self.time_ms)
+        self._next_count = self._count_after()
+        if self._next_count != self.count:
+            yield COUNT, str(self._next_count).encode()
+
+    def _count_after(self) -> int:
+        """The count once the pending writes are in (a key read before the store is written)."""
+        counted, count = self._counted, self.count
+        if counted is None:
+            return count
+        for key, value in self.pending.items():
+            if key[:1] == DATA and key.endswith(counted):
+                count += (value is not None) - (self._db.get(key) is not None)
+        return count
 
     @property
     def dirty(self) -> bool:
@@ -163,12 +178,10 @@ class PartitionStore:
     def committed(self, changelog_offset: int) -> None:
         """The transaction holding the pending writes committed, and with it the changelog up
         to `changelog_offset`: write them, in one batch with that offset."""
+        count = self._count_after() if self._next_count is None else self._next_count
         batch = WriteBatch(raw_mode=True)
-        count = self.count
         for key, value in self.pending.items():
             _apply(batch, key, value)
-            if self._is_counted(key):
-                count += (value is not None) - (self._db.get(key) is not None)
         batch.put(TIME, _STAMP.pack(self.time_ms))
         batch.put(OFFSET, str(changelog_offset).encode())
         batch.put(COUNT, str(count).encode())
@@ -177,10 +190,12 @@ class PartitionStore:
         self.count = count
         self._committed_time = self.time_ms
         self.pending.clear()
+        self._next_count = None
 
     def abandon(self) -> None:
         """The transaction did not commit: forget its writes and its time."""
         self.pending.clear()
+        self._next_count = None
         self.time_ms = self.now_ms = self._committed_time
 
     # -- restore -----------------------------------------------------------------
@@ -190,16 +205,9 @@ class PartitionStore:
         each with the offset of its last record, so a crash leaves the store at a batch's edge
         and the next restore goes on from there."""
         batch, held, last = WriteBatch(raw_mode=True), 0, None
-        # Counted keys this batch wrote (True) or deleted: the batch is not read until written.
-        batched: dict[bytes, bool] = {}
-        counted = self._counted
         for record in records:
             key, value = record.key(), record.value()
             last = record
-            if counted is not None and key[:1] == DATA and key.endswith(counted):
-                held_before = batched[key] if key in batched else self._db.get(key) is not None
-                batched[key] = value is not None
-                self.count += batched[key] - held_before
             if value is None:
                 batch.delete(key)
                 continue
@@ -209,21 +217,32 @@ class PartitionStore:
                 batch.put(EXPIRY + value[1:9] + key, b"")
             elif key == TIME:
                 self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
+            elif key == COUNT:
+                self.count = int(value)
             if held >= RESTORE_BYTES:
                 self._restored(batch, record.offset())
                 batch, held, last = WriteBatch(raw_mode=True), 0, None
-                batched.clear()
         if last is not None:
             self._restored(batch, last.offset())
 
     def _restored(self, batch: WriteBatch, offset: int) -> None:
         batch.put(OFFSET, str(offset).encode())
-        batch.put(COUNT, str(self.count).encode())
         self._db.write(batch)
         self.changelog_offset = offset
 
-    def _is_counted(self, key: bytes) -> bool:
-        return self._counted is not None and key[:1] == DATA and key.endswith(self._counted)
+    def restored(self) -> None:
+        """The restore reached the changelog's end. A changelog written before counts were
+        (by a previous version) carries none: count the keys once, here."""
+        if self._counted is None or self._db.get(COUNT) is not None:
+            return
+        count = 0
+        for key in self._db.keys(from_key=DATA):
+            assert isinstance(key, bytes)  # a raw-mode store
+            if key[:1] != DATA:
+                break
+            count += key.endswith(self._counted)
+        self.count = count
+        self._db.put(COUNT, str(count).encode())
 
     def live(self) -> Iterator[tuple[bytes, str, bytes]]:
         """Every (route, name, value) the store holds, committed and not expired."""

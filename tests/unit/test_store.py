@@ -79,6 +79,7 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
     try:
         restored = PartitionStore(tmp / "b", counted="entries")
         restored.restore(changelogged(changelog))
+        restored.restored()
     finally:
         store_module.RESTORE_BYTES = before
     assert sorted(restored.live()) == live
@@ -114,6 +115,25 @@ def test_a_restore_interrupted_between_batches_goes_on_from_the_last_one(tmp_pat
         store_module.RESTORE_BYTES = before
     assert again.time_ms == 10
     assert sorted(again.live()) == sorted((b"r", f"job/{n}", b"x" * 10) for n in range(100))
+
+
+def test_a_changelog_written_without_counts_is_counted_once_restored(tmp_path: Path):
+    uncounted = PartitionStore(tmp_path / "a")  # as a version before counts wrote it
+    uncounted.at(10)
+    for n in range(5):
+        uncounted.state(b"r%d" % n).set_bytes("entries", b"e")
+        uncounted.state(b"r%d" % n).set_bytes(f"job/{n}", b"j")
+    uncounted.state(b"r0").delete("entries")
+    changelog = list(uncounted.changes())
+    assert all(key != store_module.COUNT for key, _ in changelog)
+    restored = PartitionStore(tmp_path / "b", counted="entries")
+    restored.restore(changelogged(changelog))
+    restored.restored()
+    assert restored.count == 4
+    restored.close()
+    reopened = PartitionStore(tmp_path / "b", counted="entries")
+    assert reopened.count == 4  # written: not counted again
+    reopened.close()
 
 
 def test_a_sweep_can_leave_only_local_work_which_a_commit_writes_without_a_changelog_record(
