@@ -97,3 +97,19 @@ def test_a_restart_keeps_the_state_and_decides_on(
     partitions = cat.by_role("requests").partitions
     changelog = changelog_name(group_name(namespace), cat.name("requests"))
     assert _restored_records(after_kill) < end_offsets(kafka_bootstrap, changelog, partitions)
+
+
+def test_two_runtimes_started_together_keep_their_state_across_restarts(
+    kafka_bootstrap: str, namespace: str, tmp_path: Path
+):
+    """As `gateway up` runs them: both create and describe the changelogs at once."""
+    apply_topics(kafka_bootstrap, namespace)
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--processes", "2")
+    jobs = [_job(n) for n in range(10)]
+    for expected in ("accepted", "rejected", "rejected"):
+        proc.start()
+        try:
+            assert _outcomes(kafka_bootstrap, namespace, jobs) == [expected] * len(jobs)
+        finally:
+            proc.stop()
+    assert DELETED not in proc.log_path.read_text(), proc.log()
