@@ -3,7 +3,8 @@ every client the gateway makes.
 
 The home ($GATEWAY_HOME, else ~/.cache/unique-jobs-gateway) holds what the
 gateway keeps on this machine: Kafka's jars and the local cluster (the
-launcher), processor state and the HTTP views.
+launcher), processor state, the HTTP views, and while `gateway up` runs, its
+broker's address (up.json).
 
 The client settings have one place: a TOML file named by $GATEWAY_CONFIG, whose
 `[kafka]` table holds librdkafka settings by their own names
@@ -12,12 +13,14 @@ The client settings have one place: a TOML file named by $GATEWAY_CONFIG, whose
 (underscores read as dots: GATEWAY_KAFKA_SASL_USERNAME sets sasl.username).
 
 The bootstrap address comes from `--bootstrap`, else $KAFKA_BOOTSTRAP, else
-the settings' bootstrap.servers, else the local cluster started by
-`gateway kafka up`, else 127.0.0.1:9092.
+the settings' bootstrap.servers, else the broker of the `gateway up` running
+with this home (it records it in up.json), else the local cluster started by
+`gateway kafka up`, else 127.0.0.1:9092. `bootstrap_of` says which.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tomllib
@@ -54,7 +57,19 @@ def client_config(explicit_bootstrap: str | None = None) -> dict[str, Any]:
     librdkafka's own log lines go to the `librdkafka` logger, so they come out
     as JSON like every other line, instead of raw `%3|...|FAIL|...` on stderr.
     """
-    config: dict[str, Any] = (
+    config = _settings()
+    config["bootstrap.servers"] = _bootstrap(explicit_bootstrap, config)[0]
+    return config
+
+
+def bootstrap_of(explicit_bootstrap: str | None = None) -> tuple[str, str]:
+    """The bootstrap address client_config uses, and where it comes from, in words a
+    message can name (`$KAFKA_BOOTSTRAP`, `the running gateway up`, ...)."""
+    return _bootstrap(explicit_bootstrap, _settings())
+
+
+def _settings() -> dict[str, Any]:
+    return (
         {"logger": KAFKA_LOGGER}
         | _file_settings()
         | {
@@ -63,23 +78,69 @@ def client_config(explicit_bootstrap: str | None = None) -> dict[str, Any]:
             if name.startswith(_PREFIX) and name not in _LAUNCHER_VARS
         }
     )
-    config["bootstrap.servers"] = (
-        explicit_bootstrap
-        or os.environ.get("KAFKA_BOOTSTRAP")
-        or config.get("bootstrap.servers")
-        or _local_bootstrap()
-    )
-    return config
 
 
-def _local_bootstrap() -> str:
+def _bootstrap(explicit: str | None, settings: dict[str, Any]) -> tuple[str, str]:
+    if explicit:
+        return explicit, "--bootstrap"
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        return os.environ["KAFKA_BOOTSTRAP"], "$KAFKA_BOOTSTRAP"
+    if settings.get("bootstrap.servers"):
+        return str(settings["bootstrap.servers"]), "bootstrap.servers in $GATEWAY_CONFIG"
+    up = running_up()
+    if up is not None:
+        return up[0], f"the running gateway up (pid {up[1]})"
     # Imported here: the launcher takes its home from this module.
     from gateway.broker import launcher
 
     cluster = launcher.load_cluster()
     if cluster is not None and launcher.running_nodes(cluster):
-        return cluster.bootstrap
-    return f"127.0.0.1:{launcher.DEFAULT_PORT}"
+        return cluster.bootstrap, "the running local cluster (gateway kafka up)"
+    return f"127.0.0.1:{launcher.DEFAULT_PORT}", "the default"
+
+
+# -- the running `gateway up` ---------------------------------------------------------
+
+UP_FILE = "up.json"
+
+
+def record_up(bootstrap: str) -> None:
+    """`gateway up` notes its broker, so other commands with this home find it."""
+    home = gateway_home()
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = home / f".{UP_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps({"bootstrap": bootstrap, "pid": os.getpid()}))
+    tmp.replace(home / UP_FILE)
+
+
+def forget_up() -> None:
+    """`gateway up` is stopping: its record goes, unless another `up` wrote its own since."""
+    if _up_record().get("pid") == os.getpid():
+        (gateway_home() / UP_FILE).unlink(missing_ok=True)
+
+
+def running_up() -> tuple[str, int] | None:
+    """The broker and pid of the `gateway up` running with this home, or None when none
+    runs (a record left by one that was killed names a process that is gone)."""
+    record = _up_record()
+    pid = record.get("pid")
+    if not isinstance(pid, int) or not isinstance(record.get("bootstrap"), str):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # it runs, as another user
+    return str(record["bootstrap"]), pid
+
+
+def _up_record() -> dict[str, Any]:
+    try:
+        record = json.loads((gateway_home() / UP_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _file_settings() -> dict[str, str]:

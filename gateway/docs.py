@@ -1,21 +1,33 @@
-"""The reference tables the docs site shows, made from the code so they cannot drift.
+"""The parts of the docs made from the code, so they cannot drift: written into the files
+themselves (a reader on a code host sees them), and checked by a test.
 
-`mkdocs build` loads this module as a hook (mkdocs.yml): on every page a line
-`<!-- generated: NAME -->` becomes the table NAME: `cli` from the argparse
-parsers, `metrics` from the processor's registry, `limits` from core/limits.py.
+In a page, the lines between `<!-- generated: NAME -->` and `<!-- end: NAME -->` are
+the table NAME: `cli` from the argparse parsers, `metrics` from the processor's registry,
+`limits` from core/limits.py. The manifest's version (conformance.json) is the package's.
+`python -m gateway.docs` writes them all; `stale()` names the files that differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from gateway import __version__
 from gateway.core import limits
 from gateway.processor.metrics import Metrics
 
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MANIFEST = ROOT / "conformance.json"
+_REGION = re.compile(
+    r"^<!-- generated: ([a-z]+) -->\n(.*?)^<!-- end: \1 -->$", re.MULTILINE | re.DOTALL
+)
 _MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
 _HELP_COLUMNS = "100"
 
@@ -106,18 +118,48 @@ TABLES: dict[str, Callable[[], str]] = {
 
 
 def render(markdown: str) -> str:
-    """The page with every generated marker replaced by its table; an unknown name is an
-    error, so a typo breaks the build instead of leaving a hole."""
+    """The page with every generated region made anew from the code; an unknown name, or a
+    region without its end, is an error, so a typo cannot leave a hole or a stale table."""
 
-    def table(match: re.Match[str]) -> str:
+    def region(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in TABLES:
             raise ValueError(f"no generated table {name!r}; known: {', '.join(TABLES)}")
-        return TABLES[name]()
+        return f"<!-- generated: {name} -->\n{TABLES[name]()}\n<!-- end: {name} -->"
 
-    return _MARKER.sub(table, markdown)
+    rendered = _REGION.sub(region, markdown)
+    opened, closed = len(_MARKER.findall(markdown)), len(_REGION.findall(markdown))
+    if opened != closed:
+        raise ValueError("a `<!-- generated: NAME -->` line without its `<!-- end: NAME -->`")
+    return rendered
 
 
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    """The mkdocs hook."""
-    return render(markdown)
+def manifest(text: str) -> str:
+    """conformance.json with the package's version as the implementation's."""
+    document = json.loads(text)
+    document["implementation"]["version"] = __version__
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def generated() -> dict[Path, str]:
+    """Every file with parts made from the code, as the code makes it now."""
+    files = {page: render(page.read_text()) for page in sorted(DOCS.glob("*.md"))}
+    return {**files, MANIFEST: manifest(MANIFEST.read_text())}
+
+
+def stale() -> list[Path]:
+    """The files whose generated parts differ from what the code makes."""
+    return [path for path, text in generated().items() if path.read_text() != text]
+
+
+def main() -> int:
+    """Write every generated part; print the files that changed."""
+    for path, text in generated().items():
+        if path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

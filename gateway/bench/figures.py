@@ -2,9 +2,10 @@
 
 - restore: a processor decides K new keys and stops; then, round by round, it
   starts again with its local state kept, and again with it deleted (so it
-  restores it from the changelog); time from start to the first decision on
-  sampled known keys (all must come back duplicates). The restored stores are
-  counted at the end: they must hold exactly the K fingerprints.
+  restores it from the changelog); time from start to ready, and to the first
+  decision on sampled known keys sent then (all must come back duplicates). A
+  start with the state kept must not delete it; the restored stores are counted
+  at the end: they must hold exactly the K fingerprints.
 - state bytes per key: the restored state directory's size on disk over K.
 - cold start: `gateway up` in a fresh gateway home (the jar cache shared),
   time from health answering 200 to the answer of a first POST.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.bench import procfs, web
+from gateway.bench import procfs, report, web
 from gateway.bench.services import Processes, free_port
 from gateway.bench.streams import (
     BenchError,
@@ -47,6 +48,9 @@ from gateway.catalogue import Catalogue
 from gateway.config import gateway_home
 
 PROBES = 1000
+# The processor's warning when it deletes its state (state_identity.py): a restart with the
+# state kept must not.
+_DELETED = b"local state was built from another cluster"
 _FINGERPRINT = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -56,12 +60,49 @@ class Restore:
     fill_seconds: float
     kept_s: list[float]  # start to first decision, local state kept, one per round
     restored_s: list[float]  # the same with the local state deleted: read from the changelog
+    kept_ready_s: list[float]  # start to ready (every partition owned, none restoring)
+    restored_ready_s: list[float]
     keys_restored: int
     state_bytes: int
 
     @property
     def bytes_per_key(self) -> float:
         return self.state_bytes / self.keys
+
+    def figures(self) -> tuple[dict[str, dict[str, Any]], str]:
+        """The figures for the results (median [min–max] over rounds), and the console's line."""
+        spread = {
+            name: report.spread(getattr(self, name))
+            for name in ("kept_ready_s", "restored_ready_s", "kept_s", "restored_s")
+        }
+        text = {name: report._fmt(value, 1) for name, value in spread.items()}
+        keys = f"{self.keys:,} keys"
+        figures: dict[str, dict[str, Any]] = {
+            f"restart to ready, {keys}, local state kept (s)": {
+                "value": spread["kept_ready_s"], "text": text["kept_ready_s"],
+            },
+            f"restart to ready, {keys} restored from the changelog (s)": {
+                "value": spread["restored_ready_s"], "text": text["restored_ready_s"],
+            },
+            f"restart to first decision, {keys}, local state kept (s)": {
+                "value": spread["kept_s"], "text": text["kept_s"],
+            },
+            f"restart to first decision, {keys} restored from the changelog (s)": {
+                "value": spread["restored_s"], "text": text["restored_s"],
+                "keys_restored": self.keys_restored, "fill_seconds": self.fill_seconds,
+            },
+            "state on disk per key (bytes)": {
+                "value": self.bytes_per_key, "text": f"{self.bytes_per_key:,.0f}",
+                "state_bytes": self.state_bytes,
+            },
+        }  # fmt: skip
+        line = (
+            f"restore: {self.keys_restored:,} keys; ready {text['kept_ready_s']} s and first "
+            f"decision {text['kept_s']} s after start with the local state, ready "
+            f"{text['restored_ready_s']} s and first decision {text['restored_s']} s restoring "
+            f"it from the changelog; {self.bytes_per_key:,.0f} B/key"
+        )
+        return figures, line
 
 
 def restore(
@@ -92,14 +133,21 @@ def restore(
         probes = random.Random(3).sample(list(workload.items), min(PROBES, keys))
         kept: list[float] = []
         restored: list[float] = []
+        kept_ready: list[float] = []
+        restored_ready: list[float] = []
         for number in range(1, rounds + 1):
-            for wipe, times in ((False, kept), (True, restored)):
+            for wipe, times, ready in ((False, kept, kept_ready), (True, restored, restored_ready)):
                 if wipe:
                     shutil.rmtree(workdir / "state")
                 what = "state deleted" if wipe else "state kept"
                 label = f"restart {number}/{rounds}, {what}"
-                times.append(_restart(io, probes, label, broker, processes, cat, workdir, opts,
-                                      namespace, show))  # fmt: skip
+                log_from = _size(workdir / "gateway.log")
+                took = _restart(io, probes, label, broker, processes, cat, workdir, opts,
+                                namespace, show)  # fmt: skip
+                ready.append(took[0])
+                times.append(took[1])
+                if not wipe and _DELETED in (workdir / "gateway.log").read_bytes()[log_from:]:
+                    raise BenchError(f"{label}: the processor deleted its state")
     finally:
         io.close()
         drop_namespace(broker, namespace)
@@ -107,7 +155,9 @@ def restore(
     if restored_keys != keys:
         raise BenchError(f"the restored state holds {restored_keys} fingerprints, not {keys}")
     state_bytes = procfs.directory_bytes(workdir / "state")
-    return Restore(keys, fill_seconds, kept, restored, restored_keys, state_bytes)
+    return Restore(
+        keys, fill_seconds, kept, restored, kept_ready, restored_ready, restored_keys, state_bytes
+    )
 
 
 def _restart(
@@ -121,9 +171,9 @@ def _restart(
     opts: Options,
     namespace: str,
     show: Callable[[str], None],
-) -> float:
-    """Seconds from starting the processor to its first decision on the probes, known keys
-    all, which must all come back duplicates."""
+) -> tuple[float, float]:
+    """Seconds from starting the processor to ready, and to its first decision on the
+    probes (sent once it is ready), known keys all, which must all come back duplicates."""
     changelogs = _changelog_records(broker.bootstrap, namespace)
     gateway = Gateway()
     proc = gateway.start(processes, broker, cat, workdir, opts)
@@ -144,6 +194,8 @@ def _restart(
         shown(decided)
 
     try:
+        gateway.wait_ready(proc, workdir)
+        ready = time.monotonic() - started
         io.send(probes)
         values = io.await_decisions(len(probes), proc, workdir, progress=progress)
     finally:
@@ -151,7 +203,11 @@ def _restart(
     outcomes = {gateway.outcome(v) for v in values}
     if not outcomes <= {"rejected", "ignored"}:
         raise BenchError(f"after the restart, known keys were decided {sorted(outcomes)}")
-    return first[0] if first else time.monotonic() - started
+    return ready, first[0] if first else time.monotonic() - started
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 def _every(seconds: float, call: Callable[[int], None]) -> Callable[[int], None]:

@@ -324,23 +324,9 @@ def _other_figures(
         step(f"restore of {plan.restore_keys:,} keys from the changelog")
         r = more.restore(plan.restore_keys, 1 if plan.quick else plan.rounds, broker, processes,
                          opts, step)  # fmt: skip
-        kept, restored = report.spread(r.kept_s), report.spread(r.restored_s)
-        figures[f"restart to first decision, {r.keys:,} keys, local state kept (s)"] = {
-            "value": kept, "text": report._fmt(kept, 1),
-        }  # fmt: skip
-        figures[f"restart to first decision, {r.keys:,} keys restored from the changelog (s)"] = {
-            "value": restored, "text": report._fmt(restored, 1),
-            "keys_restored": r.keys_restored, "fill_seconds": r.fill_seconds,
-        }  # fmt: skip
-        figures["state on disk per key (bytes)"] = {
-            "value": r.bytes_per_key, "text": f"{r.bytes_per_key:,.0f}",
-            "state_bytes": r.state_bytes,
-        }  # fmt: skip
-        done(
-            f"restore: {r.keys_restored:,} keys; first decision {report._fmt(kept, 1)} s after "
-            f"start with the local state, {report._fmt(restored, 1)} s restoring it from the "
-            f"changelog; {r.bytes_per_key:,.0f} B/key"
-        )
+        taken, line = r.figures()
+        figures |= taken
+        done(line)
     if "floor" in plan.figures:
         from gateway.bench import floor
 

@@ -45,7 +45,8 @@ def add_kafka_arguments(p: argparse.ArgumentParser, bootstrap: bool = True) -> N
         p.add_argument(
             "--bootstrap", metavar="HOST:PORT[,...]",
             help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP, else bootstrap.servers "
-            "from $GATEWAY_CONFIG, else the running local cluster, else 127.0.0.1:9092)",
+            "from $GATEWAY_CONFIG, else the broker of the running `gateway up`, else the "
+            "running local cluster, else 127.0.0.1:9092)",
         )  # fmt: skip
     p.add_argument(
         "--namespace",
@@ -62,6 +63,21 @@ def add_log_level_argument(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def kafka_asked(bootstrap: str | None) -> str:
+    """The broker a command asks and where its address came from, for a message that must
+    say which one answered nothing or had nothing (see config.bootstrap_of)."""
+    from gateway import config
+
+    address, source = config.bootstrap_of(bootstrap)
+    return f"Kafka at {address} (from {source})"
+
+
+def namespace_of(namespace: str | None) -> str:
+    """The namespace a command's topics are in, as --namespace or $GATEWAY_NAMESPACE gave it."""
+    chosen = namespace if namespace is not None else os.environ.get("GATEWAY_NAMESPACE")
+    return chosen or "none (the default)"
+
+
 def reachable_config(bootstrap: str | None) -> dict[str, Any]:
     """The Kafka client settings, once a broker has answered at their address.
 
@@ -71,7 +87,7 @@ def reachable_config(bootstrap: str | None) -> dict[str, Any]:
     from gateway import config
 
     settings = config.client_config(bootstrap)
-    address = settings["bootstrap.servers"]
+    address, source = config.bootstrap_of(bootstrap)
     try:
         # Silent: the connection errors would bury the one line we print.
         AdminClient({**settings, "log_level": 0}).list_topics(timeout=PROBE_S)
@@ -79,7 +95,7 @@ def reachable_config(bootstrap: str | None) -> dict[str, Any]:
         raise CommandError(
             f"no Kafka broker answered at {address} within {PROBE_S:.0f}s "
             f"({exc.args[0].str()}): start one with: gateway kafka up, "
-            "or name yours with --bootstrap",
+            f"or name yours with --bootstrap (this address is from {source})",
             EXIT_UNAVAILABLE,
         ) from exc
     return settings

@@ -16,6 +16,8 @@ from gateway.cli.common import (
     EXIT_UNAVAILABLE,
     CommandError,
     add_kafka_arguments,
+    kafka_asked,
+    namespace_of,
     reachable_config,
 )
 from gateway.core import INVALID_REQUEST, GatewayError
@@ -61,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.sdk import Client, ClientError, EnqueueResult, InvalidJob
+    from gateway.sdk import Client, ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
     from gateway.sdk.prepare import prepare
 
     job = _job(args)
@@ -76,9 +78,16 @@ def run(args: argparse.Namespace) -> int:
             answer = client.enqueue(job, wait=not args.no_wait, timeout=args.timeout)
     except InvalidJob as exc:
         return _invalid(exc.error)
+    except EnqueueTimeout as exc:
+        raise CommandError(
+            f"{exc} after {args.timeout:g}s: no processor decided the request sent to "
+            f"{kafka_asked(args.bootstrap)}, namespace {namespace_of(args.namespace)}; "
+            "start one with gateway up, or name the broker `gateway up` printed with --bootstrap",
+            EXIT_UNAVAILABLE,
+        ) from exc
     except (ClientError, CatalogueError) as exc:
-        # Kafka unreachable, a topic missing, no decision in time: not a verdict on the job.
-        raise CommandError(str(exc), EXIT_UNAVAILABLE) from exc
+        # Kafka unreachable, a topic missing: not a verdict on the job.
+        raise CommandError(f"{exc} ({kafka_asked(args.bootstrap)})", EXIT_UNAVAILABLE) from exc
     except KafkaException as exc:  # a Kafka setting the client refused
         raise CommandError(f"kafka: {exc.args[0].str()}", EXIT_UNAVAILABLE) from exc
     if not isinstance(answer, EnqueueResult):

@@ -11,7 +11,7 @@ import orjson
 from gateway import wire
 from gateway.audit import HistoryItem, LogRecord, explain_history
 from gateway.audit.explain import find_key
-from gateway.cli.common import EXIT_INVALID, CommandError, reachable_config
+from gateway.cli.common import EXIT_INVALID, CommandError, kafka_asked
 from gateway.cli.replay import add_log_arguments, load_catalogue, read_log
 from gateway.core.times import parse_rfc3339
 
@@ -42,13 +42,18 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--retention-seconds must be positive", EXIT_INVALID)
     cat = load_catalogue(args.namespace)
     decisions_topic, requests_topic = cat.name("decisions"), cat.name("requests")
-    logs = read_log(reachable_config(args.bootstrap), [decisions_topic, requests_topic])
+    logs = read_log(args.bootstrap, [decisions_topic, requests_topic])
     items = history_items(logs[decisions_topic], logs[requests_topic])
     target = args.target.strip().lower()
     key = target if _KEY.fullmatch(target) else find_key(items, target)
     mine = [i for i in items if key and i.record.get("unique_key") == key]
     if not mine:
-        raise CommandError(f"no decision or job event mentions {args.target}", EXIT_NOT_FOUND)
+        raise CommandError(
+            f"no decision or job event mentions {args.target} in {decisions_topic} and "
+            f"{requests_topic} of {kafka_asked(args.bootstrap)}; if `gateway up` printed "
+            "another bootstrap, name it with --bootstrap (and its --namespace)",
+            EXIT_NOT_FOUND,
+        )
     decisions = sum(i.kind == "decision" for i in mine)
     print(f"unique_key {key}: {decisions} decisions, {len(mine) - decisions} job events")
     timeline = with_clock(mine, logs[requests_topic])

@@ -23,6 +23,7 @@ from gateway.cli.common import (
     EXIT_UNAVAILABLE,
     CommandError,
     add_kafka_arguments,
+    kafka_asked,
     reachable_config,
 )
 from gateway.core import DEFAULT_RETENTION_MS, GatewayError, UniquePolicy, parse_policy
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     policy = _policy(args.policy) if args.policy else None
     from_ms = _time(args.from_time) if args.from_time else None
     roles = ("intake", "requests", "decisions")
-    logs = read_log(reachable_config(args.bootstrap), [cat.name(r) for r in roles])
+    logs = read_log(args.bootstrap, [cat.name(r) for r in roles])
     intake, requests, decisions = (logs[cat.name(r)] for r in roles)
     recorded = recorded_decisions(decisions)
     # The processor's warnings (re-routed requests, events not applied) are the
@@ -110,13 +111,15 @@ def load_catalogue(namespace: str | None) -> Catalogue:
         raise CommandError(str(exc), EXIT_INVALID) from exc
 
 
-def read_log(client: dict[str, str], topics: Sequence[str]) -> dict[str, list[LogRecord]]:
-    """Read the topics, with a progress bar on stderr when the read is long."""
+def read_log(bootstrap: str | None, topics: Sequence[str]) -> dict[str, list[LogRecord]]:
+    """Read the topics from the broker `bootstrap` names (see reachable_config), with a
+    progress bar on stderr when the read is long."""
+    client = reachable_config(bootstrap)
     try:
         with progress_bar(count_records(client, topics)) as advance:
             return read_topics(client, topics, advance)
     except ReadError as exc:
-        raise CommandError(str(exc), EXIT_UNAVAILABLE) from exc
+        raise CommandError(f"{exc} ({kafka_asked(bootstrap)})", EXIT_UNAVAILABLE) from exc
 
 
 @contextmanager

@@ -69,12 +69,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_serve)
 
 
-def add_workers_argument(p: argparse.ArgumentParser, flag: str, default: int | None) -> None:
-    """Shared with `gateway up` (`--http-workers`), which passes it on to serve."""
+def add_workers_argument(
+    p: argparse.ArgumentParser, flag: str, default: int | None, default_text: str = "%(default)s"
+) -> None:
+    """Shared with `gateway up` (`--http-workers`), which passes it on to serve; a default
+    of None is chosen when the command runs, as `default_text` says."""
     p.add_argument(
         flag, type=int, default=default,
         help="serve processes answering on the one port, each with its own producer, reply "
-        "consumer and job view; one uses at most one core (default %(default)s)",
+        f"consumer and job view; one uses at most one core (default {default_text})",
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ import time
 
 from confluent_kafka import KafkaException
 
-from gateway import admin, catalogue, logs
+from gateway import admin, catalogue, config, logs
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError
 from gateway.broker.ports import free_port_block
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-host", default="127.0.0.1", help="HTTP address (default %(default)s)")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
     add_json_responses_argument(p)
-    add_workers_argument(p, "--http-workers", None)
+    add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     process.add_arguments(p)
     p.set_defaults(func=_up)
 
@@ -106,6 +106,8 @@ def _up(args: argparse.Namespace) -> int:
                 started = result.cluster
                 print(f"Kafka {started.version} started in {result.seconds:.1f}s")
         print(f"bootstrap: {args.bootstrap}", flush=True)
+        # Other commands with this home (enqueue, explain, ...) ask this broker by default.
+        config.record_up(args.bootstrap)
         settings = process.settings_from(args)
         processes = process.processes_from(args, settings)
         if args.metrics_port is None:
@@ -152,6 +154,7 @@ def _up(args: argparse.Namespace) -> int:
     except KafkaException as exc:
         raise CommandError(f"Kafka: {exc.args[0].str()}", EXIT_UNAVAILABLE) from exc
     finally:
+        config.forget_up()
         if started is not None:
             left = min(STOP_BUDGET_S, stop["at"] + STOP_BUDGET_S - time.monotonic())
             launcher.down(started, timeout=max(1.0, left - 0.5))

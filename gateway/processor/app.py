@@ -38,6 +38,7 @@ from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
 from gateway.processor.shutdown import Shutdown
 from gateway.processor.stages import Stages, Stores, input_roles
 from gateway.processor.state_identity import current, reconcile, state_root
+from gateway.processor.store import LAYOUT
 from gateway.processor.ticks import Ticker
 from gateway.processor.total import Emit
 from gateway.wire import group_name
@@ -54,7 +55,7 @@ STORES = "stores"
 
 @dataclass(frozen=True)
 class ProcessorSettings:
-    client_config: dict[str, str]
+    client_config: dict[str, Any]
     catalogue: Catalogue
     instance_id: str = "1"
     # Consumer group and transactional-id prefix; the namespace keeps test
@@ -213,7 +214,9 @@ def run(settings: ProcessorSettings) -> None:
     except CatalogueError as exc:
         raise StartupRefused(str(exc)) from exc
     # Before any partition's state is opened: drop state from another cluster or version.
-    reconcile(state_dir_of(settings), current(admin, settings.group), keep=STORES)
+    names = changelogs.changelogs(settings.catalogue, settings.group).values()
+    identity = current(admin, names, LAYOUT)
+    reconcile(state_dir_of(settings), identity, keep=STORES)
     loop, metrics, replies, early = build(settings)
     replies.start()
     shutdown.attach(loop)

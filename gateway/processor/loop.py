@@ -166,7 +166,7 @@ class Loop:
                     raise KafkaException(error)
                 continue
             records.append(message)
-            positions[(message.topic(), message.partition())] = message.offset() + 1  # type: ignore[operator]
+            positions[(message.topic(), message.partition())] = message.offset() + 1  # type: ignore[index,operator]
         if not records:
             return
         if not self._open:
@@ -206,6 +206,12 @@ class Loop:
             if offset is None:
                 raise KafkaException(KafkaError(KafkaError._FAIL, "changelog offset unknown"))
             store.committed(offset)
+        self._count_keys()
+
+    def _count_keys(self) -> None:
+        """The state's fingerprints, read from the stores whenever they are written, opened or
+        closed (the dedup stage moves the gauge between commits as it adds and deletes)."""
+        self._metrics.state_keys.set(self._stores.fingerprints())
 
     def _log_changes(
         self, role: str, partition: int, store: PartitionStore, reached: dict[tuple[str, int], int]
@@ -236,6 +242,7 @@ class Loop:
         resumed = [self._paused.pop(where) for where in done if where in self._paused]
         if resumed:
             self._consumer.resume(resumed)
+        self._count_keys()
         if not self._restorer.pending:
             log.info("processing partitions", extra={"partitions": len(self.owned)})
 
@@ -258,6 +265,7 @@ class Loop:
             consumer.pause(behind)
             self._paused |= {where: inputs[where] for where in self._restorer.pending}
         self.owned |= {(tp.topic, tp.partition) for tp in partitions}
+        self._count_keys()
         if not self._restorer.pending:
             log.info("processing partitions", extra={"partitions": len(self.owned)})
 
@@ -291,6 +299,7 @@ class Loop:
         for tp in partitions:
             self._positions.pop((tp.topic, tp.partition), None)
         self._stores.close((roles[tp.topic], tp.partition) for tp in partitions)
+        self._count_keys()
 
     def _close(self) -> None:
         try:

@@ -79,7 +79,8 @@ class Metrics:
         self.state_keys = self._define(
             Gauge,
             "gateway_state_keys",
-            "Fingerprints this process added to its state minus those it deleted",
+            "Fingerprints held in the state of this process's partitions: counted by the "
+            "stores at each commit, moved by each decision between commits",
         )
         self.consumer_lag = self._define(
             Gauge,

@@ -44,8 +44,10 @@ class Restoring:
 def behind(consumer: Any, topic: str, partition: int, store: PartitionStore) -> Restoring | None:
     """The restore `store` needs to reach its changelog's end, or None if it is there."""
     low, high = _watermarks(consumer, TopicPartition(topic, partition))
-    # The last record before `high` may be a transaction marker, which the store never sees.
-    if low == high or store.changelog_offset >= high - 1:
+    # Changelogs are written in transactions, so a log ends with a commit's marker, which the
+    # store never sees: a store at the record before it is at the end (a stopped processor's
+    # stores are, and its restart reads nothing).
+    if low == high or store.changelog_offset >= high - 2:
         return None
     return Restoring(topic, partition, store, high)
 
@@ -102,7 +104,9 @@ class Restorer:
 
     def step(self, wait_s: float = WAIT_S) -> list[tuple[str, int]]:
         """Read and apply one chunk; the changelog partitions this finished."""
-        messages = self._consumer.consume(CHUNK, wait_s)
+        # A record read from an assigned partition has its topic and partition (the stubs
+        # say Optional).
+        messages: list[Any] = self._consumer.consume(CHUNK, wait_s)
         self._records += len(messages)
         chunks: dict[tuple[str, int], list[Any]] = {}
         for message in messages:
@@ -161,6 +165,6 @@ def _finished(consumer: Any, pending: dict[tuple[str, int], Restoring]) -> list[
     done = []
     for tp in consumer.position([TopicPartition(t, p) for t, p in pending]):
         if tp.offset >= pending[(tp.topic, tp.partition)].end:
-            del pending[(tp.topic, tp.partition)]
+            pending.pop((tp.topic, tp.partition)).store.restored()
             done.append((tp.topic, tp.partition))
     return done

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.catalogue import Catalogue
-from gateway.processor.dedup import Dedup, Emit
+from gateway.processor.dedup import ENTRIES, Dedup, Emit
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Source, headers_of
@@ -42,7 +42,9 @@ class Record(Protocol):
 
 
 class Stores:
-    """The open stores of this runtime's partitions, under `root`/<role>/<partition>."""
+    """The open stores of this runtime's partitions, under `root`/<role>/<partition>.
+
+    A `requests` store counts the routes that hold entries: the fingerprints it holds."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -54,9 +56,15 @@ class Stores:
     def get(self, role: str, partition: int) -> PartitionStore:
         store = self.open.get((role, partition))
         if store is None:
-            store = self.open[(role, partition)] = PartitionStore(self.root / role / str(partition))
+            counted = ENTRIES if role == "requests" else None
+            store = PartitionStore(self.root / role / str(partition), counted)
+            self.open[(role, partition)] = store
             self.epoch = object()
         return store
+
+    def fingerprints(self) -> int:
+        """The fingerprints the open stores hold, as of their last write."""
+        return sum(store.count for (role, _), store in self.open.items() if role == "requests")
 
     def close(self, keys: Iterable[tuple[str, int]]) -> None:
         for key in list(keys):

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
-from confluent_kafka import TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from gateway.config import gateway_home
@@ -32,6 +34,8 @@ TIMEOUT_S = 10.0
 class Identity:
     cluster_id: str
     changelogs: dict[str, str]  # changelog topic name -> topic id
+    # The version of the local layout (store.LAYOUT); 0: none recorded.
+    layout: int = 0
 
 
 def state_root() -> Path:
@@ -39,19 +43,27 @@ def state_root() -> Path:
     return gateway_home() / "state"
 
 
-def current(admin: AdminClient, group: str) -> Identity:
-    """The cluster's id and the topic ids of the group's changelogs, as the brokers say now.
+def current(admin: AdminClient, changelogs: Iterable[str], layout: int) -> Identity:
+    """The cluster's id and the topic ids of `changelogs`, as the brokers say now, for
+    state of `layout`.
 
-    A group's changelogs are named `changelog__<group>--...` (changelogs.py) and exist
-    by the time this is asked.
+    The changelogs exist (changelogs.ensure), but one created a moment ago may be unknown
+    to the broker asked for a while: it is asked again until it answers. An identity
+    without them would differ from the next start's, which would then delete the state.
     """
     cluster = admin.describe_cluster(request_timeout=TIMEOUT_S).result()
-    prefix = f"changelog__{group}--"
-    names = sorted(t for t in admin.list_topics(timeout=TIMEOUT_S).topics if t.startswith(prefix))
-    described = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
-    return Identity(
-        str(cluster.cluster_id), {n: str(described[n].result().topic_id) for n in names}
-    )
+    names = sorted(changelogs)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        described = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+        try:
+            ids = {name: str(described[name].result().topic_id) for name in names}
+            return Identity(str(cluster.cluster_id), ids, layout)
+        except KafkaException as exc:
+            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def recorded(state_dir: Path) -> Identity | None:

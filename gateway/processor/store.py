@@ -15,7 +15,9 @@ restore copies records verbatim):
                         0xff, so the last 0xff splits route from name: no two
                         (route, name) pairs share a store key.
     m<name>             the store's own facts: `time` (the partition's event
-                        time, a changelog record like data) and `offset` (the
+                        time) and `count` (how many routes hold the counted
+                        name, so it is known at start without reading every
+                        key), changelog records like data; and `offset` (the
                         changelog offset the store reaches, local only).
     x<stamp><key>       local only: a value with a ttl, by when it expires, so
                         expired values are deleted (see sweep_expired).
@@ -37,9 +39,14 @@ from typing import Protocol
 
 from rocksdict import Options, Rdict, WriteBatch
 
+# The version of the layout above. Raise it with any change: a state directory records the
+# layout its stores have (state_identity.py), and one of another layout is deleted at start
+# and restored from the changelog. 1: the first recorded (with `count`).
+LAYOUT = 1
 DATA = b"d"
 TIME = b"mtime"
 OFFSET = b"moffset"  # local only
+COUNT = b"mcount"
 EXPIRY = b"x"
 _SEP = b"\xff"
 _PLAIN = b"\x00"
@@ -74,19 +81,26 @@ def _options() -> Options:
 
 
 class PartitionStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, counted: str | None = None) -> None:
+        """The store at `path`; with `counted`, it keeps how many routes hold a value of that
+        name (expired ones too, until swept), in `count`."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = Rdict(str(path), _options())
         offset = self._db.get(OFFSET)
         # The last changelog offset the store holds; -1: none.
         self.changelog_offset: int = -1 if offset is None else int(offset)
+        self._counted = None if counted is None else _SEP + counted.encode()
+        raw_count = self._db.get(COUNT)
+        self.count: int = 0 if raw_count is None else int(raw_count)
         raw_time = self._db.get(TIME)
         self.time_ms: int = 0 if raw_time is None else _STAMP.unpack(raw_time)[0]
         self._committed_time = self.time_ms
         self.now_ms = self.time_ms
         # Written while the transaction is open: store key -> encoded value (None: deleted).
         self.pending: dict[bytes, bytes | None] = {}
+        # The count the pending writes leave, once changes() has worked it out.
+        self._next_count: int | None = None
 
     # -- the record being handled ----------------------------------------------
 
@@ -122,12 +136,25 @@ class PartitionStore:
 
     def changes(self) -> Iterator[tuple[bytes, bytes | None]]:
         """What the open transaction must carry to the changelog: every write, and the
-        partition's time when it moved."""
+        partition's time and count when they moved."""
         for key, value in self.pending.items():
             if key[:1] != EXPIRY:
                 yield key, value
         if self.time_ms != self._committed_time:
             yield TIME, _STAMP.pack(self.time_ms)
+        self._next_count = self._count_after()
+        if self._next_count != self.count:
+            yield COUNT, str(self._next_count).encode()
+
+    def _count_after(self) -> int:
+        """The count once the pending writes are in (a key read before the store is written)."""
+        counted, count = self._counted, self.count
+        if counted is None:
+            return count
+        for key, value in self.pending.items():
+            if key[:1] == DATA and key.endswith(counted):
+                count += (value is not None) - (self._db.get(key) is not None)
+        return count
 
     @property
     def dirty(self) -> bool:
@@ -151,19 +178,24 @@ class PartitionStore:
     def committed(self, changelog_offset: int) -> None:
         """The transaction holding the pending writes committed, and with it the changelog up
         to `changelog_offset`: write them, in one batch with that offset."""
+        count = self._count_after() if self._next_count is None else self._next_count
         batch = WriteBatch(raw_mode=True)
         for key, value in self.pending.items():
             _apply(batch, key, value)
         batch.put(TIME, _STAMP.pack(self.time_ms))
         batch.put(OFFSET, str(changelog_offset).encode())
+        batch.put(COUNT, str(count).encode())
         self._db.write(batch)
         self.changelog_offset = changelog_offset
+        self.count = count
         self._committed_time = self.time_ms
         self.pending.clear()
+        self._next_count = None
 
     def abandon(self) -> None:
         """The transaction did not commit: forget its writes and its time."""
         self.pending.clear()
+        self._next_count = None
         self.time_ms = self.now_ms = self._committed_time
 
     # -- restore -----------------------------------------------------------------
@@ -185,6 +217,8 @@ class PartitionStore:
                 batch.put(EXPIRY + value[1:9] + key, b"")
             elif key == TIME:
                 self.time_ms = self._committed_time = self.now_ms = _STAMP.unpack(value)[0]
+            elif key == COUNT:
+                self.count = int(value)
             if held >= RESTORE_BYTES:
                 self._restored(batch, record.offset())
                 batch, held, last = WriteBatch(raw_mode=True), 0, None
@@ -195,6 +229,20 @@ class PartitionStore:
         batch.put(OFFSET, str(offset).encode())
         self._db.write(batch)
         self.changelog_offset = offset
+
+    def restored(self) -> None:
+        """The restore reached the changelog's end. A changelog written before counts were
+        (by a previous version) carries none: count the keys once, here."""
+        if self._counted is None or self._db.get(COUNT) is not None:
+            return
+        count = 0
+        for key in self._db.keys(from_key=DATA):
+            assert isinstance(key, bytes)  # a raw-mode store
+            if key[:1] != DATA:
+                break
+            count += key.endswith(self._counted)
+        self.count = count
+        self._db.put(COUNT, str(count).encode())
 
     def live(self) -> Iterator[tuple[bytes, str, bytes]]:
         """Every (route, name, value) the store holds, committed and not expired."""

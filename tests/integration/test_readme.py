@@ -26,12 +26,13 @@ PROMISE = "# ⇒ "
 _BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 
 
-def promised_commands(readme: str) -> list[tuple[str, str | None]]:
+def promised_commands(readme: str, holding: str = "") -> list[tuple[str, str | None]]:
     """(command, what its output must hold or None) in README order, from the shell blocks
-    that promise an output; a command's continuation lines (ending in `\\`) are joined."""
+    that promise an output (and hold `holding`); a command's continuation lines (ending in
+    `\\`) are joined."""
     steps: list[tuple[str, str | None]] = []
     for block in _BLOCK.findall(readme):
-        if PROMISE not in block:
+        if PROMISE not in block or holding not in block:
             continue
         command: list[str] = []
         for line in block.splitlines():
@@ -58,7 +59,9 @@ def test_the_quick_start_gives_what_it_promises(kafka_bootstrap: str, tmp_path: 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap, "GATEWAY_NAMESPACE": namespace}
+    # A new user's shells: the CLI finds the broker of the running `gateway up` by itself.
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP"}
+    env |= {"GATEWAY_HOME": str(tmp_path / "home"), "GATEWAY_NAMESPACE": namespace}
     gateway = str(Path(sys.executable).parent / "gateway")
     with (tmp_path / "up.log").open("wb") as log:
         up = subprocess.Popen(
@@ -69,27 +72,37 @@ def test_the_quick_start_gives_what_it_promises(kafka_bootstrap: str, tmp_path: 
         )  # fmt: skip
     try:
         _wait_healthy(port, up, tmp_path / "up.log")
-        steps = promised_commands((ROOT / "README.md").read_text())
-        script = ["set -u"]
-        for n, (command, _) in enumerate(steps):
-            command = command.replace("localhost:8080", f"localhost:{port}")
-            command = command.replace(".venv/bin/gateway", gateway)
-            script += [f"printf '\\n@@ {n}\\n'", command]
-        done = subprocess.run(
-            ["bash", "-c", "\n".join(script)], cwd=tmp_path, env=env,
-            capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
-        outputs = re.split(r"\n@@ \d+\n", done.stdout)[1:]
-        assert len(outputs) == len(steps), done.stdout + done.stderr
-        for (command, expected), output in zip(steps, outputs, strict=True):
-            if expected is not None:
-                assert expected in output, f"{command}\n gave\n{output}\n{done.stderr}"
+        readme = (ROOT / "README.md").read_text()
+        _run(promised_commands(readme), port, gateway, tmp_path, env)
+        # A worker's turn again, now that the gateway holds other jobs and its own last
+        # turn's: it gives the same.
+        _run(promised_commands(readme, "workers/fetch"), port, gateway, tmp_path, env)
     finally:
         up.send_signal(signal.SIGINT)
         try:
             up.wait(timeout=60)
         except subprocess.TimeoutExpired:
             up.kill()
+
+
+def _run(
+    steps: list[tuple[str, str | None]], port: int, gateway: str, cwd: Path, env: dict[str, str]
+) -> None:
+    """Run the steps in one shell; each output must hold what the README promises."""
+    script = ["set -u"]
+    for n, (command, _) in enumerate(steps):
+        command = command.replace("localhost:8080", f"localhost:{port}")
+        command = command.replace(".venv/bin/gateway", gateway)
+        script += [f"printf '\\n@@ {n}\\n'", command]
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)], cwd=cwd, env=env,
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    outputs = re.split(r"\n@@ \d+\n", done.stdout)[1:]
+    assert len(outputs) == len(steps), done.stdout + done.stderr
+    for (command, expected), output in zip(steps, outputs, strict=True):
+        if expected is not None:
+            assert expected in output, f"{command}\n gave\n{output}\n{done.stderr}"
 
 
 def _wait_healthy(port: int, up: subprocess.Popen, log: Path) -> None:

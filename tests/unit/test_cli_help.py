@@ -47,3 +47,12 @@ def test_every_command_and_flag_has_help_naming_its_default():
 def test_docker_compose_runs_the_launchers_kafka_release():
     compose = (Path(__file__).parents[2] / "docker-compose.yml").read_text()
     assert re.findall(r"image: apache/kafka:(\S+)", compose) == [launcher.DEFAULT_VERSION]
+
+
+def test_no_default_reads_none():
+    """A default chosen when the command runs is said in words, never as `None`."""
+    shown = []
+    for name, parser in _parsers(build_parser()):
+        help_text = " ".join(parser.format_help().split())
+        shown += [f"{name}: {m}" for m in re.findall(r"\(default:? None\)", help_text)]
+    assert not shown, shown

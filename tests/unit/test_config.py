@@ -1,5 +1,10 @@
 """Kafka client settings: file, environment, bootstrap precedence."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from gateway import config
@@ -47,3 +52,30 @@ def test_a_missing_or_malformed_file_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("GATEWAY_CONFIG", str(bad))
     with pytest.raises(ConfigError, match="only a \\[kafka\\] table"):
         config.client_config()
+
+
+def test_the_running_gateway_up_is_asked_before_the_local_cluster_and_after_the_settings(
+    monkeypatch,
+):
+    config.record_up("up-broker:9093")
+    assert config.bootstrap_of() == (
+        "up-broker:9093",
+        f"the running gateway up (pid {os.getpid()})",
+    )
+    assert config.client_config()["bootstrap.servers"] == "up-broker:9093"
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", "env:9092")
+    assert config.bootstrap_of() == ("env:9092", "$KAFKA_BOOTSTRAP")
+    assert config.bootstrap_of("flag:9092") == ("flag:9092", "--bootstrap")
+    monkeypatch.delenv("KAFKA_BOOTSTRAP")
+    config.forget_up()
+    assert config.bootstrap_of() == ("127.0.0.1:9092", "the default")
+
+
+def test_a_gateway_up_that_is_gone_is_not_asked(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / config.UP_FILE).write_text(json.dumps({"bootstrap": "up:9093", "pid": gone.pid}))
+    assert config.running_up() is None
+    assert config.client_config()["bootstrap.servers"] == "127.0.0.1:9092"

@@ -3,13 +3,16 @@ tables come from the code and cover all of it, and the README stays a front door
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+import gateway
 from gateway import cli, docs
 from gateway.core import limits
 from gateway.processor.metrics import Metrics
@@ -27,7 +30,19 @@ def test_the_site_builds_strictly(tmp_path: Path):
     )  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
     cli_page = (tmp_path / "site" / "cli" / "index.html").read_text()
-    assert "gateway kafka up" in cli_page and "generated:" not in cli_page
+    assert "gateway kafka up" in cli_page and "usage: gateway enqueue" in cli_page
+
+
+def test_the_committed_reference_is_what_the_code_generates():
+    assert docs.stale() == [], "regenerate them: .venv/bin/python -m gateway.docs"
+
+
+def test_the_package_and_the_manifest_have_one_version():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gateway.__version__"}
+    manifest = json.loads((ROOT / "conformance.json").read_text())
+    assert manifest["implementation"]["version"] == gateway.__version__
 
 
 def test_every_limit_is_in_the_table():
@@ -47,10 +62,14 @@ def test_every_metric_and_command_is_in_its_table():
         assert f"## gateway {module.__name__.rsplit('.', 1)[1]}" in reference
 
 
-def test_an_unknown_generated_table_breaks_the_build():
+def test_a_generated_region_is_made_anew_and_a_wrong_one_is_an_error():
     with pytest.raises(ValueError, match="no generated table"):
-        docs.render("<!-- generated: nothing -->")
-    assert docs.render("text\n<!-- generated: limits -->\n").startswith("text\n| Limit |")
+        docs.render("<!-- generated: nothing -->\n<!-- end: nothing -->\n")
+    with pytest.raises(ValueError, match="without its"):
+        docs.render("<!-- generated: limits -->\n| stale |\n")
+    made = docs.render("text\n<!-- generated: limits -->\n| stale |\n<!-- end: limits -->\n")
+    assert made.startswith("text\n<!-- generated: limits -->\n| Limit |")
+    assert "| stale |" not in made and made.endswith("|\n<!-- end: limits -->\n")
 
 
 def test_the_readme_is_a_front_door():

@@ -21,12 +21,13 @@ def test_matching_state_is_kept_and_a_new_directory_records_its_identity(tmp_pat
     assert (state / "g" / "default" / "CURRENT").exists()
 
 
-def test_state_from_another_cluster_or_changelog_is_deleted(tmp_path):
+def test_state_from_another_cluster_changelog_or_layout_is_deleted(tmp_path):
     for other in (
         Identity("cluster-b", A.changelogs),
         Identity(A.cluster_id, {"changelog__g--x--y--default": "topic-2"}),
+        Identity(A.cluster_id, A.changelogs, layout=A.layout + 1),
     ):
-        state = tmp_path / other.cluster_id / "state"
+        state = tmp_path / f"{other.cluster_id}-{other.layout}" / "state"
         _with_state(state, A)
         assert reconcile(state, other) is True
         assert recorded(state) == other and [p.name for p in state.iterdir()] == ["identity.json"]
@@ -45,3 +46,12 @@ def test_purge_deletes_only_the_purged_clusters_state(tmp_path):
     assert deleted == [tmp_path / "gateway-dedup" / "1"]
     assert not (tmp_path / "gateway-dedup").exists()
     assert recorded(tmp_path / "other-dedup" / "1") == Identity("cluster-b", {})
+
+
+def test_a_restart_keeps_the_stores_and_drops_what_a_previous_version_left(tmp_path):
+    state = tmp_path / "state"
+    _with_state(state, A)
+    (state / "stores").mkdir()
+    assert reconcile(state, A, keep="stores") is True
+    assert sorted(p.name for p in state.iterdir()) == ["identity.json", "stores"]
+    assert reconcile(state, A, keep="stores") is False and (state / "stores").is_dir()

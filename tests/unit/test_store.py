@@ -31,7 +31,7 @@ ops = st.lists(
 
 
 def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
-    store = PartitionStore(tmp / "a")
+    store = PartitionStore(tmp / "a", counted="entries")
     model, committed = Model(), Model()
     changelog: list[tuple[bytes, bytes | None]] = []
     now = 1_000
@@ -67,15 +67,24 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
                 assert got == model.state(route).get_bytes(name), (route, name)
     store.abandon()
     live = sorted(store.live())
+    # Counted: the routes whose `entries` the committed writes left stored (expired or not).
+    held = {key: value for key, value in changelog}
+    counted = sum(v is not None and k.endswith(b"\xffentries") for k, v in held.items())
+    assert store.count == counted
     store.close()
+    reopened = PartitionStore(tmp / "a", counted="entries")
+    assert reopened.count == counted  # kept across a start
+    reopened.close()
     store_module.RESTORE_BYTES, before = restore_bytes, store_module.RESTORE_BYTES
     try:
-        restored = PartitionStore(tmp / "b")
+        restored = PartitionStore(tmp / "b", counted="entries")
         restored.restore(changelogged(changelog))
+        restored.restored()
     finally:
         store_module.RESTORE_BYTES = before
     assert sorted(restored.live()) == live
     assert restored.changelog_offset == len(changelog) - 1
+    assert restored.count == counted
     restored.close()
 
 
@@ -106,6 +115,25 @@ def test_a_restore_interrupted_between_batches_goes_on_from_the_last_one(tmp_pat
         store_module.RESTORE_BYTES = before
     assert again.time_ms == 10
     assert sorted(again.live()) == sorted((b"r", f"job/{n}", b"x" * 10) for n in range(100))
+
+
+def test_a_changelog_written_without_counts_is_counted_once_restored(tmp_path: Path):
+    uncounted = PartitionStore(tmp_path / "a")  # as a version before counts wrote it
+    uncounted.at(10)
+    for n in range(5):
+        uncounted.state(b"r%d" % n).set_bytes("entries", b"e")
+        uncounted.state(b"r%d" % n).set_bytes(f"job/{n}", b"j")
+    uncounted.state(b"r0").delete("entries")
+    changelog = list(uncounted.changes())
+    assert all(key != store_module.COUNT for key, _ in changelog)
+    restored = PartitionStore(tmp_path / "b", counted="entries")
+    restored.restore(changelogged(changelog))
+    restored.restored()
+    assert restored.count == 4
+    restored.close()
+    reopened = PartitionStore(tmp_path / "b", counted="entries")
+    assert reopened.count == 4  # written: not counted again
+    reopened.close()
 
 
 def test_a_sweep_can_leave_only_local_work_which_a_commit_writes_without_a_changelog_record(
