@@ -38,8 +38,13 @@ ROUTES: dict[str, tuple[Handler, dict[str, Any]]] = {
     "nack": (workers.nack, {"job_id": JOB, "error": {"code": "e", "message": "m"}}),
     "heartbeat": (workers.heartbeat, {"worker_id": "w1", "active_jobs": [JOB]}),
 }
+# What a JSON body can hold: no NaN or infinity, which JSON cannot write.
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
     max_leaves=8,
 )
