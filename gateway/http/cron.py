@@ -23,8 +23,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.dead_letter import PAGE_PARAMS, page_of, pagination
 from gateway.http.errors import ApiError
-from gateway.http.fields import no_body, unknown_fields, unknown_params
-from gateway.http.plumbing import read_json
+from gateway.http.plumbing import no_body, read_json, unknown_fields, unknown_params
 from gateway.sdk.commands import cron_commands
 
 

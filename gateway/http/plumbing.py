@@ -6,7 +6,7 @@ import hmac
 import logging
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 import orjson
@@ -87,10 +87,14 @@ def authorize(request: Request, token: str | None) -> ApiError | None:
     return ApiError(401, errors.UNAUTHORIZED, "send `Authorization: Bearer <token>`")
 
 
+# A name longer than this is cut where it is shown: it is the caller's input.
+_SHOWN_CHARS = 64
+
+
 def unknown_params(request: Request, known: Collection[str]) -> ApiError | None:
     """400 naming each query parameter the route does not take, or one given twice."""
     names = [name for name, _ in request.query_params.multi_items()]
-    unknown = sorted({name for name in names if name not in known})
+    unknown = sorted({_shown(name) for name in names if name not in known})
     if unknown:
         takes = ", ".join(sorted(known)) or "none"
         return ApiError(
@@ -98,7 +102,7 @@ def unknown_params(request: Request, known: Collection[str]) -> ApiError | None:
             f"unknown query parameter {', '.join(map(repr, unknown))}: this route takes {takes}",
             details={"unknown_parameters": unknown},
         )  # fmt: skip
-    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    repeated = sorted(_shown(name) for name, count in Counter(names).items() if count > 1)
     if repeated:
         return ApiError(400, INVALID_REQUEST,
                         f"query parameter {', '.join(map(repr, repeated))} is given more than "
@@ -106,14 +110,16 @@ def unknown_params(request: Request, known: Collection[str]) -> ApiError | None:
     return None
 
 
-def unknown_fields(body: dict[str, Any], known: Collection[str]) -> ApiError | None:
-    """400 naming each field of a request body the route does not take."""
-    unknown = sorted(name for name in body if name not in known)
+def unknown_fields(
+    given: Iterable[str], known: Collection[str], where: str = "the body"
+) -> ApiError | None:
+    """400 naming each field of `where` the route does not take."""
+    unknown = sorted({_shown(name) for name in given if name not in known})
     if not unknown:
         return None
     return ApiError(
         400, INVALID_REQUEST,
-        f"unknown field {', '.join(map(repr, unknown))}: this route takes "
+        f"unknown field {', '.join(map(repr, unknown))} in {where}: this route takes "
         f"{', '.join(sorted(known)) or 'no body'}",
         details={"unknown_fields": unknown},
     )  # fmt: skip
@@ -132,6 +138,10 @@ async def no_body(request: Request, cap: int) -> ApiError | None:
     if isinstance(value, dict):
         return unknown_fields(value, ())  # none for {}
     return ApiError(400, INVALID_REQUEST, "this route takes no body")
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= _SHOWN_CHARS else name[:_SHOWN_CHARS] + "…"
 
 
 def _media_problem(request: Request) -> ApiError | None:

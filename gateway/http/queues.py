@@ -26,7 +26,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.dead_letter import PAGE_PARAMS, page_of, pagination
 from gateway.http.errors import ApiError
-from gateway.http.fields import no_body, unknown_params
+from gateway.http.plumbing import no_body, unknown_params
 from gateway.sdk.commands import queue_commands
 
 QUEUE_SETTLE_S = 2.0

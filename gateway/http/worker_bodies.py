@@ -19,8 +19,7 @@ from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import parse_rfc3339
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
-from gateway.http.fields import unknown_fields
-from gateway.http.plumbing import read_json
+from gateway.http.plumbing import read_json, unknown_fields
 
 MAX_FETCH = 1000
 MAX_FETCH_QUEUES = 1000

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -70,23 +71,31 @@ class Stack:
     http: httpx.Client
 
 
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextmanager
+def running(
+    kafka_bootstrap: str, workdir: Path
+) -> Iterator[tuple[str, Catalogue, HttpSettings, Served, httpx.Client]]:
+    """A processor and one served binding on a fresh namespace, warmed up: its namespace,
+    catalogue, settings, server and a client of it."""
     namespace = f"t{uuid.uuid4().hex[:10]}"
     cat = apply_topics(kafka_bootstrap, namespace)
-    proc = Processor(
-        kafka_bootstrap, namespace, tmp_path_factory.mktemp("http"), "1",
-        "--commit-interval", "0.02",
-    ).start()  # fmt: skip
+    proc = Processor(kafka_bootstrap, namespace, workdir, "1", "--commit-interval", "0.02")
+    proc.start()
     settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60)
     try:
         with Served(settings) as served, httpx.Client(base_url=served.url, timeout=90) as http:
             # The processor takes its partitions a few seconds after it says it is ready.
             warm = http.post("/ojs/v1/jobs", json={"type": "warm.up", "args": []})
             assert warm.status_code == 201, warm.text
-            yield Stack(kafka_bootstrap, namespace, cat, served.url, http)
+            yield namespace, cat, settings, served, http
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running(kafka_bootstrap, tmp_path_factory.mktemp("http")) as (ns, cat, _, served, http):
+        yield Stack(kafka_bootstrap, ns, cat, served.url, http)
 
 
 def job(on_conflict: str = "reject", **args: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.http import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics
-from tests.integration.test_http import Served
+from tests.integration.test_http import Served, running
 
 pytestmark = pytest.mark.kafka
 
@@ -67,20 +67,8 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    namespace = f"t{uuid.uuid4().hex[:10]}"
-    cat = apply_topics(kafka_bootstrap, namespace)
-    proc = Processor(
-        kafka_bootstrap, namespace, tmp_path_factory.mktemp("http-edge"), "1",
-        "--commit-interval", "0.02",
-    ).start()  # fmt: skip
-    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60)
-    try:
-        with Served(settings) as served, httpx.Client(base_url=served.url, timeout=90) as http:
-            warm = http.post("/ojs/v1/jobs", json={"type": "warm.up", "args": []})
-            assert warm.status_code == 201, warm.text
-            yield Stack(kafka_bootstrap, cat.name("requests"), http)
-    finally:
-        proc.stop()
+    with running(kafka_bootstrap, tmp_path_factory.mktemp("http-edge")) as (_, cat, _, _, http):
+        yield Stack(kafka_bootstrap, cat.name("requests"), http)
 
 
 def until(read: Any, done: Any, bound_s: float = 30) -> Any:

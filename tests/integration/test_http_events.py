@@ -20,8 +20,7 @@ import pytest
 
 from gateway.http import HttpSettings, event_feed, events_route
 from gateway.http.event_cursor import parse
-from tests.integration.harness import Processor, apply_topics
-from tests.integration.test_http import Served
+from tests.integration.test_http import Served, running
 from tests.integration.test_serve_workers import _children, _wait_health
 from tests.support import free_port_block
 
@@ -40,20 +39,9 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    namespace = f"t{uuid.uuid4().hex[:10]}"
-    apply_topics(kafka_bootstrap, namespace)
-    proc = Processor(
-        kafka_bootstrap, namespace, tmp_path_factory.mktemp("events"), "1",
-        "--commit-interval", "0.02",
-    ).start()  # fmt: skip
-    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60)
-    try:
-        with Served(settings) as served, httpx.Client(base_url=served.url, timeout=90) as http:
-            warm = http.post("/ojs/v1/jobs", json={"type": "warm.up", "args": []})
-            assert warm.status_code == 201, warm.text
-            yield Env(kafka_bootstrap, namespace, settings, http)
-    finally:
-        proc.stop()
+    workdir = tmp_path_factory.mktemp("events")
+    with running(kafka_bootstrap, workdir) as (namespace, _, settings, _, http):
+        yield Env(kafka_bootstrap, namespace, settings, http)
 
 
 def a_queue() -> str:

@@ -55,7 +55,7 @@ JSON = st.recursive(
 def test_a_field_the_route_does_not_take_is_refused_by_name(route: str, field: str):
     handler, body = ROUTES[route]
     refused = refusal(handler, request({**body, field: 1}))
-    assert repr(field) in refused.message and refused.details["unknown_fields"] == [repr(field)]
+    assert repr(field) in refused.message and refused.details["unknown_fields"] == [field]
 
 
 def test_a_very_long_unknown_field_is_named_cut_short():
@@ -91,7 +91,7 @@ SDK_AND_SUITE_BODIES = [
 
 @pytest.mark.parametrize(("route", "body"), SDK_AND_SUITE_BODIES)
 def test_what_real_clients_send_passes_every_body_check(route: str, body: dict[str, Any]):
-    from gateway.http.fields import unknown_fields
+    from gateway.http.plumbing import unknown_fields
 
     fields = {"fetch": FETCH_FIELDS, "ack": ACK_FIELDS, "nack": NACK_FIELDS,
               "heartbeat": HEARTBEAT_FIELDS}[route]  # fmt: skip
