@@ -207,7 +207,7 @@ def failure_problem(failure: object) -> str | None:
         value = failure.get(name)
         if value is not None and not isinstance(value, kind):
             return f"error.{name} must be {shown}"
-    return None
+    return json_problem(failure, "error")  # its depth and numbers, as for the whole event
 
 
 def is_int(value: object, minimum: int) -> bool:
