@@ -1,4 +1,5 @@
-"""Starlette requests and a binding for calling route handlers directly in unit tests."""
+"""Starlette requests and a binding for calling route handlers directly in unit tests, or a
+route as the app serves it, with the checks its declaration adds (query, body)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from collections.abc import Callable, Coroutine
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 from starlette.requests import Request
+from starlette.routing import Route
 
+from gateway.http import create_app
 from gateway.http.answers import Answer
 from gateway.http.binding import HttpSettings
 from gateway.http.errors import ApiError
@@ -53,8 +57,46 @@ class Untouchable:
         raise AssertionError(f"the route reached for {name} before refusing")
 
 
+async def _live() -> None:
+    return None
+
+
 def refusing_binding() -> Any:
-    return SimpleNamespace(settings=HttpSettings(), view=Untouchable(), client=Untouchable())
+    return SimpleNamespace(
+        settings=HttpSettings(), view=Untouchable(), client=Untouchable(), view_live=_live
+    )
+
+
+def bound(**parts: Any) -> Any:
+    """A binding of `parts` (view, client...) whose view is live."""
+    return SimpleNamespace(settings=HttpSettings(), view_live=_live, **parts)
+
+
+_APP = create_app(HttpSettings())  # for its routes: its lifespan never runs
+
+
+def route(method: str, path: str) -> Handler:
+    """The route the app serves at `path` (a template) for `method`, its declared checks
+    included, called as a handler is: (request, binding, request id) -> answer."""
+    found = [
+        r.endpoint for r in _APP.routes
+        if isinstance(r, Route) and r.path == path and method in (r.methods or ())
+    ]  # fmt: skip
+    if not found:
+        raise LookupError(f"no route {method} {path}")
+    serve = found[0]
+
+    async def handle(req: Request, binding: Any, _: str) -> Answer | ApiError:
+        req.scope["app"] = SimpleNamespace(state=SimpleNamespace(binding=binding))
+        response = await serve(req)
+        body = orjson.loads(response.body)
+        if response.status_code < 400:
+            return Answer(response.status_code, body)
+        error = body["error"]
+        return ApiError(response.status_code, error["code"], error["message"],
+                        error.get("retryable", False), error.get("details") or {})  # fmt: skip
+
+    return handle
 
 
 def call(handler: Handler, req: Request, binding: Any = None) -> Answer | ApiError:

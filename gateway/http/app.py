@@ -39,6 +39,7 @@ from gateway.http import (
     workers,
 )
 from gateway.http.binding import Binding, Handler, HttpSettings
+from gateway.http.dead_letter import PAGE_PARAMS
 from gateway.http.errors import ApiError
 from gateway.http.event_feed import EVENT_PREFIX, WINDOW_PREFIX, EventFeed
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
@@ -117,15 +118,15 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/jobs/{job_id}", ops(jobs.get_job), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", ops(jobs.cancel_job), methods=["DELETE"]),
         # The ops routes (`ops`) refuse a query parameter, or a body, they do not take.
-        Route("/ojs/v1/queues", ops(queues.list_queues, ("limit", "offset")), methods=["GET"]),
+        Route("/ojs/v1/queues", ops(queues.list_queues, PAGE_PARAMS), methods=["GET"]),
         Route("/ojs/v1/queues/{name}/stats", ops(queues.stats), methods=["GET"]),
-        Route("/ojs/v1/queues/{name}/pause", endpoint(queues.pause), methods=["POST"]),
-        Route("/ojs/v1/queues/{name}/resume", endpoint(queues.resume), methods=["POST"]),
-        Route("/ojs/v1/cron", endpoint(cron.list_crons), methods=["GET"]),
-        Route("/ojs/v1/cron", endpoint(cron.register), methods=["POST"]),
-        Route("/ojs/v1/cron/{name}", endpoint(cron.get_cron), methods=["GET"]),
-        Route("/ojs/v1/cron/{name}", endpoint(cron.toggle), methods=["PATCH"]),
-        Route("/ojs/v1/cron/{name}", endpoint(cron.delete), methods=["DELETE"]),
+        Route("/ojs/v1/queues/{name}/pause", ops(queues.pause), methods=["POST"]),
+        Route("/ojs/v1/queues/{name}/resume", ops(queues.resume), methods=["POST"]),
+        Route("/ojs/v1/cron", ops(cron.list_crons, PAGE_PARAMS), methods=["GET"]),
+        Route("/ojs/v1/cron", ops(cron.register, body=True), methods=["POST"]),
+        Route("/ojs/v1/cron/{name}", ops(cron.get_cron), methods=["GET"]),
+        Route("/ojs/v1/cron/{name}", ops(cron.toggle, body=True), methods=["PATCH"]),
+        Route("/ojs/v1/cron/{name}", ops(cron.delete), methods=["DELETE"]),
         Route(
             "/ojs/v1/dead-letter",
             ops(dead_letter.list_dead, dead_letter.LIST_QUERY),
@@ -143,8 +144,8 @@ def create_app(settings: HttpSettings) -> Direct:
         ),
         Route("/ojs/v1/admin/queues", ops(admin.queues, admin_jobs.PAGING), methods=["GET"]),
         Route("/ojs/v1/admin/queues/{name}", ops(admin.queue), methods=["GET"]),
-        Route("/ojs/v1/admin/queues/{name}/pause", endpoint(queues.pause), methods=["POST"]),
-        Route("/ojs/v1/admin/queues/{name}/resume", endpoint(queues.resume), methods=["POST"]),
+        Route("/ojs/v1/admin/queues/{name}/pause", ops(queues.pause), methods=["POST"]),
+        Route("/ojs/v1/admin/queues/{name}/resume", ops(queues.resume), methods=["POST"]),
         Route(
             "/ojs/v1/admin/jobs", ops(admin_jobs.list_jobs, admin_jobs.JOBS_QUERY), methods=["GET"]
         ),
@@ -171,10 +172,10 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
         Route("/ojs/v1/admin/workers", ops(admin.workers, admin_jobs.PAGING), methods=["GET"]),
         Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, admin_jobs.PAGING), methods=["GET"]),
-        Route("/ojs/v1/crons", endpoint(admin.crons), methods=["GET"]),
-        Route("/ojs/v1/crons/{name}", endpoint(admin.cron_detail), methods=["GET"]),
-        Route("/ojs/v1/crons/{name}", endpoint(cron.toggle), methods=["PATCH"]),
-        Route("/ojs/v1/crons/{name}", endpoint(cron.delete), methods=["DELETE"]),
+        Route("/ojs/v1/crons", ops(admin.crons, admin_jobs.PAGING), methods=["GET"]),
+        Route("/ojs/v1/crons/{name}", ops(admin.cron_detail), methods=["GET"]),
+        Route("/ojs/v1/crons/{name}", ops(cron.toggle, body=True), methods=["PATCH"]),
+        Route("/ojs/v1/crons/{name}", ops(cron.delete), methods=["DELETE"]),
     ]
     app = Starlette(
         routes=routes,

@@ -21,15 +21,15 @@ from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.dead_letter import PAGE_PARAMS, page_of, pagination
+from gateway.http.dead_letter import page_of, pagination
 from gateway.http.errors import ApiError
-from gateway.http.plumbing import no_body, read_json, unknown_fields, unknown_params
+from gateway.http.plumbing import read_json, unknown_fields
 from gateway.sdk.commands import cron_commands
 
 
 async def register(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """201 with the cron when it is new, 200 when it replaced one of the same name."""
-    body = unknown_params(request, ()) or await read_json(request, binding.settings.max_body_bytes)
+    body = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
         return body
     cron = definition(body)
@@ -42,7 +42,7 @@ async def register(request: Request, binding: Binding, _: str) -> Answer | ApiEr
 
 
 async def list_crons(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    page = unknown_params(request, PAGE_PARAMS) or page_of(request)
+    page = page_of(request)
     if isinstance(page, ApiError):
         return page
     limit, offset = page
@@ -88,9 +88,6 @@ async def delete(request: Request, binding: Binding, _: str) -> Answer | ApiErro
     name = _name(request)
     if isinstance(name, ApiError):
         return name
-    refused = await no_body(request, binding.settings.max_body_bytes)
-    if refused is not None:
-        return refused
     answer = await _ask(binding, CronCommand("delete", name))
     if isinstance(answer, ApiError):
         return answer
@@ -121,11 +118,11 @@ def _shown(cron: dict[str, Any]) -> dict[str, Any]:
 
 
 def _name(request: Request) -> str | ApiError:
-    """The cron the path names; these routes take no query parameter."""
+    """The cron the path names."""
     name = request.path_params["name"]
     if not is_valid_name(name):
         return ApiError(400, INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
-    return unknown_params(request, ()) or str(name)
+    return str(name)
 
 
 def _not_found(name: str) -> ApiError:

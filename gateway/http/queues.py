@@ -24,9 +24,8 @@ from gateway.core.times import format_rfc3339
 from gateway.http import commands, errors, queue_stats
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.dead_letter import PAGE_PARAMS, page_of, pagination
+from gateway.http.dead_letter import page_of, pagination
 from gateway.http.errors import ApiError
-from gateway.http.plumbing import no_body, unknown_params
 from gateway.sdk.commands import queue_commands
 
 QUEUE_SETTLE_S = 2.0
@@ -44,7 +43,7 @@ async def settled(binding: Binding, queue: str | None = None) -> None:
 async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """Every queue the view has seen a job of, or paused, by name: `status` (active or
     paused), `created_at` (its first job's) and `counts` per state now."""
-    page = unknown_params(request, PAGE_PARAMS) or page_of(request)
+    page = page_of(request)
     if isinstance(page, ApiError):
         return page
     limit, offset = page
@@ -104,9 +103,6 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     name = _name(request)
     if isinstance(name, ApiError):
         return name
-    refused = await no_body(request, binding.settings.max_body_bytes)
-    if refused is not None:
-        return refused
     count = await commands.partitions(binding)
     if isinstance(count, ApiError):
         return count
@@ -135,11 +131,11 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
 
 
 def _name(request: Request) -> str | ApiError:
-    """The queue the path names; these routes take no query parameter."""
+    """The queue the path names."""
     name = request.path_params["name"]
     if not is_valid_queue_name(name):
         return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
-    return unknown_params(request, ()) or str(name)
+    return str(name)
 
 
 def paused_queues(binding: Binding) -> dict[str, dict[str, Any]]:
