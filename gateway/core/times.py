@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
@@ -43,5 +44,10 @@ def format_rfc3339(ms: int) -> str:
     already in the log were accepted under older rules, and the processor
     must never stop on one.
     """
+    if 0 <= ms <= _LAST_MS:  # the usual case, without building a datetime
+        t = time.gmtime(ms // 1000)
+        return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (
+            t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ms % 1000,
+        )  # fmt: skip
     instant = _EPOCH + timedelta(milliseconds=min(max(ms, _FIRST_MS), _LAST_MS))
     return instant.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"
