@@ -46,8 +46,9 @@ def format_rfc3339(ms: int) -> str:
     """
     if 0 <= ms <= _LAST_MS:  # the usual case, without building a datetime
         t = time.gmtime(ms // 1000)
-        return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (
-            t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ms % 1000,
-        )  # fmt: skip
+        return (
+            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ms % 1000:03d}Z"
+        )
     instant = _EPOCH + timedelta(milliseconds=min(max(ms, _FIRST_MS), _LAST_MS))
     return instant.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"

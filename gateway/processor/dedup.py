@@ -74,11 +74,11 @@ from gateway.processor.records import (
     is_tick,
     job_state,
     job_state_tombstone,
-    stored_json,
     refused_command,
     refused_event,
     refused_request,
     request_id,
+    stored_json,
 )
 from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
