@@ -7,8 +7,8 @@ explanations read decision records and the policies they carry.
 """
 
 from gateway.audit.explain import HistoryItem, explain_decision, explain_event, explain_history
+from gateway.audit.findings import Difference, ReplayReport, compare_records
 from gateway.audit.log import LogRecord, in_log_order
-from gateway.audit.replay import Difference, ReplayReport, compare_records
 from gateway.audit.whatif import Flip, FlipReport, replay_under_policy
 
 __all__ = [

@@ -32,14 +32,24 @@ same way (see replay_intake).
 from __future__ import annotations
 
 import base64
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway import wire
+from gateway.audit.findings import (
+    BEFORE_TRAIL,
+    INPUT_GONE,
+    NO_STATE,
+    TOO_LARGE,
+    UNREADABLE,
+    Position,
+    ReplayReport,
+    compare_records,
+    where,
+)
 from gateway.audit.log import LogRecord
 from gateway.audit.trail_store import TrailStore
 from gateway.processor.dedup import Dedup
@@ -49,62 +59,6 @@ from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 from gateway.processor.schedule import Schedule
 from gateway.processor.trail import CHAIN_KEY, HEAD, intact
-
-Position = tuple[str, int, int]  # topic, partition, offset
-
-# Why a record could not be verified.
-BEFORE_TRAIL = "decided before the oldest audit record read (retention, or before --from)"
-INPUT_GONE = "its input record is gone (retention, or before --from)"
-TOO_LARGE = "it read a value too large for its audit record to carry"
-NO_STATE = "its audit record was written before audit records carried their state (< 0.4)"
-UNREADABLE = "its audit record is not JSON"
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    request_id: str
-    source: Position
-    field: str
-    recorded: Any
-    replayed: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """What the audit trail itself shows: missing, altered, reordered or broken."""
-
-    kind: str
-    position: Position  # the audit record that shows it (a requests record: missing)
-    detail: str
-
-
-@dataclass
-class ReplayReport:
-    verified: int = 0  # decided again: identical
-    different: int = 0  # decided again: not identical (listed in differences)
-    rerouted: int = 0  # sent on to be decided elsewhere: their audit is where they landed
-    unverifiable: Counter[str] = field(default_factory=Counter)
-    differences: list[Difference] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    records: int = 0  # input records read
-
-    @property
-    def compared(self) -> int:
-        return self.verified + self.different
-
-    def merge(self, other: ReplayReport, keep: int) -> None:
-        self.verified += other.verified
-        self.different += other.different
-        self.rerouted += other.rerouted
-        self.records += other.records
-        self.unverifiable.update(other.unverifiable)
-        self.differences.extend(other.differences[: max(0, keep - len(self.differences))])
-        self.findings.extend(other.findings[: max(0, keep - len(self.findings))])
-
-    def find(self, kind: str, position: Position, detail: str, keep: int) -> None:
-        if len(self.findings) < keep:
-            self.findings.append(Finding(kind, position, detail))
-        self.unverifiable[f"{kind} audit record"] += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +133,7 @@ class PartitionReplay:
                 self._chain(audit)
                 if self.started:
                     self.report.find("reordered", audit.position, "its input was decided "
-                                     f"before {_where(record.position)}", self.keep)  # fmt: skip
+                                     f"before {where(record.position)}", self.keep)  # fmt: skip
                 else:
                     self.report.unverifiable[INPUT_GONE] += 1
                 audit = next(pending, None)
@@ -198,7 +152,7 @@ class PartitionReplay:
         prev = audit.value.get("prev")
         if last is not None and last.intact and prev != last.value["digest"]:
             self.report.find("missing", audit.position, "the chain has a gap before it: its "
-                             f"prev is not the digest of {_where(last.position)} (a record "
+                             f"prev is not the digest of {where(last.position)} (a record "
                              "missing, or one rewritten)", self.keep)  # fmt: skip
 
     def record(self, record: LogRecord, audit: Audit | None) -> None:
@@ -361,30 +315,6 @@ def replay_intake(
                 report.differences.append(diff)
 
 
-def compare_records(
-    position: Position, recorded: Mapping[str, Any] | None, replayed: Mapping[str, Any] | None
-) -> list[Difference]:
-    """Every top-level field on which two audit records differ; a missing record is one."""
-    request_id = str((recorded or replayed or {}).get("request_id", _where(position)))
-    if recorded is None or replayed is None:
-        return [
-            Difference(request_id, position, "(record)", _outcome(recorded), _outcome(replayed))
-        ]
-    return [
-        Difference(request_id, position, name, recorded.get(name), replayed.get(name))
-        for name in sorted(recorded.keys() | replayed.keys())
-        if recorded.get(name) != replayed.get(name)
-    ]
-
-
-def _outcome(record: Mapping[str, Any] | None) -> str:
-    if record is None:
-        return "none"
-    if "outcome" in record:
-        return f"decision {record.get('outcome')}"
-    return f"audit record ({record.get('kind')})"
-
-
 def _route(text: Any) -> bytes:
     if isinstance(text, dict):
         return base64.b64decode(str(text.get("b64", "")))
@@ -401,7 +331,3 @@ def _raw(value: Any) -> bytes:
 def _prev(audit: Audit) -> bytes | None:
     prev = audit.value.get("prev")
     return None if prev is None else str(prev).encode()
-
-
-def _where(position: Position) -> str:
-    return "{}[{}]@{}".format(*position)

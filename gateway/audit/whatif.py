@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway import wire
+from gateway.audit.findings import Position
 from gateway.audit.jobs import JobBook
 from gateway.audit.log import LogRecord, in_log_order
-from gateway.audit.replay import Position
 from gateway.core import (
     Entry,
     EventOutcome,
@@ -38,8 +38,8 @@ from gateway.core import (
     fingerprint,
 )
 from gateway.core.lifecycle import follow
+from gateway.processor.kinds import Kind, kind_of
 from gateway.processor.parsing import Limits, parse_event_record, parse_limited
-from gateway.processor.records import is_command, is_tick
 
 Recorded = Mapping[Position, Mapping[str, Any]]  # decision records by their source
 
@@ -91,13 +91,14 @@ def replay_under_policy(
     for record in heapq.merge(*by_partition.values(), key=lambda r: r.timestamp_ms):
         for expired in book.expire(record.timestamp_ms):
             _follow(state, expired, record.timestamp_ms, limits)
-        if is_tick(record.source, record.value):
+        kind = kind_of(record.source, record.value)
+        if kind in (Kind.TICK, Kind.ID_REPORT):
             continue
-        if is_command(record.source):
+        if kind is Kind.COMMAND:
             if record.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
                 book.command(record.partition, record.value or b"", record.timestamp_ms)
             continue  # a cron's firings are requests of their own, replayed as such
-        if record.source.is_job_event:
+        if kind is Kind.EVENT:
             _apply(record, state, jobs, book, limits)
             continue
         was = recorded.get(record.position)

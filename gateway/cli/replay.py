@@ -15,8 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gateway import catalogue
 from gateway.audit import FlipReport, LogRecord, ReplayReport, replay_under_policy
+from gateway.audit.findings import Position
 from gateway.audit.kafka import ReadError, count_records, read_topics
-from gateway.audit.replay import Position
 from gateway.audit.stream import default_processes, jobs, records_in, replay_log
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.cli.common import (

@@ -44,11 +44,16 @@ class Commands:
         raw = self._dedup.state_of(source, wire.queue_key(queue)).get_bytes(QUEUE)
         return raw is not None and bool(orjson.loads(raw).get("paused"))
 
-    def on_command(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+    def handle(self, value: bytes | None, key: bytes | None, source: Source, _state: Any) -> bool:
+        """A queue or cron command (the handler of its kind: see dedup.py)."""
         if source.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
             self._on_queue(value, key, source)
         else:
             self._on_cron(value, key, source)
+        return True
+
+    def refused(self, source: Source, error: GatewayError, key: bytes | None) -> list[Output]:
+        return refused_command(source, error, key)
 
     def _refuse(self, source: Source, key: bytes | None, error: GatewayError) -> None:
         for output in refused_command(source, error, key):

@@ -99,15 +99,23 @@ class Ids:
         held = None if job is None else summary(job)
         return id_report(job_id, (route or b"").decode(errors="replace"), held, decided=True)
 
-    def on_report(self, value: bytes | None, state: KeyState) -> None:
+    def handle(
+        self, value: bytes | None, _key: bytes | None, _source: Source, state: KeyState
+    ) -> bool:
         """A route's report, at the id's home (the record is keyed by the id). One no route
         wrote (unreadable) changes nothing; it is counted and logged."""
         report = parse_report(value)
         if isinstance(report, GatewayError):
             self.dedup.metrics.refused_inputs.labels("dedup", report.code).inc()
             log.warning("id report refused", extra={"error": report.message})
-            return
+            return True
         self._apply(state, report.route, report.job, report.decided)
+        return True
+
+    @staticmethod
+    def refused(*_: Any) -> list[Output]:
+        """The gateway's own record: a failed one is kept as a dead letter, not answered."""
+        return []
 
     def _report(
         self, source: Source, job_id: str, route: str, job: Mapping[str, Any] | None, decided: bool

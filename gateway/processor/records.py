@@ -76,16 +76,6 @@ class Output:
     partition: int | None = None
 
 
-def is_command(source: Source) -> bool:
-    """A command about a queue or a cron (wire.QUEUE_COMMAND, wire.CRON_COMMAND)."""
-    return source.headers.get(wire.KIND_HEADER) in (wire.QUEUE_COMMAND, wire.CRON_COMMAND)
-
-
-def is_id_report(source: Source) -> bool:
-    """A route's report to an id's home (`id_report`)."""
-    return source.headers.get(wire.KIND_HEADER) == wire.ID_REPORT
-
-
 def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> Output | None:
     """For a command that asked (reply_to), what became of it: `outcome` (applied or
     invalid), the `error` if invalid, and what the command changed."""
@@ -105,12 +95,6 @@ def refused_command(source: Source, error: GatewayError, key: bytes | None = Non
         source, key, {"outcome": str(EventOutcome.INVALID), "error": error.to_dict()}
     )
     return [] if reply is None else [reply]
-
-
-def is_tick(source: Source, value: bytes | None) -> bool:
-    """A tick: marked so, and empty. A marked record with a value is read as a request
-    (and answered), so that no record with something in it goes unanswered."""
-    return source.headers.get(wire.KIND_HEADER) == wire.TICK and not value
 
 
 def headers_of(raw: Any) -> dict[str, bytes]:

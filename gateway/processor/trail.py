@@ -38,7 +38,8 @@ import orjson
 
 from gateway.core.limits import MAX_RECORD_BYTES
 from gateway.core.times import format_rfc3339
-from gateway.processor.records import Output, Source, is_command, is_id_report, is_tick
+from gateway.processor.kinds import Kind
+from gateway.processor.records import Output, Source
 from gateway.processor.schedule import CRONS, LEASES, TOMBSTONES
 from gateway.processor.total import DELETED, Staged
 
@@ -137,26 +138,13 @@ def state_section(
     }
 
 
-def kind_of(source: Source, value: bytes | None) -> str:
-    """What a record that is no decision was, as its audit record names it."""
-    if is_tick(source, value):
-        return "tick"
-    if is_command(source):
-        return "command"
-    if is_id_report(source):
-        return "id_report"
-    if source.is_job_event:
-        return "event"
-    return "forwarded"  # a request sent on to be decided elsewhere (an id's home, a route)
-
-
 def seal(
     outputs: list[Output],
     staged: Mapping[bytes, Staged],
     head: Staged,
     source: Source,
     key: bytes | None,
-    value: bytes | None,
+    kind: Kind,
     what: Mapping[str, Any] | None,
     due: Sequence[tuple[bytes, str, str]],
     jobs_after: Mapping[str, str | None],
@@ -168,11 +156,12 @@ def seal(
         if output.role == "decisions":
             audit = output
             break
-    kind = b""
+    decided = b""
     if audit is not None:
-        kind = b',"kind":"request"'
+        decided = b',"kind":"request"'
     else:
-        named = kind_of(source, value)
+        # A request that left no decision was sent on to be decided elsewhere.
+        named = "forwarded" if kind is Kind.REQUEST else str(kind)
         wrote = any(k not in UNTRACED and s.writes for k, s in staged.items())
         read = any(k not in UNTRACED and s.reads for k, s in staged.items())
         if not (wrote or (read and named in ANSWERED)):
@@ -192,7 +181,7 @@ def seal(
     section = orjson.dumps(state_section(staged, due, jobs_after, source.timestamp_ms, room))
     prev = head.get_bytes(HEAD)
     body = b"%b%b,\"state\":%b,\"prev\":%b}" % (
-        body[:-1], kind, section, b"null" if prev is None else b'"%b"' % prev,
+        body[:-1], decided, section, b"null" if prev is None else b'"%b"' % prev,
     )  # fmt: skip
     sealed = digest(body).encode()
     audit.value = b'%b%b%b"}' % (body[:-1], DIGEST_FIELD, sealed)

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway.core import INTERNAL
-from gateway.processor import dedup as dedup_module
+from gateway.processor import requests as requests_module
 from gateway.processor.app import emitter
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
@@ -115,7 +115,7 @@ def test_a_failed_handling_sends_only_its_internal_answer_early(
     def boom(*_: Any, **__: Any) -> Any:
         raise RuntimeError("decide failed")
 
-    monkeypatch.setattr(dedup_module, "decide", boom)
+    monkeypatch.setattr(requests_module, "decide", boom)
     processor = Processor()
     key, partition = routed(JOB)
     processor.record(1, JOB, key, partition, **asking(b"c1"))

@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 
 from gateway.audit import LogRecord, replay_under_policy
-from gateway.audit.replay import PartitionReplay, ReplayReport, audits, replay_intake
+from gateway.audit.findings import ReplayReport
+from gateway.audit.replay import PartitionReplay, audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.processor.dedup import Dedup

@@ -23,12 +23,13 @@ from gateway.core.limits import (
     MAX_REQUEST_BYTES,
 )
 from gateway.partitioner import partition_for
-from gateway.processor import dedup as dedup_module
+from gateway.processor import requests as requests_module
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
+from gateway.processor.requests import Requests
 from gateway.processor.router import Router
 from gateway.processor.trail import CHAIN_KEY
 from gateway.wire import CRON_COMMAND, ID_REPORT, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
@@ -240,7 +241,7 @@ def failing_decide(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def boom(*_: Any, **__: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(dedup_module, "decide", boom)
+    monkeypatch.setattr(requests_module, "decide", boom)
     yield
 
 
@@ -269,7 +270,7 @@ def test_a_failed_record_leaves_no_partial_state(monkeypatch: pytest.MonkeyPatch
         raise ValueError("after the entries were written")
 
     # Accepting writes the key's entries first, then the job record: fail in between.
-    monkeypatch.setattr(Dedup, "_record_jobs", fail_after_storing)
+    monkeypatch.setattr(Requests, "_record_jobs", fail_after_storing)
     harness.to_requests(orjson.dumps(JOB), key, {}, partition)
     # Only the audit trail moved on: the failure's own record is in it.
     assert [k for k, _ in harness.store(partition).items] == [CHAIN_KEY]
@@ -283,12 +284,12 @@ def test_a_failed_record_leaves_no_partial_state(monkeypatch: pytest.MonkeyPatch
 def test_an_output_too_large_for_its_topic_is_never_produced(monkeypatch: pytest.MonkeyPatch):
     harness = Harness()
     key, partition = routed(JOB)
-    real = dedup_module.decision_outputs
+    real = requests_module.decision_outputs
 
     def bloated(*args: Any) -> list[Output]:
         return [*real(*args), Output(b"x" * (MAX_RECORD_BYTES + 1), b"k", role="jobs")]
 
-    monkeypatch.setattr(dedup_module, "decision_outputs", bloated)
+    monkeypatch.setattr(requests_module, "decision_outputs", bloated)
     outputs = harness.to_requests(orjson.dumps(JOB), key, {}, partition)
     assert "jobs" not in roles(outputs)
     assert all(record_size(o) <= MAX_RECORD_BYTES for o in outputs)

@@ -14,16 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gateway.audit.findings import BEFORE_TRAIL, INPUT_GONE, ReplayReport
 from gateway.audit.log import LogRecord
-from gateway.audit.replay import (
-    BEFORE_TRAIL,
-    INPUT_GONE,
-    Audit,
-    PartitionReplay,
-    ReplayReport,
-    audits,
-    replay_intake,
-)
+from gateway.audit.replay import Audit, PartitionReplay, audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.processor.parsing import Limits
 from tests import differential_log as recorded

@@ -1,0 +1,93 @@
+"""What a replay finds: its counts, the differences of records decided again, what the
+audit trail itself shows, and why what could not be verified could not."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Position = tuple[str, int, int]  # topic, partition, offset
+
+# Why a record could not be verified.
+BEFORE_TRAIL = "decided before the oldest audit record read (retention, or before --from)"
+INPUT_GONE = "its input record is gone (retention, or before --from)"
+TOO_LARGE = "it read a value too large for its audit record to carry"
+NO_STATE = "its audit record was written before audit records carried their state (< 0.4)"
+UNREADABLE = "its audit record is not JSON"
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    request_id: str
+    source: Position
+    field: str
+    recorded: Any
+    replayed: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What the audit trail itself shows: missing, altered, reordered or broken."""
+
+    kind: str
+    position: Position  # the audit record that shows it (a requests record: missing)
+    detail: str
+
+
+@dataclass
+class ReplayReport:
+    verified: int = 0  # decided again: identical
+    different: int = 0  # decided again: not identical (listed in differences)
+    rerouted: int = 0  # sent on to be decided elsewhere: their audit is where they landed
+    unverifiable: Counter[str] = field(default_factory=Counter)
+    differences: list[Difference] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    records: int = 0  # input records read
+
+    @property
+    def compared(self) -> int:
+        return self.verified + self.different
+
+    def merge(self, other: ReplayReport, keep: int) -> None:
+        self.verified += other.verified
+        self.different += other.different
+        self.rerouted += other.rerouted
+        self.records += other.records
+        self.unverifiable.update(other.unverifiable)
+        self.differences.extend(other.differences[: max(0, keep - len(self.differences))])
+        self.findings.extend(other.findings[: max(0, keep - len(self.findings))])
+
+    def find(self, kind: str, position: Position, detail: str, keep: int) -> None:
+        if len(self.findings) < keep:
+            self.findings.append(Finding(kind, position, detail))
+        self.unverifiable[f"{kind} audit record"] += 1
+
+
+def compare_records(
+    position: Position, recorded: Mapping[str, Any] | None, replayed: Mapping[str, Any] | None
+) -> list[Difference]:
+    """Every top-level field on which two audit records differ; a missing record is one."""
+    request_id = str((recorded or replayed or {}).get("request_id", where(position)))
+    if recorded is None or replayed is None:
+        return [
+            Difference(request_id, position, "(record)", _outcome(recorded), _outcome(replayed))
+        ]
+    return [
+        Difference(request_id, position, name, recorded.get(name), replayed.get(name))
+        for name in sorted(recorded.keys() | replayed.keys())
+        if recorded.get(name) != replayed.get(name)
+    ]
+
+
+def _outcome(record: Mapping[str, Any] | None) -> str:
+    if record is None:
+        return "none"
+    if "outcome" in record:
+        return f"decision {record.get('outcome')}"
+    return f"audit record ({record.get('kind')})"
+
+
+def where(position: Position) -> str:
+    return "{}[{}]@{}".format(*position)

@@ -1,0 +1,67 @@
+"""What event time made due, done before any record of the partition is handled (a tick
+carries nothing else): the one entry through which time acts (schedule.py keeps what
+falls due when).
+
+- LEASES: an active job past its lease or timeout fails as a nack would fail it, a
+  waiting one past its expires_at is discarded (`core.expire_job`);
+- TOMBSTONES: a finished job past its retention leaves `job_states`, and its id's claim
+  learns so;
+- CRONS: a cron whose slot came fires (commands.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from gateway.core import expire_job, job_deadline
+from gateway.core.jobs import job_expires_at
+from gateway.processor.records import Source, job_state_tombstone
+from gateway.processor.schedule import LEASES, TOMBSTONES
+
+if TYPE_CHECKING:
+    from gateway.processor.dedup import Dedup
+
+log = logging.getLogger("gateway.processor")
+
+
+def time_passed(dedup: Dedup, source: Source) -> None:
+    """Everything the record's time made due, in the order the processor has always done it."""
+    _expire_attempts(dedup, source)
+    _tombstone_expired(dedup, source)
+    dedup.commands.fire_due(source)
+
+
+def _expire_attempts(dedup: Dedup, source: Source) -> None:
+    for route, job_id in dedup.take_due(LEASES, source):
+        state = dedup.state_of(source, route.encode())
+        job = dedup.load_job(state, job_id)
+        # A heartbeat, an ack or a new attempt since made the entry stale: the job is judged
+        # as it is now, and only once its own deadline's bucket has ended (so its expiry time
+        # is a function of the job alone: see audit/jobs.py).
+        deadline = None if job is None else job_deadline(job)
+        if job is None or deadline is None or LEASES.seen_at(deadline) > source.timestamp_ms:
+            continue
+        result = expire_job(job, source.timestamp_ms)
+        if result is not None and result.job is not None:
+            dedup.events.follow(result.job, result, state, source)
+            log.info(
+                "job expired",
+                extra={"job_id": job_id, "state": str(result.state),
+                       "error": result.job.get("error"), "source": source.as_dict()},
+            )  # fmt: skip
+
+
+def _tombstone_expired(dedup: Dedup, source: Source) -> None:
+    for route, job_id in dedup.take_due(TOMBSTONES, source):
+        state = dedup.state_of(source, route.encode())
+        job = dedup.load_job(state, job_id)
+        if job is not None:
+            due = job_expires_at(job, dedup.limits.retention_ms)
+            if due is None or due > source.timestamp_ms:
+                continue  # taken again by a new job, or revived: a later entry has it
+            # Expired, though the store's TTL has not hidden it yet: it goes now, so the
+            # record and its tombstone never disagree.
+            dedup.drop_job(state, job_id)
+        dedup.emit(job_state_tombstone(job_id), source)
+        dedup.ids.left(source, job_id, route)

@@ -1,0 +1,112 @@
+"""The handler of job events (the router forwards them onto `requests`, marked so): applied
+by `core.on_key`, the key's entries following the job's new state. `follow` is also how a
+job that time moved (an expired lease, expires_at) is stored (due.py).
+
+A terminal job's record expires from the store by the state's event-time TTL,
+`retention_ms` after it finished, and leaves `job_states` with a tombstone then (due.py);
+a deleted one (job.deleted) at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State
+from gateway.core.jobs import job_route
+from gateway.core.lifecycle import follow, on_key
+from gateway.processor.parsing import parse_event_record
+from gateway.processor.records import (
+    Output,
+    Source,
+    cancellation,
+    event_reply,
+    event_summary,
+    job_state_tombstone,
+    refused_event,
+)
+
+if TYPE_CHECKING:
+    from gateway.processor.dedup import Dedup, KeyState
+
+log = logging.getLogger("gateway.processor")
+Moved = tuple[tuple[Entry, ...], tuple[Entry, ...]]  # a key's entries before and after
+
+
+class Events:
+    def __init__(self, dedup: Dedup) -> None:
+        self.dedup = dedup
+
+    def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
+        """What an event refused before it was applied writes: its reply, if it asked."""
+        return refused_event(source, error)
+
+    def handle(
+        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
+    ) -> bool:
+        dedup = self.dedup
+        event = parse_event_record(value, key)
+        job_id = None if isinstance(event, GatewayError) else event.job_id
+        job = dedup.load_job(state, job_id) if job_id else None
+        keyed = job is not None and isinstance(job.get("unique_key"), str)
+        entries = dedup.load_entries(state) if keyed else ()
+        paused = job is not None and dedup.commands.paused(source, job.get("queue"))
+        result, after = on_key(
+            job, entries, event, source.timestamp_ms, dedup.limits.retention_ms, paused
+        )  # fmt: skip
+        if result.outcome is EventOutcome.APPLIED and result.job is not None:
+            self.follow(result.job, result, state, source, (entries, after) if keyed else None)
+        dedup.what = {"job_id": result.job_id, **event_summary(result)}
+        reply = event_reply(result, route_of(job, event), source)
+        if reply is not None:
+            dedup.emit(reply, source)
+        reason = result.reason or (result.error.code if result.error else "")
+        dedup.metrics.event(str(result.outcome), str(reason))
+        if result.outcome is not EventOutcome.APPLIED:
+            log.info(
+                "job event not applied",
+                extra={
+                    "result": str(result.outcome),
+                    "reason": str(reason),
+                    "error": result.error.message if result.error else None,
+                    "source": source.as_dict(),
+                },
+            )
+        return True
+
+    def follow(
+        self,
+        job: dict[str, Any],
+        result: EventResult,
+        state: KeyState,
+        source: Source,
+        entries: Moved | None = None,
+    ) -> None:
+        """Store the moved job (a deleted one goes, with its tombstone at once); its key's
+        entries follow (`entries`; None: the core moved the job alone, an expiry); a cancel
+        tells the worker."""
+        dedup = self.dedup
+        if result.deleted:
+            # Its id stays claimed until its scheduled tombstone (it was terminal, so one is
+            # scheduled): released now, the id could go to a job under another route that
+            # the scheduled tombstone would then wipe from job_states.
+            dedup.drop_job(state, str(job["id"]))
+            dedup.emit(job_state_tombstone(str(job["id"])), source)
+        else:
+            dedup.put_job(state, job, source)
+        unique_key = job.get("unique_key")
+        if isinstance(unique_key, str):
+            if entries is None:
+                before = dedup.load_entries(state)
+                entries = before, follow(
+                    before, job, result, source.timestamp_ms, dedup.limits.retention_ms
+                )  # fmt: skip
+            dedup.store_entries(state, *entries, source.timestamp_ms)
+        if result.state is State.CANCELLED:
+            dedup.emit(cancellation(job, str(result.previous_state), unique_key), source)
+
+
+def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str | None:
+    if job is not None:
+        return job_route(job)
+    return None if isinstance(event, GatewayError) else event.route

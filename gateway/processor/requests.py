@@ -1,0 +1,161 @@
+"""The handler of requests: decided by `core.decide`, or sent where they must go first.
+
+Routing. A job lives under its route (`wire.route`): its unique_key, else its id. The SDK
+and the router give a job without a policy an id before it reaches `requests` and key it
+by that id, so its requests and events meet in one key's state like a fingerprint's; a
+request with neither that arrives on `requests` anyway is sent back through `intake` to
+get one. A keyed job's client id is claimed at the id's home first (core/ids.py).
+
+Every accepted job is stored in its route's state (`job/<id>`) and written to
+`job_states`, in the same transaction as its decision (dedup.py keeps the records).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gateway import wire
+from gateway.core import Decision, GatewayError, Outcome, Request, decide, stored_job
+from gateway.core.engine import updated_record
+from gateway.core.lifecycle import cancelled_by_replace
+from gateway.partitioner import partition_for
+from gateway.processor.parsing import dialect_of, parse_limited
+from gateway.processor.records import (
+    Output,
+    Source,
+    decision_outputs,
+    refused_request,
+    request_id,
+    stored_json,
+)
+
+if TYPE_CHECKING:
+    from gateway.processor.dedup import Dedup, KeyState
+
+log = logging.getLogger("gateway.processor")
+
+
+class Requests:
+    def __init__(self, dedup: Dedup) -> None:
+        self.dedup = dedup
+
+    def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
+        """What a request refused before it was decided writes: as any invalid decision."""
+        return refused_request(source, error)
+
+    def handle(
+        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
+    ) -> bool:
+        """Decide a request (True), or send it where it must go first (False)."""
+        dedup = self.dedup
+        request = parse_limited(value, dedup.limits)
+        if isinstance(request, Request) and _unclaimed(request, source):
+            home = str(request.envelope.id).encode()
+            if key == home and dedup.ids.home(home) == source.partition:
+                dedup.ids.claim(request, value, source, state)
+            else:
+                again = Output(value or b"", home, "requests", headers=list(source.headers.items()))
+                dedup.emit(again, source)
+            return False
+        if isinstance(request, Request) and self._misrouted(request, key, source.partition):
+            self._reroute(request, value, key, source)
+            return False
+        unique_key = request.unique_key if isinstance(request, Request) else None
+        entries = dedup.load_entries(state) if unique_key else ()
+        known = dedup.ids.known(state, request) if isinstance(request, Request) else None
+        decision = decide(
+            entries, request, source.timestamp_ms, dedup.limits.retention_ms,
+            seed=source.seed, known=known, at_home=dedup.ids.at_home(source.partition),
+        )  # fmt: skip
+        if unique_key:
+            dedup.store_entries(state, entries, decision.entries, source.timestamp_ms)
+        decision = self._existing_in_full(decision, state)
+        raw = request.envelope.raw if isinstance(request, Request) else None
+        dialect = dialect_of(request, value)
+        encoded = None  # the new job's JSON, as the jobs topic gets it
+        for output in decision_outputs(decision, source, request_id(source, raw), dialect):
+            dedup.emit(output, source)
+            if output.role == "jobs":
+                encoded = output.value
+        self._record_jobs(decision, state, source, encoded)
+        dedup.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "decided",
+                extra={"outcome": str(decision.outcome), "unique_key": decision.unique_key},
+            )
+        return True
+
+    def _reroute(
+        self, request: Request, value: bytes | None, key: bytes | None, source: Source
+    ) -> None:
+        """Deciding here could let two copies of one fingerprint be decided on two
+        partitions: keyed by its route, it lands where that route is decided; one without
+        an id goes through the router, which gives it one."""
+        self.dedup.metrics.reroutes.inc()
+        log.warning("request on the wrong partition re-routed", extra={"source": source.as_dict()})
+        route = wire.route(request)
+        headers = list(source.headers.items())
+        again = (
+            Output(value or b"", key, role="intake", headers=headers)
+            if route is None
+            else Output(value or b"", route.encode(), role="requests", headers=headers)
+        )
+        self.dedup.emit(again, source)
+
+    def _existing_in_full(self, decision: Decision, state: KeyState) -> Decision:
+        """The job a duplicate matched, reported as its record holds it (an entry keeps only
+        what deciding needs): an ignored request's caller gets the whole job back."""
+        existing = decision.existing
+        if existing is None or existing.job is not None:
+            return decision
+        record = self.dedup.load_job(state, existing.job_id)
+        if record is None:
+            return decision
+        shown = {k: v for k, v in record.items() if k not in ("route", "partition")}
+        return replace(decision, existing=replace(existing, job=shown))
+
+    def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
+        route = wire.route(request)
+        if route is None:
+            return True  # no key and no id: the router gives it an id to route by
+        wanted = route.encode()
+        return key != wanted or partition_for(wanted, self.dedup.partitions) != partition
+
+    def _record_jobs(
+        self, decision: Decision, state: KeyState, source: Source, encoded: bytes | None
+    ) -> None:
+        """Store and publish the jobs a decision made or moved: a new one (`encoded`: its
+        JSON, whose record is encoded from it), replaced ones cancelled, an updated one
+        (Oban's replace) with its changed fields."""
+        dedup = self.dedup
+        if decision.outcome is Outcome.UPDATED and decision.job is not None:
+            # The stored record keeps what the update does not touch (attempts, stamps).
+            stored = dedup.load_job(state, str(decision.job["id"]))
+            if stored is not None:
+                dedup.put_job(state, updated_record(stored, decision), source)
+                return
+        if decision.job is not None:
+            job_id = str(decision.job["id"])
+            job = stored_job(decision.job, decision.unique_key, source.partition)
+            route = job["route"]
+            dedup.put_job(state, job, source, stored_json(encoded, decision.job, job))
+            if route != job_id and source.header(wire.CLAIMED_ID_HEADER) != job_id:
+                dedup.ids.minted(source, job, route)
+        for entry in decision.cancelled:
+            old = dedup.load_job(state, entry.job_id)
+            cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
+            if cancelled is not None:
+                dedup.put_job(state, cancelled, source)
+
+
+def _unclaimed(request: Request, source: Source) -> bool:
+    """A keyed request with a client id its home has not claimed for it."""
+    job_id = request.envelope.id
+    return (
+        job_id is not None
+        and wire.route(request) != job_id
+        and source.header(wire.CLAIMED_ID_HEADER) != job_id
+    )
