@@ -55,7 +55,7 @@ def explain_record(record: Mapping[str, Any]) -> Explained:
     kind = str(record.get("kind") or ("request" if "outcome" in record else "unknown"))
     if kind == "request":
         return _request(record)
-    what = record.get("what") if isinstance(record.get("what"), Mapping) else {}
+    what = _what(record)
     at = record.get("at") if isinstance(record.get("at"), str) else None
     if kind == "event":
         result = event_result(record)
@@ -128,7 +128,7 @@ def _jobs(record: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
 
 def event_result(record: Mapping[str, Any]) -> EventResult:
     """What an event's record says became of it, as the core's result."""
-    what = record.get("what") if isinstance(record.get("what"), Mapping) else {}
+    what = _what(record)
     job_id = what.get("job_id") if isinstance(what.get("job_id"), str) else None
     before, after = next(((b, a) for j, b, a in _jobs(record) if j == job_id), (None, None))
     raw = what.get("error") if isinstance(what.get("error"), Mapping) else None
@@ -165,6 +165,11 @@ def job_moves(record: Mapping[str, Any]) -> list[str]:
         else:
             lines.append(_moved(result))
     return lines
+
+
+def _what(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    what = record.get("what")
+    return what if isinstance(what, Mapping) else {}
 
 
 def _enum(kind: Any, value: Any) -> Any:

@@ -37,7 +37,7 @@ log = logging.getLogger("gateway.audit")
 
 _BATCH = 1000
 _POLL_S = 0.2
-_TIMEOUT_S = 10.0
+TIMEOUT_S = 10.0
 # How long a partition may give nothing before a catch-up leaves it behind: an open
 # transaction is no reason to wait, the end of a read_committed read is its start.
 STALL_S = 15.0
@@ -67,7 +67,7 @@ def consumer(settings: Mapping[str, Any], reader: bool = False) -> Consumer:
 
 
 def partitions_of(client: Consumer, topic: str) -> list[int]:
-    metadata = client.list_topics(topic, timeout=_TIMEOUT_S)
+    metadata = client.list_topics(topic, timeout=TIMEOUT_S)
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
         raise KafkaException(found.error if found is not None else KafkaError._UNKNOWN_TOPIC)
@@ -108,7 +108,7 @@ def catch_up(client: Consumer, topic: str, index: AuditIndex) -> CaughtUp:
     ends: dict[int, int] = {}
     for partition in partitions_of(client, topic):
         low, high = client.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=_TIMEOUT_S, cached=False
+            TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
         )
         if high > max(stored.get(partition, 0), low):
             ends[partition] = high
@@ -131,7 +131,7 @@ def committed_ends(admin: AdminClient, topic: str, partitions: Iterable[int]) ->
     """The last stable offset of each partition: where a read_committed read ends now."""
     asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
     answers = admin.list_offsets(
-        asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=_TIMEOUT_S
+        asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S
     )
     return {tp.partition: future.result().offset for tp, future in answers.items()}
 
@@ -193,7 +193,7 @@ def read_at(
     starts: dict[int, int] = {}
     for partition in sorted({p for p, _ in positions}):
         low, high = client.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=_TIMEOUT_S, cached=False
+            TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
         )
         starts[partition] = low
         wanted = sorted({o for p, o in positions if p == partition})
@@ -209,12 +209,12 @@ def _read_partition(
     client: Consumer, topic: str, partition: int, wanted: list[int], found: Found,
     clock: Callable[[], float],
 ) -> None:  # fmt: skip
-    i, deadline = 0, clock() + _TIMEOUT_S
+    i, deadline = 0, clock() + TIMEOUT_S
     if wanted:
         client.assign([TopicPartition(topic, partition, wanted[0])])
     while i < len(wanted):
         if clock() > deadline:
-            problem = f"reading {topic} [{partition}] took over {_TIMEOUT_S:.0f}s"
+            problem = f"reading {topic} [{partition}] took over {TIMEOUT_S:.0f}s"
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, problem))
         for msg in client.consume(SEEK_GAP, _POLL_S):
             error, offset = msg.error(), msg.offset()

@@ -48,7 +48,7 @@ def parse_cursor(text: str) -> Position | str:
     """The position a cursor names, or what is wrong with it."""
     match = _CURSOR.fullmatch(text)
     if match is None:
-        return "is not a cursor: a cursor is partition:offset, as a page's next_cursor gives"
+        return "is not partition:offset, as a page's next_cursor gives"
     partition, offset = int(match[1]), int(match[2])
     if partition > _MAX_PARTITION or offset > _MAX_OFFSET:
         return f"names partition {partition}, offset {offset}: beyond Kafka's"
