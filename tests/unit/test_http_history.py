@@ -13,6 +13,7 @@ import pytest
 from gateway.audit import explain_record
 from gateway.audit.index import AuditIndex
 from gateway.http import HttpSettings, create_app, history
+from gateway.http.app import OPENAPI
 from gateway.http.binding import Binding
 from gateway.http.view import JobView
 
@@ -148,3 +149,12 @@ def test_bad_input_is_400_with_a_code_and_message(
 def test_a_key_of_ten_megabytes_is_refused_unread(served: Served):
     status, body = served.raw(PATH.format("k" * 10_000_000))
     assert status == 400 and "longer than 255 bytes" in body["error"]["message"]
+
+
+def test_the_query_parameters_served_are_those_the_document_describes(served: Served):
+    doc = orjson.loads(OPENAPI.read_bytes())
+    listed = [p["name"] for p in doc["paths"][PATH.format("{key}")]["get"]["parameters"]
+              if p.get("in") == "query"]  # fmt: skip
+    assert sorted(listed) == sorted(history.QUERY)
+    for name, value in (("limit", "2"), ("cursor", "1:10")):
+        assert served.get(PATH.format(KEY), **{name: value}).status_code == 200
