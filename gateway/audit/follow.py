@@ -45,12 +45,10 @@ STALL_S = 15.0
 SEEK_GAP = 100
 
 
-def consumer(settings: Mapping[str, Any], reader: bool = False) -> Consumer:
-    """A read_committed consumer of its own; a `reader` prefetches little (it seeks)."""
-    if reader:
-        prefetch = {"queued.min.messages": 100, "max.partition.fetch.bytes": 262144}
-    else:
-        prefetch = {"queued.max.messages.kbytes": 16384}  # bounded, however long the log
+def consumer(settings: Mapping[str, Any]) -> Consumer:
+    """A read_committed consumer of its own that prefetches little: `read_at` seeks away
+    from what it fetched, and a catch-up reads as fast with it (its batches are indexed
+    as they come, so memory holds one batch, never the log)."""
     return Consumer(
         {
             **settings,
@@ -59,9 +57,13 @@ def consumer(settings: Mapping[str, Any], reader: bool = False) -> Consumer:
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            "queued.min.messages": 100,
+            "max.partition.fetch.bytes": 262144,
             # An empty fetch comes back at once: the end of a partition is news here.
-            "fetch.wait.max.ms": 10 if reader else 50,
-            **prefetch,
+            "fetch.wait.max.ms": 10,
+            # A fetcher whose queue is full waits this long (1 s by default) before it
+            # fetches again.
+            "fetch.queue.backoff.ms": 10,
         }
     )
 

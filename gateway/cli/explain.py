@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     except CatalogueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
     settings = reachable_config(args.bootstrap)
-    client = follow.consumer(settings, reader=True)
+    client = follow.consumer(settings)
     try:
         identity = state_identity.current(AdminClient(settings), [topic], LAYOUT)
         index = open_index(args.index or default_index_dir(topic, identity.cluster_id), identity)
