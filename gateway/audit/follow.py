@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from gateway.audit.index import AuditIndex, Position, Read
 log = logging.getLogger("gateway.audit")
 
 _BATCH = 1000
-_POLL_S = 0.2
+_POLL_S = 0.05
 TIMEOUT_S = 10.0
 # How long a partition may give nothing before a catch-up leaves it behind: an open
 # transaction is no reason to wait, the end of a read_committed read is its start.
@@ -184,10 +184,7 @@ Found = dict[Position, bytes | None]
 
 
 def read_at(
-    client: Consumer,
-    topic: str,
-    positions: Sequence[Position],
-    clock: Callable[[], float] = time.monotonic,
+    client: Consumer, topic: str, positions: Sequence[Position]
 ) -> tuple[Found, dict[int, int]]:
     """The records at `positions`, and each partition's first offset (older ones are gone:
     retention). Reads only them, and the records between two that are near each other."""
@@ -202,39 +199,36 @@ def read_at(
         for offset in wanted:
             if not low <= offset < high:
                 found[(partition, offset)] = None
-        present = [o for o in wanted if low <= o < high]
-        _read_partition(client, topic, partition, present, found, clock)
+        _read_partition(client, topic, partition, [o for o in wanted if low <= o < high], found)
     return found, starts
 
 
 def _read_partition(
-    client: Consumer, topic: str, partition: int, wanted: list[int], found: Found,
-    clock: Callable[[], float],
-) -> None:  # fmt: skip
-    i, deadline = 0, clock() + TIMEOUT_S
+    client: Consumer, topic: str, partition: int, wanted: list[int], found: Found
+) -> None:
+    """One message at a time (a batch would wait for more than a key's few records)."""
+    i, deadline = 0, time.monotonic() + TIMEOUT_S
     if wanted:
         client.assign([TopicPartition(topic, partition, wanted[0])])
     while i < len(wanted):
-        if clock() > deadline:
+        if time.monotonic() > deadline:
             problem = f"reading {topic} [{partition}] took over {TIMEOUT_S:.0f}s"
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, problem))
-        for msg in client.consume(SEEK_GAP, _POLL_S):
-            error, offset = msg.error(), msg.offset()
-            if msg.partition() != partition or offset is None:
-                continue
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(error)
-            if error is not None:
-                # The end: what was wanted and not met is not in the log (a committed
-                # record is never skipped, and the index holds committed ones only).
-                for gone in wanted[i:]:
-                    found[(partition, gone)] = None
-                i = len(wanted)
-                break
-            while i < len(wanted) and wanted[i] <= offset:
-                found[(partition, wanted[i])] = msg.value() if wanted[i] == offset else None
-                i += 1
-            if i < len(wanted) and wanted[i] - offset > SEEK_GAP:
-                client.assign([TopicPartition(topic, partition, wanted[i])])
-                break
+        msg = client.poll(_POLL_S)
+        if msg is None or msg.partition() != partition or msg.offset() is None:
+            continue
+        error, offset = msg.error(), msg.offset()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+        if error is not None:
+            # The end: what was wanted and not met is not in the log (a committed
+            # record is never skipped, and the index holds committed ones only).
+            for gone in wanted[i:]:
+                found[(partition, gone)] = None
+            break
+        while i < len(wanted) and wanted[i] <= offset:
+            found[(partition, wanted[i])] = msg.value() if wanted[i] == offset else None
+            i += 1
+        if i < len(wanted) and wanted[i] - offset > SEEK_GAP:
+            client.assign([TopicPartition(topic, partition, wanted[i])])
     client.unassign()
