@@ -2,28 +2,31 @@
 
 `gateway explain` and the history route read one key's records, never the
 whole log. So this index maps every route an audit record names (its
-`state.routes`, the job ids in `state.jobs`; for records written before
-they carried state, their unique_key and job ids) to the record's position
-(partition, offset), and each job id to its unique key, so a job's id finds
-its key's history. It also holds how far it has read each partition, in the
+`state.routes`; for records written before they carried state, their
+unique_key) to the record's position (partition, offset), and each job id it
+names (`state.jobs`, an older record's job ids) to the job's unique key, so a
+job's id finds its key's history; a job without a unique key is a route of
+its own. It also holds how far it has read each partition, in the
 same write batch as the positions that read found: a reader that stops at
 any point resumes there, and the directory deleted is read again from the
 log. Nothing is held in memory: positions live on disk, written a batch of
 records at a time.
 
 Layout:
-    r<route>\\xff<partition:4><offset:8>  -> b""   a route's records, in log order
-    k<job id>                           -> its unique key
-    o<partition:4>                      -> the next offset to read (8 bytes)
-Routes are UTF-8, which never holds 0xff, so no two (route, position) pairs
-share a key (as in processor/store.py). The directory's identity.json ties
-it to the cluster, the topic and this layout (LAYOUT); see `open_index`.
+    r<route digest:16><partition:4><offset:8>  -> b""   a route's records, in log order
+    k<job id>                                 -> its unique key
+    o<partition:4>                            -> the next offset to read (8 bytes)
+A route is named by its blake2b digest: every position takes 29 bytes, whatever
+the route's length, and no two routes share a digest (2^-64 odds for 2^32 routes).
+The directory's identity.json ties it to the cluster, the topic and this layout
+(LAYOUT); see `open_index`.
 
 Pure but for RocksDB: reading Kafka is follow.py's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -48,7 +51,7 @@ Read = tuple[int, int, bytes | None]
 _ROUTE = b"r"
 _KEY_OF = b"k"
 _OFFSET = b"o"
-_SEP = b"\xff"
+_DIGEST = 16
 _POSITION = struct.Struct(">IQ")
 _PARTITION = struct.Struct(">I")
 _NEXT = struct.Struct(">Q")
@@ -58,8 +61,14 @@ MAX_ROUTE_BYTES = MAX_ID_BYTES
 
 
 def named(record: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
-    """The routes an audit record is about, and the unique key of each job it names."""
+    """The routes an audit record is about, and the unique key of each job it names.
+
+    A job with a unique key lives on its key's route, so its id is no route of its own:
+    the id finds the key, the key the records. A job without one is its own route; an
+    event is found by its job's id too (one sent under a key its job does not hold is
+    on no route of that job's)."""
     routes: set[str] = set()
+    jobs: set[str] = set()
     keys: dict[str, str] = {}
     state = record.get("state")
     if isinstance(state, Mapping):
@@ -67,7 +76,7 @@ def named(record: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
         for row in _list(state.get("jobs")):
             if not isinstance(row, list) or not row or not isinstance(row[0], str):
                 continue
-            routes.add(row[0])
+            jobs.add(row[0])
             for job in row[1:3]:
                 key = job.get("unique_key") if isinstance(job, Mapping) else None
                 if isinstance(key, str):
@@ -77,17 +86,17 @@ def named(record: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
         routes.add(what["job_id"])
     # A request's record, of any format: its key, the job it names, the jobs it cancelled.
     unique_key = record.get("unique_key")
-    jobs = [record.get("job_id"), record.get("existing_job_id"),
-            *_list(record.get("cancelled_job_ids"))]  # fmt: skip
-    for job_id in jobs:
+    for job_id in (record.get("job_id"), record.get("existing_job_id"),
+                   *_list(record.get("cancelled_job_ids"))):  # fmt: skip
         if isinstance(job_id, str):
-            routes.add(job_id)
+            jobs.add(job_id)
             if isinstance(unique_key, str):
                 keys[job_id] = unique_key
     if isinstance(unique_key, str):
         routes.add(unique_key)
+    routes.update(jobs - keys.keys())
     fits = {r for r in routes if r and len(r.encode()) <= MAX_ROUTE_BYTES}
-    return fits, {j: k for j, k in keys.items() if j in fits and k in fits}
+    return fits, {j: k for j, k in keys.items() if k in fits and len(j.encode()) <= MAX_ROUTE_BYTES}
 
 
 def _list(value: Any) -> list[Any]:
@@ -95,7 +104,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _route_prefix(route: str) -> bytes:
-    return _ROUTE + route.encode() + _SEP
+    return _ROUTE + hashlib.blake2b(route.encode(), digest_size=_DIGEST).digest()
 
 
 class AuditIndex:

@@ -49,13 +49,16 @@ def event(job_id: str, key: str) -> dict:
     return {"kind": "event", "at": "2026-01-01T00:00:01Z", "key": key, "what": what, "state": state}
 
 
-def test_a_record_names_its_routes_its_jobs_and_each_job_s_key():
-    routes, keys = named(event(JOB, KEY))
-    assert routes == {KEY, QUEUE, JOB} and keys == {JOB: KEY}
+def test_a_record_names_its_routes_and_each_job_s_key():
+    # A job with a unique key is found through its key; an event by its job's id too.
+    assert named(event(JOB, KEY)) == ({KEY, QUEUE, JOB}, {JOB: KEY})
+    assert named(request(JOB, KEY)) == ({KEY}, {JOB: KEY})
+    # A job without a unique key is its own route.
+    assert named(request(JOB, None)) == ({JOB}, {})
     # Written before records carried state: its own fields name the key and the jobs.
     old = {"outcome": "replaced", "unique_key": KEY, "job_id": "new", "existing_job_id": JOB,
            "cancelled_job_ids": [JOB]}  # fmt: skip
-    assert named(old) == ({KEY, "new", JOB}, {"new": KEY, JOB: KEY})
+    assert named(old) == ({KEY}, {"new": KEY, JOB: KEY})
     # Nothing a record could hold makes a route of a name no route can have.
     odd = {"state": {"routes": ["x" * 300, 5, None], "jobs": [["", None, None], "j", [7]]},
            "what": [1], "unique_key": {"no": 1}}  # fmt: skip
@@ -73,7 +76,7 @@ def test_positions_are_kept_per_route_in_log_order_with_the_offsets_read(tmp_pat
     index.add([(3, 8, b"not json"), (3, 9, None), (3, 10, b"[1]")], {3: 11, 1: 0})
     assert list(index.positions(KEY)) == [(3, 2), (3, 7)]
     assert list(index.positions(KEY, (3, 3))) == [(3, 7)]
-    assert list(index.positions(JOB)) == [(3, 2), (3, 7)]
+    assert list(index.positions(JOB)) == [(3, 7)]  # the event; the key holds the rest
     assert list(index.positions("a")) == [] and list(index.positions(KEY[:-1])) == []
     assert index.unique_key(JOB) == KEY and index.unique_key("j") == OTHER
     assert index.unique_key(KEY) is None
