@@ -45,10 +45,12 @@ STALL_S = 15.0
 SEEK_GAP = 100
 
 
-def consumer(settings: Mapping[str, Any]) -> Consumer:
-    """A read_committed consumer of its own that prefetches little: `read_at` seeks away
-    from what it fetched, and a catch-up reads as fast with it (its batches are indexed
-    as they come, so memory holds one batch, never the log)."""
+def consumer(settings: Mapping[str, Any], seeking: bool = False) -> Consumer:
+    """A read_committed consumer of its own. One that reads on (a catch-up, a follower)
+    keeps up to 4 MiB a partition fetched ahead, so reading overlaps indexing; one that
+    is `seeking` (read_at) fetches little, since it leaves most of what it fetched."""
+    ahead = {"queued.min.messages": 100, "max.partition.fetch.bytes": 262144} if seeking else {
+        "queued.min.messages": 20000, "queued.max.messages.kbytes": 4096}  # fmt: skip
     return Consumer(
         {
             **settings,
@@ -57,13 +59,12 @@ def consumer(settings: Mapping[str, Any]) -> Consumer:
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-            "queued.min.messages": 100,
-            "max.partition.fetch.bytes": 262144,
             # An empty fetch comes back at once: the end of a partition is news here.
             "fetch.wait.max.ms": 10,
             # A fetcher whose queue is full waits this long (1 s by default) before it
             # fetches again.
             "fetch.queue.backoff.ms": 10,
+            **ahead,
         }
     )
 

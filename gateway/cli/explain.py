@@ -68,13 +68,14 @@ def run(args: argparse.Namespace) -> int:
     except CatalogueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
     settings = reachable_config(args.bootstrap)
-    client = follow.consumer(settings)
+    # Both made at once, so they reach the brokers together.
+    follower, reader = follow.consumer(settings), follow.consumer(settings, seeking=True)
     try:
         identity = state_identity.current(AdminClient(settings), [topic], LAYOUT)
         index = open_index(args.index or default_index_dir(topic, identity.cluster_id), identity)
         try:
-            caught = follow.catch_up(client, topic, index)
-            return _print(index, client, topic, target, caught, args.bootstrap)
+            caught = follow.catch_up(follower, topic, index)
+            return _print(index, reader, topic, target, caught, args.bootstrap)
         finally:
             index.close()
     except KafkaException as exc:
@@ -83,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
             EXIT_UNAVAILABLE,
         ) from exc
     finally:
-        client.close()
+        follower.close()
+        reader.close()
 
 
 def _print(

@@ -71,7 +71,7 @@ class KeyHistory:
         admin: AdminClient,
     ) -> KeyHistory:  # fmt: skip
         index = open_index(directory, identity)
-        reader = follow.consumer(settings)
+        reader = follow.consumer(settings, seeking=True)
 
         def ends() -> Mapping[int, int]:
             listed = admin.list_topics(topic, timeout=follow.TIMEOUT_S).topics[topic].partitions
