@@ -140,7 +140,6 @@ class Pipeline:
 
     def __init__(self, seed: int = SEED) -> None:
         from gateway import catalogue
-        from gateway.audit.replay import Store
         from gateway.core import GatewayError, parse_request_json
         from gateway.core.times import format_rfc3339
         from gateway.processor.dedup import Dedup
@@ -148,6 +147,7 @@ class Pipeline:
         from gateway.processor.parsing import Limits
         from gateway.processor.records import Source, headers_of
         from gateway.processor.router import Router
+        from tests.memory_store import Store
 
         self.parse: Callable[[bytes], Any] = parse_request_json
         self._error, self.rfc3339 = GatewayError, format_rfc3339

@@ -28,6 +28,16 @@ def payload(value: bytes | None) -> Any:
     return orjson.loads(value)
 
 
+def is_trail(output: Any) -> bool:
+    """An audit record of a record that is no request (processor/trail.py)."""
+    return output.role == "decisions" and b'"kind":"request"' not in (output.value or b"")
+
+
+def without_trail(outputs: Iterable[Any]) -> list[Any]:
+    """The outputs besides such audit records: what a record answers and publishes."""
+    return [o for o in outputs if not is_trail(o)]
+
+
 def free_port_block() -> int:
     """A base port free for a three-node test cluster (base+0..2, base+100..102)."""
     return _block(brokers=3)

@@ -9,7 +9,7 @@ explanations read decision records and the policies they carry.
 
 from gateway.audit.explain import Explained, explain_decision, explain_event, explain_record
 from gateway.audit.log import LogRecord, in_log_order
-from gateway.audit.replay import Difference, ReplayReport, compare_records, replay
+from gateway.audit.replay import Difference, ReplayReport, compare_records
 from gateway.audit.whatif import Flip, FlipReport, replay_under_policy
 
 __all__ = [
@@ -24,6 +24,5 @@ __all__ = [
     "explain_event",
     "explain_record",
     "in_log_order",
-    "replay",
     "replay_under_policy",
 ]

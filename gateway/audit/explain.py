@@ -27,6 +27,7 @@ from gateway.core import (
     State,
     UniquePolicy,
     effective_state,
+    expire_job,
     holds,
     prune,
 )
@@ -60,7 +61,8 @@ def explain_record(record: Mapping[str, Any]) -> Explained:
     if kind == "event":
         result = event_result(record)
         head = f"event {what.get('outcome')} job {what.get('job_id')}"
-        return Explained(kind, at, head, dict(what), [explain_event(result)])
+        told = explain_event(result, _job_before(record, result.job_id))
+        return Explained(kind, at, head, dict(what), [told])
     moves = job_moves(record)
     head = kind if not what else f"{kind} {orjson.dumps(what).decode()}"
     return Explained(kind, at, head, dict(what), moves or ["no job moved"])
@@ -117,20 +119,32 @@ def _cells(state: Mapping[str, Any]) -> list[list[Any]]:
     return [r for r in rows if isinstance(r, list) and len(r) >= 3]
 
 
-def _jobs(record: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """[(job id, its record before, after)] of every job the record wrote."""
+def _jobs(record: Mapping[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    """[(job id, its state before, after)] of every job record the record wrote."""
     state = record.get("state")
     rows = state.get("jobs") if isinstance(state, Mapping) else None
     if not isinstance(rows, list):
         return []
-    return [(str(r[0]), r[1], r[2]) for r in rows if isinstance(r, list) and len(r) == 3]
+    return [
+        (str(r[0]), _text(r[1]), _text(r[2])) for r in rows if isinstance(r, list) and len(r) == 3
+    ]
+
+
+def _job_before(record: Mapping[str, Any], job_id: str | None) -> Mapping[str, Any] | None:
+    """The job's record as the record read it, before it wrote it."""
+    state = record.get("state")
+    for row in _cells(state) if isinstance(state, Mapping) else []:
+        if row[1] == f"job/{job_id}" and isinstance(row[2], Mapping):
+            return row[2]
+    return None
 
 
 def event_result(record: Mapping[str, Any]) -> EventResult:
-    """What an event's record says became of it, as the core's result."""
+    """What an event's record says became of it, as the core's result (the job afterwards
+    is not carried: the record's reason is told from the job before)."""
     what = _what(record)
     job_id = what.get("job_id") if isinstance(what.get("job_id"), str) else None
-    before, after = next(((b, a) for j, b, a in _jobs(record) if j == job_id), (None, None))
+    row = next((r for r in _jobs(record) if r[0] == job_id), None)
     raw = what.get("error") if isinstance(what.get("error"), Mapping) else None
     error = None if raw is None else GatewayError(str(raw.get("code")), str(raw.get("message")))
     outcome = _enum(EventOutcome, what.get("outcome")) or EventOutcome.INVALID
@@ -140,31 +154,34 @@ def event_result(record: Mapping[str, Any]) -> EventResult:
         state=_enum(State, what.get("state")),
         reason=_enum(IgnoredReason, what.get("reason")),
         error=error,
-        job=after if isinstance(after, dict) else before if isinstance(before, dict) else None,
-        deleted=outcome is EventOutcome.APPLIED and before is not None and after is None,
+        deleted=outcome is EventOutcome.APPLIED and row is not None and row[2] is None,
     )  # fmt: skip
 
 
 def job_moves(record: Mapping[str, Any]) -> list[str]:
-    """A line for each job a record other than a request or event moved: an attempt
-    its time ended, a job its retention deleted, a job a command moved."""
+    """A line for each job a record other than a request or an event wrote: an attempt
+    its time ended (told by the core's own rule, `expire_job`, asked of the job as the
+    record read it at the record's time), a job its retention deleted, a job moved."""
     lines = []
-    for job_id, before, after in _jobs(record):
-        was = before.get("state") if isinstance(before, Mapping) else None
-        if not isinstance(after, Mapping):
+    at = _time(record.get("at"))
+    for job_id, was, now in _jobs(record):
+        before = _job_before(record, job_id)
+        if now is None:
             lines.append(f"job {job_id}: `{was}`, deleted: its retention ended")
             continue
-        result = EventResult(
-            EventOutcome.APPLIED, job_id, _enum(State, was), _enum(State, after.get("state")),
-            job=dict(after),
-        )  # fmt: skip
-        error = after.get("error") if isinstance(after.get("error"), Mapping) else None
-        if error is not None and was == State.ACTIVE:
-            moved = _moved(result).removeprefix(f"job {job_id}: ")
+        ended = None if before is None or at is None else expire_job(before, at)
+        if ended is not None and ended.job is not None and str(ended.state) == now:
+            error = ended.job.get("error") or {}
+            moved = _moved(ended, before).removeprefix(f"job {job_id}: ")
             lines.append(f"{error.get('type')} job {job_id}: {moved}: {error.get('message')}")
-        else:
-            lines.append(_moved(result))
+            continue
+        moved = EventResult(EventOutcome.APPLIED, job_id, _enum(State, was), _enum(State, now))
+        lines.append(_moved(moved, before))
     return lines
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _what(record: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -245,12 +262,12 @@ def _show(value: Any) -> str:
     return "(none)" if value is None else orjson.dumps(value).decode()
 
 
-def explain_event(result: EventResult) -> str:
-    """What a job event did to the job, as the processor applied it."""
+def explain_event(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
+    """What a job event did to the job (as it was `before`), as the processor applied it."""
     if result.outcome is EventOutcome.INVALID:
         return f"invalid: {None if result.error is None else result.error.message}"
     if result.outcome is EventOutcome.APPLIED:
-        return _moved(result)
+        return _moved(result, before)
     if result.reason is IgnoredReason.UNKNOWN_JOB:
         return f"ignored: no job {result.job_id} is held under this key"
     if result.outcome is EventOutcome.REFUSED and result.error is not None:
@@ -258,28 +275,36 @@ def explain_event(result: EventResult) -> str:
     return f"ignored: job {result.job_id} is already {result.state}"
 
 
-def _moved(result: EventResult) -> str:
-    """An applied transition, with what it means for the job's next attempt and its key."""
-    job = result.job or {}
+def _moved(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
+    """An applied transition, with what it means for the job's next attempt and its key:
+    from the job afterwards where it is known (`result.job`), else from the job before."""
+    after, was = result.job or {}, before or {}
     head = f"job {result.job_id}: {result.previous_state} → {result.state}"
+    attempt = after.get("attempt", was.get("attempt"))
     if result.deleted:
         return f"job {result.job_id}: {result.previous_state}, deleted: its key is released"
     if result.state is State.ACTIVE and result.previous_state is State.ACTIVE:
-        return f"job {result.job_id}: heartbeat, lease until {job.get('lease_expires_at')}"
+        return f"job {result.job_id}: heartbeat, its lease renewed"
     if result.state is State.ACTIVE:
-        return f"{head} (attempt {job.get('attempt')}, lease until {job.get('lease_expires_at')})"
+        return f"{head} (a worker took it)"
     if result.state is State.RETRYABLE:
-        return f"{head} (attempt {job.get('attempt')} failed; next attempt at " + (
-            f"{job.get('next_attempt_at')})"
-        )
+        then = f"; next attempt at {after['next_attempt_at']}" if "next_attempt_at" in after else ""
+        return f"{head} (attempt {attempt} failed{then})"
     if result.state is State.DISCARDED and result.previous_state is State.ACTIVE:
-        error = job.get("error") or {}
+        error = after.get("error") or {}
+        limit = int(was.get("max_attempts") or after.get("max_attempts") or 1)
         why = "attempts exhausted"
         if error.get("retryable") is False:
             why = "the error is not retryable"
-        elif int(job.get("attempt") or 0) < int(job.get("max_attempts") or 1):
-            why = f"the error type {error.get('type')} is not retried"
-        return f"{head} ({why}: the job is discarded and releases the key)"
+        elif int(attempt or 0) < limit:
+            why = (
+                f"the error type {error.get('type')} is not retried"
+                if error
+                else ("its error is not retried")
+            )
+        return f"{head} (attempt {attempt} of {limit} failed, {why}: the job is discarded " + (
+            "and releases the key)"
+        )
     return head
 
 

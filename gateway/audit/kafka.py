@@ -1,4 +1,5 @@
-"""The edge: read committed records of some topics, from the start to the end seen at start.
+"""The edge: read committed records of some topics, from the start to the end seen at start,
+all at once (`read_topics`) or one partition as it streams past (`stream`).
 
 A read_committed consumer of its own (no group offsets committed) reads every
 partition from its first offset up to the high watermark captured before
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -91,7 +92,68 @@ def read_topics(
         consumer.close()
 
 
-def _consumer(client_config: dict[str, str]) -> Consumer:
+def partition_bounds(client_config: dict[str, str], topic: str) -> dict[int, tuple[int, int]]:
+    """Each partition of `topic`: (first offset kept, end offset), as of now."""
+    consumer = _consumer(client_config)
+    try:
+        return {tp.partition: (low, high) for tp, low, high in _bounds(consumer, [topic])}
+    finally:
+        consumer.close()
+
+
+def offset_at(client_config: dict[str, str], topic: str, partition: int, time_ms: int) -> int:
+    """The first offset of the partition whose record is at or after `time_ms` (the end
+    offset when none is)."""
+    consumer = _consumer(client_config)
+    try:
+        [found] = consumer.offsets_for_times([TopicPartition(topic, partition, time_ms)], 10)
+        if found.offset >= 0:
+            return int(found.offset)
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1])
+    except KafkaException as exc:
+        raise ReadError(f"cannot read {topic}: {exc.args[0].str()}") from exc
+    finally:
+        consumer.close()
+
+
+def stream(
+    client_config: dict[str, str], topic: str, partition: int, start: int, end: int
+) -> Iterator[LogRecord]:
+    """The committed records of one partition from `start` up to `end`, in offset order, as
+    they arrive: a consumer of its own, whose prefetch is bounded."""
+    if start >= end:
+        return
+    consumer = _consumer(client_config, {"queued.max.messages.kbytes": "16384"})
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        last_progress = time.monotonic()
+        while True:
+            messages = consumer.consume(500, timeout=0.5)
+            if not messages and time.monotonic() - last_progress > STALL_S:
+                raise ReadError(
+                    f"{topic} partition {partition} could not be read up to offset {end} in "
+                    f"{STALL_S:.0f}s (a transaction left open?)"
+                )
+            for msg in messages:
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise ReadError(f"reading {topic}: {err.str()}")
+                offset = msg.offset()
+                if err is None and offset < end:
+                    last_progress = time.monotonic()
+                    _, timestamp = msg.timestamp()
+                    yield LogRecord(topic, partition, offset, timestamp, msg.key(), msg.value(),
+                                    headers_of(msg.headers()))  # fmt: skip
+                    offset += 1
+                if offset >= end:
+                    return
+    except KafkaException as exc:
+        raise ReadError(f"cannot read {topic}: {exc.args[0].str()}") from exc
+    finally:
+        consumer.close()
+
+
+def _consumer(client_config: dict[str, str], more: dict[str, str] | None = None) -> Consumer:
     return Consumer(
         {
             **client_config,
@@ -100,6 +162,7 @@ def _consumer(client_config: dict[str, str]) -> Consumer:
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            **(more or {}),
         }
     )
 

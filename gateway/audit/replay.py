@@ -1,39 +1,63 @@
-"""Replay the committed input log through the processor's own per-record code.
+"""Replay one partition's log through the processor's own per-record code, checked against
+its audit trail, record by record, as it streams past.
 
-Each partition's `requests` records (requests, and the job events the router
-forwarded there) run in offset order, the order the live processor handles
-them, through `Dedup` (which calls `core.decide` / `core.on_key`, and
-`core.expire_job` as ticks and other records move time on) over a fresh
-in-memory state; `intake` records run through `Router`. Every decision record so produced is
-compared, field by field, with the one recorded on `decisions` for the same
-source topic/partition/offset. Same seed, same record timestamps, same limits:
-a faithful log replays to identical records.
+Each `requests` record runs, in offset order, through `Dedup` (which calls the core) over
+a `TrailStore`. Before it runs, the state its audit record says it was decided from (its
+`state.before`, processor/trail.py) fills every value the replay has not seen yet: so a
+window of the log whose start is gone replays like the whole log, each key starting from
+the state its first surviving record carries. A value the replay already holds is
+compared instead: the state a record was decided from must be the state the records
+before it left. Then the audit record the replay writes is compared with the recorded
+one, byte for byte, and field by field when they differ.
 
-A request the processor re-routed (wrong key or partition) has no decision at
-its `requests` offset; `Dedup` re-routes it here too, and it is counted, not
-compared: its decision is the one of the re-published record.
+What the trail itself shows is reported by position, apart from different decisions:
+- altered: an audit record whose digest does not match its bytes;
+- missing: a record of the log that left no audit record, or a gap in the chain (`prev`
+  is not the digest of the record before it);
+- reordered: audit records out of their inputs' order;
+- broken: the state a record was decided from is not what the records before it left,
+  with no missing or altered record to account for it.
+After a missing or altered record, the routes it touched are taken afresh from the next
+audit records that read them: the consequence is not reported a second time.
+
+What cannot be verified is counted, by reason, never skipped silently: records decided
+before the oldest audit record kept, audit records whose input is gone, records that
+read a value too large for their audit record to carry, and records written before audit
+records carried their state.
+
+`intake` records run through the stateless `Router` and what it decided is compared the
+same way (see replay_intake).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import base64
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import orjson
 
 from gateway import wire
-from gateway.audit.log import LogRecord, in_log_order
+from gateway.audit.log import LogRecord
+from gateway.audit.trail_store import TrailStore
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
+from gateway.processor.schedule import Schedule
+from gateway.processor.trail import CHAIN_KEY, HEAD, intact
 
-Position = tuple[str, int, int]  # topic, partition, offset of the request record
-Recorded = Mapping[Position, Mapping[str, Any]]
+Position = tuple[str, int, int]  # topic, partition, offset
+
+# Why a record could not be verified.
+BEFORE_TRAIL = "decided before the oldest audit record read (retention, or before --from)"
+INPUT_GONE = "its input record is gone (retention, or before --from)"
+TOO_LARGE = "it read a value too large for its audit record to carry"
+NO_STATE = "its audit record was written before audit records carried their state (< 0.4)"
+UNREADABLE = "its audit record is not JSON"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,118 +69,280 @@ class Difference:
     replayed: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What the audit trail itself shows: missing, altered, reordered or broken."""
+
+    kind: str
+    position: Position  # the audit record that shows it (a requests record: missing)
+    detail: str
+
+
 @dataclass
 class ReplayReport:
-    compared: int = 0
-    identical: int = 0
-    rerouted: int = 0
+    verified: int = 0  # decided again: identical
+    different: int = 0  # decided again: not identical (listed in differences)
+    rerouted: int = 0  # sent on to be decided elsewhere: their audit is where they landed
+    unverifiable: Counter[str] = field(default_factory=Counter)
     differences: list[Difference] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    records: int = 0  # input records read
 
     @property
-    def different(self) -> int:
-        return self.compared - self.identical
+    def compared(self) -> int:
+        return self.verified + self.different
 
+    def merge(self, other: ReplayReport, keep: int) -> None:
+        self.verified += other.verified
+        self.different += other.different
+        self.rerouted += other.rerouted
+        self.records += other.records
+        self.unverifiable.update(other.unverifiable)
+        self.differences.extend(other.differences[: max(0, keep - len(self.differences))])
+        self.findings.extend(other.findings[: max(0, keep - len(self.findings))])
 
-class Store:
-    """One partition's store, in memory, with the store's event-time expiry: a value set
-    with a ttl reads as gone once the partition's time reaches its stamp."""
-
-    def __init__(self) -> None:
-        self.items: dict[tuple[bytes, str], tuple[bytes, int | None]] = {}
-        self.now_ms = 0
-        self.high_water_ms = 0
-
-    def at(self, timestamp_ms: int) -> None:
-        """Before each record: its time stamps writes, and moves the partition's time on."""
-        self.now_ms = timestamp_ms
-        self.high_water_ms = max(self.high_water_ms, timestamp_ms)
-
-    def state(self, key: bytes) -> KeyState:
-        return KeyState(self, key)
+    def find(self, kind: str, position: Position, detail: str, keep: int) -> None:
+        if len(self.findings) < keep:
+            self.findings.append(Finding(kind, position, detail))
+        self.unverifiable[f"{kind} audit record"] += 1
 
 
 @dataclass(frozen=True, slots=True)
-class KeyState:
-    """One key's state, with the calls the processor makes on it."""
+class Audit:
+    """One recorded audit record, where it is, and whether its bytes match its digest."""
 
-    store: Store
-    key: bytes
+    position: Position
+    raw: bytes
+    value: Mapping[str, Any]
+    intact: bool
 
-    def get_bytes(self, name: str) -> bytes | None:
-        value, stamp = self.store.items.get((self.key, name), (None, None))
-        if stamp is not None and stamp <= self.store.high_water_ms:
-            return None
-        return value
-
-    def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
-        stamp = None if ttl is None else self.store.now_ms + ttl // timedelta(milliseconds=1)
-        self.store.items[(self.key, name)] = (value, stamp)
-
-    def delete(self, name: str) -> None:
-        self.store.items.pop((self.key, name), None)
+    @property
+    def source(self) -> Position:
+        s = self.value.get("source") or {}
+        return (str(s.get("topic")), int(s.get("partition", -1)), int(s.get("offset", -1)))
 
 
-def replay(
-    intake: Sequence[LogRecord],
-    requests: Sequence[LogRecord],
-    recorded: Recorded,
-    partitions: int,
-    limits: Limits,
-    compare_from_ms: int | None = None,
-) -> ReplayReport:
-    """Replay the input topics and compare with `recorded` (decision records by source).
-
-    Each sequence holds one topic's records.
-    `compare_from_ms` leaves earlier decisions out of the comparison; they are
-    still replayed, since later ones depend on the state they built.
-    """
-    replayed: dict[Position, dict[str, Any]] = {}
-    rerouted: list[Position] = []
-
-    def emit(output: Output, source: Source) -> None:
-        position = (source.topic, source.partition, source.offset)
-        if output.role == "decisions" and output.value is not None:
-            replayed[position] = orjson.loads(output.value)
-
-    def emit_dedup(output: Output, source: Source) -> None:
-        emit(output, source)
-        # Sent to be decided elsewhere; a report to an id's home is no request.
-        report = (wire.KIND_HEADER, wire.ID_REPORT) in (output.headers or [])
-        if output.role in ("intake", "requests") and not report:
-            rerouted.append((source.topic, source.partition, source.offset))
-
-    metrics = Metrics()
-    router = Router(emit, metrics, limits)
-    for record in intake:
-        router.on_record(record.value, record.key, record.source)
-
-    stores: dict[int, Store] = defaultdict(Store)
-    dedup = Dedup(
-        partitions, emit_dedup, metrics, limits,
-        lambda source, key: stores[source.partition].state(key),
-    )  # fmt: skip
-    for record in in_log_order(requests):
-        store = stores[record.partition]
-        store.at(record.timestamp_ms)
-        dedup.on_record(record.value, record.key, record.source, store.state(record.key or b""))
-
-    report = ReplayReport(rerouted=len(rerouted))
-    times = {r.position: r.timestamp_ms for rs in (intake, requests) for r in rs}
-    for position in sorted(replayed.keys() | recorded.keys()):
-        if compare_from_ms is not None and times.get(position, compare_from_ms) < compare_from_ms:
+def audits(records: Iterable[LogRecord], report: ReplayReport) -> Iterator[Audit]:
+    """A partition of `decisions`, read as audit records (one that is not JSON is counted)."""
+    for record in records:
+        try:
+            value = orjson.loads(record.value or b"")
+            if not isinstance(value, dict):
+                raise ValueError("not an object")
+        except (orjson.JSONDecodeError, ValueError):
+            report.unverifiable[UNREADABLE] += 1
             continue
-        diffs = compare_records(position, recorded.get(position), replayed.get(position))
-        report.compared += 1
-        report.identical += not diffs
-        report.differences.extend(diffs)
-    return report
+        yield Audit(record.position, record.value or b"", value, intact(record.value or b""))
+
+
+class PartitionReplay:
+    """Replays one partition of `requests` beside its audit trail."""
+
+    def __init__(
+        self, partitions: int, limits: Limits, store: TrailStore, report: ReplayReport,
+        keep: int = 1_000,
+    ) -> None:  # fmt: skip
+        self.store = store
+        self.report = report
+        self.keep = keep
+        self.started = False  # an audit record with its state has been read
+        self.tainted: set[bytes] = set()  # routes a missing or altered record touched
+        self.last: Audit | None = None  # the previous audit record of the chain
+        self._out: list[Output] = []
+        self.dedup = WindowDedup(
+            partitions, lambda output, _: self._out.append(output), Metrics(), limits,
+            lambda _, key: store.state(key),
+        )  # fmt: skip
+
+    def run(self, records: Iterable[LogRecord], trail: Iterable[Audit]) -> None:
+        """The partition's requests records beside their audit records, both in log order.
+        From the log's first offset, nothing came before: every record is checked."""
+        pending = iter(trail)
+        audit = next(pending, None)
+        for record in records:
+            self.report.records += 1
+            self.started = self.started or record.offset == 0
+            while audit is not None and audit.source[2] < record.offset:
+                self._chain(audit)
+                if self.started:
+                    self.report.find("reordered", audit.position, "its input was decided "
+                                     f"before {_where(record.position)}", self.keep)  # fmt: skip
+                else:
+                    self.report.unverifiable[INPUT_GONE] += 1
+                audit = next(pending, None)
+            if audit is not None and audit.source[2] == record.offset:
+                self._chain(audit)
+                self.record(record, audit)
+                audit = next(pending, None)
+            else:
+                self.record(record, None)
+
+    def _chain(self, audit: Audit) -> None:
+        """Its digest matches its bytes, and its `prev` the record before it."""
+        last, self.last = self.last, audit
+        if not audit.intact:
+            return  # reported as altered when its record is replayed
+        prev = audit.value.get("prev")
+        if last is not None and last.intact and prev != last.value["digest"]:
+            self.report.find("missing", audit.position, "the chain has a gap before it: its "
+                             f"prev is not the digest of {_where(last.position)} (a record "
+                             "missing, or one rewritten)", self.keep)  # fmt: skip
+
+    def record(self, record: LogRecord, audit: Audit | None) -> None:
+        source = record.source
+        self.store.at(record.timestamp_ms)
+        if audit is not None and "digest" not in audit.value:
+            self.report.unverifiable[NO_STATE] += 1
+            return
+        if audit is not None and not audit.intact:
+            self.report.find("altered", audit.position, "its bytes do not match its digest",
+                             self.keep)  # fmt: skip
+            self._taint(audit)
+            self._replayed(record)  # its writes are not checked: its routes start afresh
+            return
+        if audit is None and not self.started:
+            self.report.unverifiable[BEFORE_TRAIL] += 1
+            return
+        seeded = True
+        if audit is not None:
+            self.started = True
+            seeded = self._seed(source, audit)
+        replayed = self._replayed(record)
+        if audit is None:
+            if replayed is not None:
+                self.report.find("missing", record.position, "it was decided, and left no "
+                                 "audit record", self.keep)  # fmt: skip
+                self._taint_written(replayed)
+            elif self._rerouted():
+                self.report.rerouted += 1
+            return
+        if not seeded:
+            self.report.unverifiable[TOO_LARGE] += 1
+            self._taint(audit)
+            return
+        self._compare(source, audit, replayed)
+
+    def _seed(self, source: Source, audit: Audit) -> bool:
+        """Fill what the replay has not seen from the audit record's state before; check
+        what it has. False: a value it needs was too large to carry."""
+        complete = True
+        for route_text, name, value, stamp in audit.value["state"]["before"]:
+            route = _route(route_text)
+            state = self.store.state(route)
+            if isinstance(value, dict) and "digest" in value:
+                complete = complete and state.known(name)
+                continue
+            raw = None if value is None else _raw(value)
+            if state.known(name):
+                if state.get_stamped(name) == (raw, stamp) or route in self.tainted:
+                    state.put_stamped(name, raw, stamp)
+                    continue
+                self.report.find("broken", audit.position, f"the state of {route_text!r} "
+                                 f"({name}) it was decided from is not what the records "
+                                 "before it left", self.keep)  # fmt: skip
+            state.put_stamped(name, raw, stamp)
+            if raw is not None:
+                self.dedup.seeded(source, lambda _, key: self.store.state(key), name, raw)
+        self.tainted.difference_update(_route(r) for r in audit.value["state"]["routes"])
+        self.store.state(CHAIN_KEY).put_stamped(HEAD, _prev(audit), None)
+        self.dedup.recorded_due = [
+            (_route(schedule), route, item) for schedule, route, item in audit.value["state"]["due"]
+        ]
+        return complete
+
+    def _replayed(self, record: LogRecord) -> Output | None:
+        """Run the record; its audit record, if it wrote one."""
+        self._out.clear()
+        state = self.store.state(record.key or b"")
+        self.dedup.on_record(record.value, record.key, record.source, state)
+        self.dedup.recorded_due = []
+        return next((o for o in self._out if o.role == "decisions"), None)
+
+    def _rerouted(self) -> bool:
+        report = (wire.KIND_HEADER, wire.ID_REPORT)
+        return any(
+            o.role in ("intake", "requests") and report not in (o.headers or []) for o in self._out
+        )
+
+    def _compare(self, source: Source, audit: Audit, replayed: Output | None) -> None:
+        if replayed is not None and replayed.value == audit.raw:
+            self.report.verified += 1
+            return
+        self.report.different += 1
+        theirs = None if replayed is None else orjson.loads(replayed.value or b"")
+        position = (source.topic, source.partition, source.offset)
+        for diff in compare_records(position, audit.value, theirs):
+            if len(self.report.differences) < self.keep:
+                self.report.differences.append(diff)
+
+    def _taint(self, audit: Audit) -> None:
+        state = audit.value.get("state")
+        routes = state.get("routes") if isinstance(state, dict) else None
+        for route in routes if isinstance(routes, list) else []:
+            self.tainted.add(_route(route))
+
+    def _taint_written(self, replayed: Output) -> None:
+        self._taint(Audit(("", 0, 0), b"", orjson.loads(replayed.value or b"{}"), True))
+
+
+class WindowDedup(Dedup):
+    """The processor's Dedup, whose schedules may have begun before the window: what a
+    record's audit record says its time made due is due here too, first and in its order,
+    beside anything due on the replay's own schedules (a job it knows whose time came), so
+    that a due item the processor missed shows as a difference. Taking an item is asking
+    the core about the job as it is now, so an item taken twice does nothing twice."""
+
+    recorded_due: list[tuple[bytes, str, str]] = []
+
+    def take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:
+        own = super().take_due(schedule, source)
+        recorded = [(route, item) for key, route, item in self.recorded_due if key == schedule.key]
+        if not recorded:
+            return own
+        self._due[len(self._due) - len(own) :] = []
+        taken = [*recorded, *(x for x in own if x not in recorded)]
+        self._due.extend((schedule.key, route, item) for route, item in taken)
+        return taken
+
+
+def replay_intake(
+    records: Iterable[LogRecord], trail: Iterable[Audit], limits: Limits, report: ReplayReport,
+    keep: int = 1_000,
+) -> None:  # fmt: skip
+    """The router decides what it refuses at intake (it keeps no state): each such decision
+    again, compared with the one recorded for the same intake record."""
+    out: list[Output] = []
+    router = Router(lambda output, _: out.append(output), Metrics(), limits)
+    pending = iter(trail)
+    audit = next(pending, None)
+    for record in records:
+        report.records += 1
+        while audit is not None and audit.source[2] < record.offset:
+            report.unverifiable[INPUT_GONE] += 1
+            audit = next(pending, None)
+        out.clear()
+        router.on_record(record.value, record.key, record.source)
+        replayed = next((o for o in out if o.role == "decisions"), None)
+        recorded = audit if audit is not None and audit.source[2] == record.offset else None
+        if recorded is not None:
+            audit = next(pending, None)
+        if replayed is None and recorded is None:
+            continue
+        if replayed is not None and recorded is not None and replayed.value == recorded.raw:
+            report.verified += 1
+            continue
+        report.different += 1
+        theirs = None if replayed is None else orjson.loads(replayed.value or b"")
+        for diff in compare_records(record.position, recorded and recorded.value, theirs):
+            if len(report.differences) < keep:
+                report.differences.append(diff)
 
 
 def compare_records(
     position: Position, recorded: Mapping[str, Any] | None, replayed: Mapping[str, Any] | None
 ) -> list[Difference]:
-    """Every top-level field on which two decision records differ; a missing record is one."""
-    request_id = str((recorded or replayed or {}).get("request_id", "/".join(map(str, position))))
+    """Every top-level field on which two audit records differ; a missing record is one."""
+    request_id = str((recorded or replayed or {}).get("request_id", _where(position)))
     if recorded is None or replayed is None:
         return [
             Difference(request_id, position, "(record)", _outcome(recorded), _outcome(replayed))
@@ -169,4 +355,30 @@ def compare_records(
 
 
 def _outcome(record: Mapping[str, Any] | None) -> str:
-    return "none" if record is None else f"decision {record.get('outcome')}"
+    if record is None:
+        return "none"
+    if "outcome" in record:
+        return f"decision {record.get('outcome')}"
+    return f"audit record ({record.get('kind')})"
+
+
+def _route(text: Any) -> bytes:
+    if isinstance(text, dict):
+        return base64.b64decode(str(text.get("b64", "")))
+    return str(text).encode()
+
+
+def _raw(value: Any) -> bytes:
+    """A value as the store held it: the JSON the audit record carried, or its bytes."""
+    if isinstance(value, dict) and set(value) == {"b64"}:
+        return base64.b64decode(str(value["b64"]))
+    return orjson.dumps(value)
+
+
+def _prev(audit: Audit) -> bytes | None:
+    prev = audit.value.get("prev")
+    return None if prev is None else str(prev).encode()
+
+
+def _where(position: Position) -> str:
+    return "{}[{}]@{}".format(*position)

@@ -21,11 +21,12 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gateway import wire
 from gateway.audit.jobs import JobBook
 from gateway.audit.log import LogRecord, in_log_order
-from gateway.audit.replay import Position, Recorded
+from gateway.audit.replay import Position
 from gateway.core import (
     Entry,
     EventOutcome,
@@ -39,6 +40,8 @@ from gateway.core import (
 from gateway.core.lifecycle import follow
 from gateway.processor.parsing import Limits, parse_event_record, parse_limited
 from gateway.processor.records import is_command, is_tick
+
+Recorded = Mapping[Position, Mapping[str, Any]]  # decision records by their source
 
 
 @dataclass(frozen=True, slots=True)

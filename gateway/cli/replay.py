@@ -14,9 +14,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from gateway import catalogue
-from gateway.audit import FlipReport, LogRecord, ReplayReport, replay, replay_under_policy
+from gateway.audit import FlipReport, LogRecord, ReplayReport, replay_under_policy
 from gateway.audit.kafka import ReadError, count_records, read_topics
 from gateway.audit.replay import Position
+from gateway.audit.stream import default_processes, jobs, records_in, replay_log
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.cli.common import (
     EXIT_INVALID,
@@ -39,19 +40,35 @@ def register(sub: argparse._SubParsersAction) -> None:
         "replay",
         help="replay the committed log through the core and compare with the recorded decisions",
         description=(
-            "Read the committed intake and requests records (job events included), "
-            "decide them again over a fresh state in the order the processor did, and "
-            "compare each decision with the one recorded for the same source record. "
-            "Exits 1 when any differs. "
-            "With --policy, decide every request under that policy instead and report which "
-            "outcomes would flip."
+            "Stream the committed requests and intake records (job events, ticks and "
+            "commands included), partition by partition, beside their audit trail on "
+            "decisions, and decide each again in the order the processor did, from the "
+            "state its audit record says it was decided from; compare what each writes "
+            "with its recorded audit record. A window whose start is gone (retention) "
+            "replays the same way. Reports what cannot be verified and why, and audit "
+            "records missing, altered or out of order, by position. Exits 1 on any "
+            "difference or finding. With --policy, decide every request under that policy "
+            "instead and report which outcomes would flip."
         ),
     )
     add_log_arguments(p)
     p.add_argument(
         "--from", dest="from_time", metavar="ISO-TIME",
-        help="compare only decisions at or after this RFC 3339 time; the state is still "
-        "rebuilt from the start of the log (default: compare all)",
+        help="replay from this RFC 3339 time on: each key starts from the state its first "
+        "record in the window carries (default: from the oldest record kept)",
+    )  # fmt: skip
+    p.add_argument(
+        "--to", dest="to_time", metavar="ISO-TIME",
+        help="replay up to this RFC 3339 time (default: to the end seen at start)",
+    )  # fmt: skip
+    p.add_argument(
+        "--partition", type=int, action="append", metavar="N",
+        help="replay only this partition of requests; repeatable (default: all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--processes", type=int, default=default_processes(), metavar="N",
+        help="partitions replayed at once, one process each (default: the cores, "
+        "%(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--policy", type=Path, metavar="FILE",
@@ -86,22 +103,41 @@ def run(args: argparse.Namespace) -> int:
         limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
-    policy = _policy(args.policy) if args.policy else None
-    from_ms = _time(args.from_time) if args.from_time else None
-    roles = ("intake", "requests", "decisions")
+    from_ms = _time(args.from_time, "--from") if args.from_time else None
+    to_ms = _time(args.to_time, "--to") if args.to_time else None
+    if args.processes < 1:
+        raise CommandError("--processes must be at least 1", EXIT_INVALID)
+    if args.policy:
+        return what_if(args, cat, limits, _policy(args.policy))
+    topics = {role: cat.name(role) for role in ("intake", "requests", "decisions")}
+    client = reachable_config(args.bootstrap)
+    partitions = cat.by_role("requests").partitions
+    asked = args.partition or range(partitions)
+    wrong = sorted(set(asked) - set(range(partitions)))
+    if wrong:
+        raise CommandError(
+            f"--partition {wrong[0]}: requests has partitions 0 to {partitions - 1}", EXIT_INVALID
+        )
+    try:
+        work = jobs(client, topics, limits, asked, from_ms, to_ms, args.show)
+        with progress_bar(sum(records_in(job) for job in work), "replaying") as advance:
+            report = replay_log(work, args.processes, advance)
+    except ReadError as exc:
+        raise CommandError(f"{exc} ({kafka_asked(args.bootstrap)})", EXIT_UNAVAILABLE) from exc
+    print_report(report, args.show)
+    return EXIT_DIFFERENT if report.differences or report.findings else 0
+
+
+def what_if(args: argparse.Namespace, cat: Catalogue, limits: Limits, policy: UniquePolicy) -> int:
+    roles = ("requests", "decisions")
     logs = read_log(args.bootstrap, [cat.name(r) for r in roles])
-    intake, requests, decisions = (logs[cat.name(r)] for r in roles)
-    recorded = recorded_decisions(decisions)
+    requests, decisions = (logs[cat.name(r)] for r in roles)
     # The processor's warnings (re-routed requests, events not applied) are the
     # log's history here, not news.
     logging.getLogger("gateway.processor").setLevel(logging.ERROR)
-    if policy is not None:
-        print_flips(replay_under_policy(requests, recorded, policy, limits), args.show)
-        return 0
-    partitions = cat.by_role("requests").partitions
-    report = replay(intake, requests, recorded, partitions, limits, from_ms)
-    print_report(report, args.show)
-    return EXIT_DIFFERENT if report.differences else 0
+    recorded = recorded_decisions(decisions)
+    print_flips(replay_under_policy(requests, recorded, policy, limits), args.show)
+    return 0
 
 
 def load_catalogue(namespace: str | None) -> Catalogue:
@@ -123,12 +159,12 @@ def read_log(bootstrap: str | None, topics: Sequence[str]) -> dict[str, list[Log
 
 
 @contextmanager
-def progress_bar(total: int) -> Iterator[Any]:
+def progress_bar(total: int, what: str = "reading the log") -> Iterator[Any]:
     console = Console(stderr=True)
     if total < LONG_READ or not console.is_terminal:
         yield None
         return
-    columns = (TextColumn("reading the log"), BarColumn(), MofNCompleteColumn(),
+    columns = (TextColumn(what), BarColumn(), MofNCompleteColumn(),
                TimeRemainingColumn())  # fmt: skip
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("read", total=total)
@@ -136,11 +172,14 @@ def progress_bar(total: int) -> Iterator[Any]:
 
 
 def recorded_decisions(records: Sequence[LogRecord]) -> dict[Position, dict[str, Any]]:
-    """The decision records by their source; a malformed one is an error, not a skip."""
+    """The decision records by their source (other audit records left out); a malformed one
+    is an error, not a skip."""
     out: dict[Position, dict[str, Any]] = {}
     for record in records:
         try:
             value = orjson.loads(record.value or b"")
+            if value.get("kind", "request") != "request":
+                continue
             source = value["source"]
             out[(source["topic"], source["partition"], source["offset"])] = value
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
@@ -152,15 +191,25 @@ def recorded_decisions(records: Sequence[LogRecord]) -> dict[Position, dict[str,
 
 
 def print_report(report: ReplayReport, show: int) -> None:
-    share = 100.0 * report.identical / report.compared if report.compared else 100.0
+    share = 100.0 * report.verified / report.compared if report.compared else 100.0
     print(
-        f"compared {report.compared} decisions: {report.identical} identical ({share:.1f}%), "
-        f"{report.different} different, {len(report.differences)} differing fields; "
-        f"{report.rerouted} re-routed requests skipped"
+        f"read {report.records} records; decided {report.compared} again: {report.verified} "
+        f"verified identical ({share:.1f}%), {report.different} different; "
+        f"{report.rerouted} re-routed requests (decided where they landed)"
     )
+    unverifiable = sum(report.unverifiable.values())
+    if unverifiable:
+        print(f"could not verify {unverifiable}:")
+        for reason, count in report.unverifiable.most_common():
+            print(f"  {count}: {reason}")
+    if report.findings:
+        print(f"the audit trail shows {len(report.findings)} problems:")
+    for finding in report.findings[:show]:
+        print(f"  {finding.kind}: {_where(finding.position)}: {finding.detail}")
+    _more(len(report.findings), show)
     for diff in report.differences[:show]:
         print(
-            f"  request {diff.request_id} ({_where(diff.source)}) {diff.field}: "
+            f"  different: request {diff.request_id} ({_where(diff.source)}) {diff.field}: "
             f"recorded {_show(diff.recorded)}, replayed {_show(diff.replayed)}"
         )
     _more(len(report.differences), show)
@@ -207,11 +256,11 @@ def _policy(path: Path) -> UniquePolicy:
     return policy
 
 
-def _time(text: str) -> int:
+def _time(text: str, option: str) -> int:
     ms = parse_rfc3339(text)
     if ms is None:
         raise CommandError(
-            f"--from {text!r} is not an RFC 3339 time with a zone, e.g. 2026-02-12T10:00:00Z",
+            f"{option} {text!r} is not an RFC 3339 time with a zone, e.g. 2026-02-12T10:00:00Z",
             EXIT_INVALID,
         )
     return ms

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,12 +145,14 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
         consumer, producer, settings.client_config, topics, stores,
         settings.commit_interval, metrics,
     )  # fmt: skip
-    emit = emitter(names, replies, metrics, loop.produce, early.send if early else None)
+    counts = {t.role: t.partitions for t in cat.topics}
+    emit = emitter(names, replies, metrics, loop.produce, early.send if early else None, counts)
     loop.stages = Stages(cat, emit, metrics, settings.limits, stores)
     return loop, metrics, replies, early
 
 
-Produce = Callable[[str, bytes | None, bytes | None, Any], None]  # topic, key, value, headers
+# topic, key, value, headers[, partition]
+Produce = Callable[..., None]
 
 
 def emitter(
@@ -159,9 +161,11 @@ def emitter(
     metrics: Metrics,
     transactional: Produce,
     early: Produce | None,
+    partitions: Mapping[str, int] | None = None,
 ) -> Emit:
     """Where each output goes: a reply to an allowed topic through `early` when answers are
-    early, everything else through the transaction."""
+    early, everything else through the transaction; an output that names its partition
+    (an audit record) to that partition of its role's topic (`partitions`: their counts)."""
 
     def emit(output: Output, source: Source) -> None:
         if output.topic is not None:
@@ -179,8 +183,12 @@ def emitter(
                 # succeeded (or its `internal` answer): no reply leaves for a handling undone.
                 early(output.topic, output.key, output.value, output.headers)
                 return
+        role = output.role or ""
+        partition = -1
+        if output.partition is not None and partitions:
+            partition = output.partition % partitions[role]
         transactional(
-            output.topic or names[output.role or ""], output.key, output.value, output.headers
+            output.topic or names[role], output.key, output.value, output.headers, partition
         )
 
     return emit

@@ -122,9 +122,14 @@ class Commands:
         """Keep and publish the cron; its next slot goes on the schedule."""
         self._dedup.state_of(source, cron_key).set_bytes(CRON, orjson.dumps(cron))
         self._publish(source, cron_key, shown(cron))
+        self.schedule_cron(source, cron)
+
+    def schedule_cron(self, source: Source, cron: dict[str, Any], state_of: Any = None) -> None:
+        """The cron's next slot on the CRONS schedule (in `state_of`'s, else the record's)."""
         due = next_run_ms(cron)
         if due is not None:
-            self._dedup.schedule(CRONS, source, cron_key.decode(), cron["name"], due)
+            cron_key = wire.cron_key(cron["name"]).decode()
+            self._dedup.schedule(CRONS, source, cron_key, cron["name"], due, state_of)
 
     def fire_due(self, source: Source) -> None:
         """Every cron of the partition whose slot the record's time has reached fires."""

@@ -58,7 +58,7 @@ from gateway.core.jobs import job_expires_at, job_route
 from gateway.core.lifecycle import cancelled_by_replace, follow, on_key
 from gateway.core.limits import headers_refusal
 from gateway.partitioner import partition_for
-from gateway.processor.commands import Commands
+from gateway.processor.commands import CRON, Commands
 from gateway.processor.ids import Ids
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits, dialect_of, parse_event_record, parse_limited
@@ -68,6 +68,7 @@ from gateway.processor.records import (
     cancellation,
     decision_outputs,
     event_reply,
+    event_summary,
     is_command,
     is_id_report,
     is_tick,
@@ -80,6 +81,7 @@ from gateway.processor.records import (
 )
 from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
+from gateway.processor.trail import CHAIN_KEY, seal
 
 log = logging.getLogger("gateway.processor")
 
@@ -118,6 +120,10 @@ class Dedup:
         self.limits = limits
         self.commands = Commands(self)
         self.ids = Ids(self)
+        # What the record did, for its audit record when it is no decision (an event's result),
+        # and what its time made due (schedule key, route, item), for its audit record.
+        self._what: dict[str, Any] | None = None
+        self._due: list[tuple[bytes, str, str]] = []
 
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -133,21 +139,35 @@ class Dedup:
             and source.headers.get(wire.ID_CLAIM_HEADER) == wire.ID_CLAIMED
         )
 
+        self._what = None
+        self._due = []
+
         def handle() -> None:
             if self._on_record(value, key, source, staged) and claimed:
                 self.emit(self.ids.decided(source, key), source)
+            self._seal(self._guard.outputs, source, key, value)
 
         def answer(source: Source, error: GatewayError) -> list[Output]:
             if source.is_job_event:
-                return refused_event(source, error)
-            if is_command(source):
-                return refused_command(source, error, key)
-            if is_id_report(source):
-                return []  # the gateway's own record: kept as a dead letter, not answered
-            report = [self.ids.decided(source, key)] if claimed else []
-            return [*refused_request(source, error), *report]
+                outputs = refused_event(source, error)
+            elif is_command(source):
+                outputs = refused_command(source, error, key)
+            elif is_id_report(source):
+                outputs = []  # the gateway's own record: kept as a dead letter, not answered
+            else:
+                report = [self.ids.decided(source, key)] if claimed else []
+                outputs = [*refused_request(source, error), *report]
+            self._seal(outputs, source, key, value)
+            return outputs
 
         self._known.settle(self._guard.run("dedup", source, value, key, handle, answer))
+
+    def _seal(
+        self, outputs: list[Output], source: Source, key: bytes | None, value: bytes | None
+    ) -> None:
+        """The record's audit record, with the state it was decided from (trail.py)."""
+        head = self.state_of(source, CHAIN_KEY)
+        seal(outputs, self._guard.staged, head, source, key, value, self._what, self._due)
 
     def _on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -332,27 +352,43 @@ class Dedup:
         published = job_state(job)
         state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
         self.emit(published, source)
+        self._schedule_job(job, source, self.state_of)
+
+    def _schedule_job(self, job: dict[str, Any], source: Source, state_of: StateOf) -> None:
+        due = job_expires_at(job, self.limits.retention_ms)
         if due is not None:
-            self.schedule(TOMBSTONES, source, job_route(job), job["id"], due)
+            self.schedule(TOMBSTONES, source, job_route(job), job["id"], due, state_of)
         deadline = job_deadline(job)
         if deadline is not None:
-            self.schedule(LEASES, source, job_route(job), job["id"], deadline)
+            self.schedule(LEASES, source, job_route(job), job["id"], deadline, state_of)
+
+    def seeded(self, source: Source, state_of: StateOf, name: str, value: bytes) -> None:
+        """A value a replay took from an audit record, which read it: on the schedules (in
+        `state_of`) as the processor put it there when it wrote it, so that what falls due
+        falls due at the same record. What is due is a function of the value alone."""
+        if name.startswith(JOB):
+            self._schedule_job(orjson.loads(value), source, state_of)
+        elif name == CRON:
+            self.commands.schedule_cron(source, orjson.loads(value), state_of)
 
     def schedule(
-        self, schedule: Schedule, source: Source, route: str, item: str, due_ms: int
-    ) -> None:
+        self, schedule: Schedule, source: Source, route: str, item: str, due_ms: int,
+        state_of: StateOf | None = None,
+    ) -> None:  # fmt: skip
         """Look at `item` (kept under `route`) once the partition's time passes `due_ms`."""
-        state = self.state_of(source, schedule.key)
+        state = (state_of or self.state_of)(source, schedule.key)
         schedule.add(state, route, item, due_ms, source.timestamp_ms)
         self._known.forget(schedule, source.partition)
 
     def take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:
+        """What `schedule` holds that the record's time made due; kept for its audit record."""
         if self._known.nothing_due(schedule, source.partition, source.timestamp_ms):
             return []
         taken, next_bucket = schedule.sweep(
             self.state_of(source, schedule.key), source.timestamp_ms
         )  # fmt: skip
         self._known.saw(schedule, source.partition, next_bucket)
+        self._due.extend((schedule.key, route, item) for route, item in taken)
         return taken
 
     def _tombstone_expired(self, source: Source) -> None:
@@ -406,6 +442,7 @@ class Dedup:
         )  # fmt: skip
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
             self._follow(result.job, result, state, source, (entries, after) if keyed else None)
+        self._what = {"job_id": result.job_id, **event_summary(result)}
         reply = event_reply(result, route_of(job, event), source)
         if reply is not None:
             self.emit(reply, source)

@@ -71,6 +71,9 @@ class Output:
     role: str | None = None
     topic: str | None = None
     headers: Headers | None = None
+    # The partition, for an audit record: the one its source record came from, so that
+    # each partition's audit trail sits beside its input (None: by key).
+    partition: int | None = None
 
 
 def is_command(source: Source) -> bool:
@@ -151,7 +154,9 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
         record["job"] = orjson.Fragment(job)  # the same bytes, not encoded twice
     value = _json(record)
     id_header: Headers = [(wire.REQUEST_ID_HEADER, req_id.encode())]
-    outputs.append(Output(value, key, role="decisions", headers=id_header))
+    outputs.append(
+        Output(value, key, role="decisions", headers=id_header, partition=source.partition)
+    )
     reply_to = source.header(wire.REPLY_TO_HEADER)
     if reply_to:
         correlation = source.headers.get(wire.CORRELATION_ID_HEADER, req_id.encode())
@@ -222,11 +227,7 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
         "job_id": result.job_id,
         "unique_key": None if result.job is None else result.job.get("unique_key"),
         "route": route,
-        "outcome": str(result.outcome),
-        "reason": None if result.reason is None else str(result.reason),
-        "previous_state": None if result.previous_state is None else str(result.previous_state),
-        "state": None if result.state is None else str(result.state),
-        "error": None if result.error is None else result.error.to_dict(),
+        **event_summary(result),
         "job": result.job,
         "deleted": result.deleted,
         "source": source.as_dict(),
@@ -236,6 +237,17 @@ def event_reply(result: EventResult, route: str | None, source: Source) -> Outpu
     key = (route or result.job_id or "").encode() or source.seed
     headers = [(wire.CORRELATION_ID_HEADER, correlation)]
     return Output(_json(record), key, topic=reply_to, headers=headers)
+
+
+def event_summary(result: EventResult) -> dict[str, Any]:
+    """What an event did: in its reply, and in its audit record."""
+    return {
+        "outcome": str(result.outcome),
+        "reason": None if result.reason is None else str(result.reason),
+        "previous_state": None if result.previous_state is None else str(result.previous_state),
+        "state": None if result.state is None else str(result.state),
+        "error": None if result.error is None else result.error.to_dict(),
+    }
 
 
 def decision_record(

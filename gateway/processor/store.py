@@ -114,20 +114,29 @@ class PartitionStore:
         return KeyState(self, route + _SEP)
 
     def get(self, key: bytes) -> bytes | None:
+        return self.get_stamped(key)[0]
+
+    def get_stamped(self, key: bytes) -> tuple[bytes | None, int | None]:
+        """A value and its expiry (None: it has none); (None, None) once expired."""
         value = self.pending[key] if key in self.pending else self._db.get(key)
         if value is None:
-            return None
+            return None, None
         if value[:1] == _STAMPED:
-            if _STAMP.unpack_from(value, 1)[0] <= self.time_ms:
-                return None
-            return value[9:]
-        return value[1:]
+            stamp = _STAMP.unpack_from(value, 1)[0]
+            if stamp <= self.time_ms:
+                return None, None
+            return value[9:], stamp
+        return value[1:], None
 
     def put(self, key: bytes, value: bytes, ttl: timedelta | None) -> None:
-        if ttl is None:
+        self.put_stamped(key, value, None if ttl is None else self.now_ms + ttl // _MS)
+
+    def put_stamped(self, key: bytes, value: bytes, stamp: int | None) -> None:
+        """Write a value that expires at `stamp` (None: never)."""
+        if stamp is None:
             self.pending[key] = _PLAIN + value
         else:
-            self.pending[key] = _STAMPED + _STAMP.pack(self.now_ms + ttl // _MS) + value
+            self.pending[key] = _STAMPED + _STAMP.pack(stamp) + value
 
     def delete(self, key: bytes) -> None:
         self.pending[key] = None
@@ -283,6 +292,12 @@ class KeyState:
 
     def get_bytes(self, name: str) -> bytes | None:
         return self._store.get(self._prefix + name.encode())
+
+    def get_stamped(self, name: str) -> tuple[bytes | None, int | None]:
+        return self._store.get_stamped(self._prefix + name.encode())
+
+    def put_stamped(self, name: str, value: bytes, stamp: int | None) -> None:
+        self._store.put_stamped(self._prefix + name.encode(), value, stamp)
 
     def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
         self._store.put(self._prefix + name.encode(), value, ttl)

@@ -34,7 +34,7 @@ StateOf = Callable[[Source, bytes], Any]
 # What a failed record is answered with: its outputs, built from the source alone.
 Answer = Callable[[Source, GatewayError], list[Output]]
 
-_DELETED = object()
+DELETED = object()  # a write that deletes
 
 
 class OutputTooLarge(Exception):
@@ -42,28 +42,36 @@ class OutputTooLarge(Exception):
 
 
 class Staged:
-    """A key's state whose writes wait for the record's handling to finish."""
+    """A key's state whose writes wait for the record's handling to finish, and what the
+    handling read of it first: the state the record was decided from (see trail.py)."""
+
+    __slots__ = ("_state", "writes", "reads")
 
     def __init__(self, state: Any) -> None:
         self._state = state
-        self._writes: dict[str, tuple[object, timedelta | None]] = {}
+        self.writes: dict[str, tuple[object, timedelta | None]] = {}
+        # name -> (value, expiry) as the record found it, read before any write of it
+        self.reads: dict[str, tuple[bytes | None, int | None]] = {}
 
     def get_bytes(self, name: str) -> bytes | None:
-        written = self._writes.get(name)
+        written = self.writes.get(name)
         if written is None:
-            return self._state.get_bytes(name)  # type: ignore[no-any-return]
+            read = self.reads.get(name)
+            if read is None:
+                read = self.reads[name] = self._state.get_stamped(name)
+            return read[0]
         value = written[0]
-        return None if value is _DELETED else value  # type: ignore[return-value]
+        return None if value is DELETED else value  # type: ignore[return-value]
 
     def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
-        self._writes[name] = (value, ttl)
+        self.writes[name] = (value, ttl)
 
     def delete(self, name: str) -> None:
-        self._writes[name] = (_DELETED, None)
+        self.writes[name] = (DELETED, None)
 
     def apply(self) -> None:
-        for name, (value, ttl) in self._writes.items():
-            if value is _DELETED:
+        for name, (value, ttl) in self.writes.items():
+            if value is DELETED:
                 self._state.delete(name)
             else:
                 self._state.set_bytes(name, value, ttl=ttl)
@@ -90,6 +98,16 @@ class Guard:
             assert self._state_of is not None, "this stage keeps no state"
             staged = self._states[key] = Staged(self._state_of(source, key))
         return staged
+
+    @property
+    def staged(self) -> dict[bytes, Staged]:
+        """Every key the record's handling has touched so far, by key."""
+        return self._states
+
+    @property
+    def outputs(self) -> list[Output]:
+        """The record's outputs so far."""
+        return self._outputs
 
     def stage(self, key: bytes | None, state: Any) -> Staged:
         """The record's own key's state, as the stages handed it over."""
@@ -154,6 +172,9 @@ class Guard:
             outputs = [*answer(source, error), *outputs]
             for output in outputs:
                 _check_fits(output)
+            # What the answer wrote (the audit trail's head), and nothing the handling did.
+            for staged in self._states.values():
+                staged.apply()
         except Exception:  # an answer that cannot be built: the dead letter alone
             log.exception("answer to a failed record could not be built", extra=source.as_dict())
             outputs = outputs[-1:]

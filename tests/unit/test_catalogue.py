@@ -13,12 +13,12 @@ def test_every_role_has_one_topic_with_a_schema():
         assert topic.schema is not None and topic.schema.exists()
 
 
-def test_inputs_use_broker_time_and_requests_events_are_copartitioned():
+def test_inputs_use_broker_time_and_requests_events_decisions_are_copartitioned():
     cat = catalogue.load()
     for role in ("intake", "requests", "job_events"):
         assert cat.by_role(role).config["message.timestamp.type"] == "LogAppendTime"
     group = cat.copartition_groups()["dedup"]
-    assert {t.role for t in group} == {"requests", "job_events"}
+    assert {t.role for t in group} == {"requests", "job_events", "decisions"}
     assert len({t.partitions for t in group}) == 1
 
 

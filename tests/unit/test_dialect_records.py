@@ -10,8 +10,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-from gateway.audit import LogRecord, explain_record, replay
-from gateway.audit.replay import Store
+from gateway.audit import LogRecord, explain_record
 from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
 from gateway.processor.dedup import Dedup
@@ -20,7 +19,9 @@ from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 from gateway.wire import JOB_EVENT, KIND_HEADER
+from tests.memory_store import Store
 from tests.support import payload
+from tests.unit.test_replay import replayed
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "topics" / "schemas"
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
@@ -173,11 +174,13 @@ def test_replay_reproduces_dialect_decisions_holders_and_updates() -> None:
     log.request(faktory, T0 + 8)
     log.request(faktory, T0 + 9)
     log.request(faktory, T0 + 1008)
-    outcomes = [r["outcome"] for r in log.recorded().values()]
+    outcomes = [r["outcome"] for r in log.recorded().values() if r["kind"] == "request"]
     assert outcomes == ["accepted", "ignored", "accepted", "ignored", "accepted", "updated",
                         "accepted", "rejected", "accepted"]  # fmt: skip
-    report = replay([], log.log, log.recorded(), 1, Limits())
-    assert (report.compared, report.identical, report.differences) == (9, 9, [])
+    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
+             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
+    report = replayed(log.log, trail)
+    assert (report.verified, report.differences, report.findings) == (len(trail), [], [])
     assert first["outcome"] == "accepted"
 
 

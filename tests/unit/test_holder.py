@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audit.replay import Store
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     Entry,
@@ -40,6 +39,7 @@ from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Source
+from tests.memory_store import Store
 
 T0 = 1_770_000_000_000
 S = 1000
@@ -310,6 +310,9 @@ class _KeyState:
 
     def get_bytes(self, name: str) -> bytes | None:
         return self.values.get(name)
+
+    def get_stamped(self, name: str) -> tuple[bytes | None, int | None]:
+        return self.values.get(name), None
 
     def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
         self.values[name], self.ttls[name] = value, ttl

@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.audit import explain_record
-from gateway.audit.replay import Store
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     EventOutcome,
@@ -45,7 +44,8 @@ from gateway.wire import (
     TICK_KEY,
     route,
 )
-from tests.support import payload
+from tests.memory_store import Store
+from tests.support import is_trail, payload, without_trail
 
 T0 = 1_770_000_000_000
 JOB_ID = "019b0a4c-1f00-7000-8000-000000000001"
@@ -321,7 +321,9 @@ def test_ticks_end_a_lease_on_an_idle_partition_and_decide_nothing() -> None:
         assert log.tick(at) == []  # nothing due yet: a tick writes nothing
     expired = log.tick(due)
     assert states(expired) == ["discarded"]
-    assert [o.role for o in expired] == ["job_states"]  # no decision, no reply
+    assert [o.role for o in without_trail(expired)] == ["job_states"]  # no decision, no reply
+    [trail] = [payload(o.value) for o in expired if is_trail(o)]  # the expiry's audit record
+    assert trail["kind"] == "tick" and trail["state"]["jobs"] == [[JOB_ID, "active", "discarded"]]
     entries = load_entries(log.store.state(key.encode()).get_bytes(ENTRIES))
     assert [e.state for e in entries if e.job_id == JOB_ID] == [State.DISCARDED]
     # The key is free again: the same job is a new one now.
@@ -360,7 +362,9 @@ def test_a_deleted_job_is_tombstoned_at_once_and_frees_its_key() -> None:
     out = log.event(key, T0 + 30, unique_key=key, type="job.deleted")
     # The tombstone at once; the id stays claimed until the scheduled tombstone, which
     # frees it (a job under another route could otherwise take it, then lose its record).
-    assert [(o.role, o.key, o.value) for o in out] == [("job_states", JOB_ID.encode(), None)]
+    assert [(o.role, o.key, o.value) for o in without_trail(out)] == [
+        ("job_states", JOB_ID.encode(), None)
+    ]
     assert log.store.state(key.encode()).get_bytes(ENTRIES) is None
     assert home.get_bytes("claim") is not None
     log.tick(T0 + 30 + DEFAULT_RETENTION_MS + 20_000)
@@ -421,7 +425,7 @@ def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
     assert [_state_of(line) for line in said] == [
         "active", "retryable", None, "active", "discarded", "available", "active", "retryable",
     ]  # fmt: skip
-    assert "the error is not retryable" in said[4]
+    assert "attempt 2 of 3 failed, its error is not retried" in said[4]
     assert any(f"visibility_timeout job {JOB_ID}" in line for line in lines)
 
 

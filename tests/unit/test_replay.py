@@ -1,17 +1,26 @@
-"""Replay over synthetic logs: processing order, comparison, and the --policy flip report."""
+"""Replay over synthetic logs: processing order, comparison, what the trail shows, and the
+--policy flip report."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from gateway.audit import LogRecord, replay, replay_under_policy
+from gateway.audit import LogRecord, replay_under_policy
+from gateway.audit.replay import PartitionReplay, ReplayReport, audits, replay_intake
+from gateway.audit.trail_store import TrailStore
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
+from gateway.processor.dedup import Dedup
+from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
-from gateway.processor.records import decision_record, request_id
+from gateway.processor.records import Output, Source, decision_record, request_id
+from gateway.processor.trail import digest
 from gateway.wire import JOB_EVENT, KIND_HEADER
+from tests.memory_store import Store
 
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
 T0 = 1_760_000_000_000
@@ -38,7 +47,7 @@ def event(offset: int, ts: int, value: Any, key: str) -> LogRecord:
 
 def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], dict[str, Any]]:
     """What the processor records for requests of one key with no events between them:
-    a duplicate's existing job as its stored record shows it."""
+    a duplicate's existing job as its stored record shows it (for the --policy replay)."""
     entries: tuple[Entry, ...] = ()
     jobs: dict[str, dict[str, Any]] = {}
     out = {}
@@ -57,7 +66,31 @@ def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], di
     return out
 
 
-def test_events_in_the_log_are_applied_where_they_stand():
+def processed(records: list[LogRecord]) -> list[LogRecord]:
+    """The audit records the processor's own code writes for one partition's records."""
+    store, trail = Store(), []
+
+    def emit(output: Output, _: Source) -> None:
+        if output.role == "decisions":
+            trail.append(LogRecord("decisions", 0, len(trail), 0, output.key, output.value))
+
+    dedup = Dedup(1, emit, Metrics(), Limits(), lambda _, key: store.state(key))
+    for r in records:
+        store.at(r.timestamp_ms)
+        dedup.on_record(r.value, r.key, r.source, store.state(r.key or b""))
+    return trail
+
+
+def replayed(records: list[LogRecord], trail: list[LogRecord]) -> ReplayReport:
+    report = ReplayReport()
+    with tempfile.TemporaryDirectory() as root:
+        store = TrailStore(Path(root) / "state")
+        PartitionReplay(1, Limits(), store, report).run(records, audits(trail, report))
+        store.close()
+    return report
+
+
+def test_a_faithful_log_replays_identically_events_where_they_stand():
     key = key_of(JOB)
     first = rec(REQ, 0, T0, JOB, key)
     [recorded_first] = recorded_by_core([first]).values()
@@ -65,62 +98,64 @@ def test_events_in_the_log_are_applied_where_they_stand():
     started = event(1, T0 + 1, {**ids, "type": "job.started"}, key)
     done = event(2, T0 + 1, {**ids, "type": "job.completed"}, key)
     # Completed before the second request: under the default states the key is free again.
-    second = rec(REQ, 3, T0 + 1, JOB, key)
-    recorded = {first.position: recorded_first}
-    report = replay([], [first, started, done, second], recorded, 1, Limits())
-    assert report.compared == 2
-    [missing] = report.differences
-    assert (missing.source, missing.replayed) == (second.position, "decision accepted")
+    log = [first, started, done, rec(REQ, 3, T0 + 1, JOB, key), rec(REQ, 4, T0 + 2, JOB, key)]
+    trail = processed(log)
+    kinds = [(v["kind"], v.get("outcome")) for v in map(orjson.loads, (t.value for t in trail))]
+    assert kinds == [("request", "accepted"), ("event", None), ("event", None),
+                     ("request", "accepted"), ("request", "rejected")]  # fmt: skip
+    report = replayed(log, trail)
+    assert (report.verified, report.different, report.findings) == (5, 0, [])
 
 
-def test_a_faithful_log_replays_identically():
+def _resealed(record: LogRecord, **changed: Any) -> LogRecord:
+    """The audit record with fields changed and its digest made again: a different decision,
+    not an altered record."""
+    value = orjson.loads(record.value or b"")
+    value.update(changed)
+    del value["digest"]
+    body = orjson.dumps(value)
+    sealed = body[:-1] + b',"digest":"' + digest(body).encode() + b'"}'
+    return replace(record, value=sealed)
+
+
+def test_a_different_decision_is_reported_field_by_field_and_an_altered_one_as_altered():
     key = key_of(JOB)
-    requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
-    recorded = recorded_by_core(requests)
-    assert [r["outcome"] for r in recorded.values()] == ["accepted", "rejected", "rejected"]
-    report = replay([], requests, recorded, 1, Limits())
-    assert (report.compared, report.identical, report.differences) == (3, 3, [])
-
-
-def test_a_changed_record_is_reported_field_by_field():
-    key = key_of(JOB)
-    requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(2)]
-    recorded = recorded_by_core(requests)
-    recorded[(REQ, 0, 1)] = {**recorded[(REQ, 0, 1)], "outcome": "ignored", "error": None}
-    report = replay([], requests, recorded, 1, Limits())
-    assert (report.identical, report.different) == (1, 1)
+    log = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
+    trail = processed(log)
+    different = [trail[0], _resealed(trail[1], outcome="ignored", error=None), trail[2]]
+    report = replayed(log, different)
+    assert (report.verified, report.different) == (2, 1)
     changed = {d.field: (d.recorded, d.replayed) for d in report.differences}
-    assert set(changed) == {"outcome", "error"}
+    assert set(changed) == {"outcome", "error", "digest"}
     assert changed["outcome"] == ("ignored", "rejected")
     assert changed["error"][0] is None and changed["error"][1]["code"] == "duplicate"
-    assert {d.request_id for d in report.differences} == {f"{REQ}/0/1"}
+    # The chain shows it too: the record after it names the digest it had.
+    assert [(f.kind, f.position) for f in report.findings] == [("missing", trail[2].position)]
+    altered = (trail[1].value or b"").replace(b'"outcome":"rejected"', b'"outcome":"ignored"')
+    report = replayed(log, [trail[0], replace(trail[1], value=altered), trail[2]])
+    assert report.differences == []
+    assert [(f.kind, f.position) for f in report.findings] == [("altered", trail[1].position)]
 
 
-def test_a_missing_record_is_a_difference_and_rerouted_requests_are_not_compared():
+def test_rerouted_requests_are_counted_not_compared():
     key = key_of(JOB)
     good = rec(REQ, 0, T0, JOB, key)
     misrouted = rec(REQ, 1, T0 + 1, JOB, "0" * 64)  # key is not its fingerprint
-    report = replay([], [good, misrouted], {}, 1, Limits())
-    assert report.rerouted == 1 and report.compared == 1
-    [diff] = report.differences
-    assert (diff.field, diff.recorded, diff.replayed) == ("(record)", "none", "decision accepted")
+    log = [good, misrouted]
+    report = replayed(log, processed(log))
+    assert (report.rerouted, report.verified, report.findings) == (1, 1, [])
 
 
 def test_invalid_intake_records_are_replayed_by_the_router():
     bad = rec(INTAKE, 0, T0, b"not json")
-    recorded = {(INTAKE, 0, 0): {"outcome": "accepted"}}
-    report = replay([bad], [], recorded, 1, Limits())
+    accepted = LogRecord("decisions", 0, 0, 0, None, orjson.dumps(
+        {"outcome": "accepted", "source": {"topic": INTAKE, "partition": 0, "offset": 0}}
+    ))  # fmt: skip
+    report = ReplayReport()
+    replay_intake([bad], audits([accepted], report), Limits(), report)
     changed = {d.field: (d.recorded, d.replayed) for d in report.differences}
     assert changed["outcome"] == ("accepted", "invalid")
     assert changed["error"][1]["code"] == "invalid_request"
-
-
-def test_compare_from_skips_earlier_decisions_but_replays_them():
-    key = key_of(JOB)
-    requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
-    recorded = recorded_by_core(requests)
-    report = replay([], requests, recorded, 1, Limits(), compare_from_ms=T0 + 1)
-    assert (report.compared, report.identical) == (2, 2)  # still rejected: state was rebuilt
 
 
 def policy(**raw: Any) -> UniquePolicy:

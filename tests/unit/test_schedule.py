@@ -6,7 +6,6 @@ from typing import Any
 
 import orjson
 
-from gateway.audit.replay import Store
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
@@ -14,6 +13,7 @@ from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.schedule import TOMBSTONES
 from gateway.wire import CLAIMED_ID_HEADER, ID_CLAIM_HEADER, ID_CLAIMED, JOB_EVENT, KIND_HEADER
+from tests.memory_store import Store
 
 T0 = 1_770_000_000_000
 RETENTION = DEFAULT_RETENTION_MS

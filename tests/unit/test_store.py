@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.audit.replay import Store as Model
 from gateway.processor import store as store_module
 from gateway.processor.store import PartitionStore
+from tests.memory_store import Store as Model
 from tests.support import changelogged
 
 ROUTES = [b"a", b"b\xff", b"", b"\x00tick"]

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.audit.replay import Store
 from gateway.core import INTERNAL, Request, parse_request
 from gateway.core.limits import (
     MAX_EVENT_BYTES,
@@ -31,7 +30,9 @@ from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
 from gateway.processor.router import Router
+from gateway.processor.trail import CHAIN_KEY
 from gateway.wire import CRON_COMMAND, ID_REPORT, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
+from tests.memory_store import Store
 
 REQ, INTAKE, EVENTS = "gateway.requests", "gateway.intake", "gateway.job-events"
 PARTITIONS = 8
@@ -270,7 +271,8 @@ def test_a_failed_record_leaves_no_partial_state(monkeypatch: pytest.MonkeyPatch
     # Accepting writes the key's entries first, then the job record: fail in between.
     monkeypatch.setattr(Dedup, "_record_jobs", fail_after_storing)
     harness.to_requests(orjson.dumps(JOB), key, {}, partition)
-    assert harness.store(partition).items == {}
+    # Only the audit trail moved on: the failure's own record is in it.
+    assert [k for k, _ in harness.store(partition).items] == [CHAIN_KEY]
     monkeypatch.undo()
     # The same job again is accepted: nothing of the failed one holds the key.
     outputs = harness.to_requests(orjson.dumps(JOB), key, {}, partition)

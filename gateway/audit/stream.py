@@ -1,0 +1,192 @@
+"""Replay the committed log partition by partition, each in a process of its own, as it
+streams from the brokers: memory is bounded by each partition's live state (on disk) and
+the consumers' prefetch, never by the log's length.
+
+A partition's job reads `requests` beside the same partition of `decisions` (which holds
+that partition's audit trail, in its order) and replays it (replay.py); then the
+partitions of `intake` whose decisions land there, through the router. The end of every
+partition is taken once, before anything is read, decisions first: every audit record
+read has its input below the end read, and what is appended meanwhile waits for the next
+run. A window (`from_ms`, `to_ms`) starts each partition at the first record of its time
+and stops after the last.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.audit.kafka import offset_at, partition_bounds, stream
+from gateway.audit.log import LogRecord
+from gateway.audit.replay import Audit, PartitionReplay, ReplayReport, audits, replay_intake
+from gateway.audit.trail_store import TrailStore
+from gateway.processor.parsing import Limits
+
+Bounds = dict[int, tuple[int, int]]  # partition -> (first offset, end offset)
+PROGRESS_EVERY = 1_000  # records between a worker's progress reports
+
+
+@dataclass(frozen=True)
+class Job:
+    """One partition's replay: everything a worker process needs, and nothing live."""
+
+    client: dict[str, str]
+    topics: dict[str, str]  # role -> topic name
+    partition: int
+    partitions: int  # of requests
+    requests: tuple[int, int]
+    decisions: tuple[int, int]
+    intake: dict[int, tuple[int, int]]  # the intake partitions whose decisions land here
+    limits: Limits
+    from_ms: int | None
+    to_ms: int | None
+    keep: int
+
+
+def jobs(
+    client: dict[str, str], topics: dict[str, str], limits: Limits, partitions: Iterable[int],
+    from_ms: int | None, to_ms: int | None, keep: int,
+) -> list[Job]:  # fmt: skip
+    """One job per partition of `requests` asked for, with the bounds it reads."""
+    decisions = partition_bounds(client, topics["decisions"])  # first: see the docstring
+    requests = partition_bounds(client, topics["requests"])
+    intake = partition_bounds(client, topics["intake"])
+    wanted = sorted(set(partitions) & set(requests))
+    return [
+        Job(
+            client,
+            topics,
+            p,
+            len(requests),
+            requests[p],
+            decisions.get(p, (0, 0)),
+            {q: b for q, b in intake.items() if q % len(decisions) == p},
+            limits,
+            from_ms,
+            to_ms,
+            keep,
+        )  # fmt: skip
+        for p in wanted
+    ]
+
+
+def records_in(job: Job) -> int:
+    """How many input records the job may read (transaction markers included)."""
+    spans = [job.requests, *job.intake.values()]
+    return sum(high - low for low, high in spans)
+
+
+def replay_log(
+    work: list[Job], processes: int, progress: Callable[[int], None] | None = None
+) -> ReplayReport:
+    """Every job, `processes` at a time; the reports merged in partition order."""
+    report = ReplayReport()
+    if not work:
+        return report
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding Kafka clients
+    updates = context.Queue()
+    done: dict[int, ReplayReport] = {}
+    with ProcessPoolExecutor(
+        max_workers=max(1, min(processes, len(work))), mp_context=context,
+        initializer=_worker_init, initargs=(updates,),
+    ) as pool:  # fmt: skip
+        futures = {pool.submit(run_job, job): job.partition for job in work}
+        while len(done) < len(futures):
+            try:
+                count = updates.get(timeout=0.2)
+                if progress is not None:
+                    progress(count)
+            except queue.Empty:
+                pass
+            for future in [f for f in futures if f.done() and futures[f] not in done]:
+                done[futures[future]] = future.result()  # a worker's error is raised here
+    _drain(updates, progress)
+    for partition in sorted(done):
+        report.merge(done[partition], work[0].keep)
+    return report
+
+
+def default_processes() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+_updates: multiprocessing.Queue[int] | None = None
+
+
+def _worker_init(updates: multiprocessing.Queue[int]) -> None:
+    global _updates
+    _updates = updates
+
+
+def _drain(updates: multiprocessing.Queue[int], progress: Callable[[int], None] | None) -> None:
+    while True:
+        try:
+            count = updates.get_nowait()
+        except queue.Empty:
+            return
+        if progress is not None:
+            progress(count)
+
+
+def run_job(job: Job) -> ReplayReport:
+    """Replay one partition (in a worker process): requests, then its intake partitions."""
+    # The processor's warnings (re-routed requests, events not applied) are the log's
+    # history here, not news.
+    logging.getLogger("gateway.processor").setLevel(logging.ERROR)
+    report = ReplayReport()
+    with tempfile.TemporaryDirectory(prefix="gateway-replay-") as root:
+        store = TrailStore(Path(root) / "state")
+        try:
+            replay = PartitionReplay(job.partitions, job.limits, store, report, job.keep)
+            requests = _read(job, "requests", job.partition, job.requests)
+            replay.run(_counted(requests), _trail(job, report, "requests", job.partition))
+        finally:
+            store.close()
+    for partition, bounds in sorted(job.intake.items()):
+        records = _read(job, "intake", partition, bounds)
+        replay_intake(_counted(records), _trail(job, report, "intake", partition), job.limits,
+                      report, job.keep)  # fmt: skip
+    return report
+
+
+def _read(job: Job, role: str, partition: int, bounds: tuple[int, int]) -> Iterator[LogRecord]:
+    """The role's records of the partition in the job's window."""
+    low, high = bounds
+    start = low if job.from_ms is None else max(low, _at(job, role, partition, job.from_ms))
+    for record in stream(job.client, job.topics[role], partition, start, high):
+        if job.to_ms is not None and record.timestamp_ms > job.to_ms:
+            return
+        yield record
+
+
+def _trail(job: Job, report: ReplayReport, role: str, partition: int) -> Iterator[Audit]:
+    """The audit records of one input partition, from the job's partition of decisions."""
+    records = _read(job, "decisions", job.partition, job.decisions)
+    topic = job.topics[role]
+    for audit in audits(records, report):
+        if audit.source[0] == topic and audit.source[1] == partition:
+            yield audit
+
+
+def _at(job: Job, role: str, partition: int, time_ms: int) -> int:
+    return offset_at(job.client, job.topics[role], partition, time_ms)
+
+
+def _counted(records: Iterator[LogRecord]) -> Iterator[LogRecord]:
+    """The records, with progress reported to the parent every so many."""
+    count = 0
+    for record in records:
+        yield record
+        count += 1
+        if count == PROGRESS_EVERY and _updates is not None:
+            _updates.put(count)
+            count = 0
+    if count and _updates is not None:
+        _updates.put(count)

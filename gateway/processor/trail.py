@@ -1,0 +1,188 @@
+"""The audit trail: every record that reads or changes a route's state leaves an audit
+record that carries what it was decided from, so any window of the log can be checked
+without what came before it (docs/audit.md, "Records that verify themselves").
+
+A request's audit record is its decision record; any other record that touched state (a
+job event, a tick that expired or tombstoned jobs, a command, a cron firing, an id claim
+or report) gets one of its own. Either way the record gains:
+
+    state   routes: every route the record read or wrote (sorted);
+            before: [route, name, value, expiry] of every value it read before writing
+                    it, as it found it: the state it was decided from. The value is the
+                    stored JSON itself, null when absent, {"b64": ...} when not JSON, or
+                    {"digest", "bytes"} past the record's room (then that value cannot
+                    seed a replay, which says so);
+            jobs:   [job id, state before, state after] of every job record it wrote;
+            due:    [schedule, route, item] of what its time made due, in the order it
+                    took them: a replay whose window starts after they were scheduled
+                    takes them too;
+            after:  a digest of everything it wrote (value and expiry), in order.
+    prev    the digest of the partition's previous audit record (null: the first);
+    digest  blake2b-128 of the record's bytes up to `,"digest"`: with `prev`, a chain in
+            which a missing, reordered or altered record shows.
+
+The state the handling touched is what the guard staged (total.py). The partition's
+schedules and the chain's own head are indexes, not state: rebuilt, not carried. Every
+part is a function of the log, so a successor writes the same bytes after a crash.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from hashlib import blake2b
+from typing import Any
+
+import orjson
+
+from gateway.core.limits import MAX_RECORD_BYTES
+from gateway.core.times import format_rfc3339
+from gateway.processor.records import Output, Source, is_command, is_id_report, is_tick
+from gateway.processor.schedule import CRONS, LEASES, TOMBSTONES
+from gateway.processor.total import DELETED, Staged
+
+# The chain's head: the digest of the partition's last audit record.
+CHAIN_KEY = b"\x00audit"
+HEAD = "head"
+UNTRACED = frozenset({LEASES.key, TOMBSTONES.key, CRONS.key, CHAIN_KEY})
+JOB = "job/"
+DIGEST_FIELD = b',"digest":"'
+_MS = timedelta(milliseconds=1)
+# Kinds whose records always leave an audit record: what they read explains their answer.
+ANSWERED = frozenset({"event", "command"})
+# The record's own fields besides the state: what carried values must leave room for.
+_SLACK = 64 * 1024
+
+
+def digest(data: bytes) -> str:
+    return blake2b(data, digest_size=16).hexdigest()
+
+
+def text(route: bytes) -> Any:
+    """A route as JSON: its text, or {"b64": ...} for bytes that are not UTF-8."""
+    try:
+        return route.decode()
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(route).decode()}
+
+
+def carried(value: bytes | None, room: int) -> tuple[Any, int]:
+    """A value as an audit record carries it, and the room left after it."""
+    if value is None:
+        return None, room
+    if len(value) > room:
+        return {"digest": digest(value), "bytes": len(value)}, room
+    if value[:1] in (b"{", b"["):  # the store's JSON (every value the processor writes)
+        return orjson.Fragment(value), room - len(value)
+    return {"b64": base64.b64encode(value).decode()}, room - len(value) * 4 // 3 - 4
+
+
+def _job_state(value: object) -> str | None:
+    if not isinstance(value, bytes | bytearray) or value[:1] != b"{":
+        return None
+    state = orjson.loads(value).get("state")
+    return state if isinstance(state, str) else None
+
+
+def state_section(
+    staged: Mapping[bytes, Staged], due: Sequence[tuple[bytes, str, str]], now_ms: int, room: int
+) -> dict[str, Any]:
+    """What the record read before writing, what it did to jobs, and a digest of its writes."""
+    traced = sorted(
+        (k, s) for k, s in staged.items() if k not in UNTRACED and (s.reads or s.writes)
+    )
+    before: list[list[Any]] = []
+    jobs: list[list[Any]] = []
+    after = blake2b(digest_size=16)
+    for route, state in traced:
+        shown = text(route)
+        for name in sorted(state.reads):
+            value, stamp = state.reads[name]
+            shown_value, room = carried(value, room)
+            before.append([shown, name, shown_value, stamp])
+        for name in sorted(state.writes):
+            value, ttl = state.writes[name]
+            after.update(b"%b\xff%b\x00" % (route, name.encode()))
+            if value is DELETED:
+                after.update(b"-")
+            else:
+                assert isinstance(value, bytes)
+                stamp = None if ttl is None else now_ms + ttl // _MS
+                after.update(b"%d:%b" % (-1 if stamp is None else stamp, value))
+            if name.startswith(JOB):
+                was = state.reads.get(name, (None, None))[0]
+                jobs.append([name[len(JOB) :], _job_state(was), _job_state(value)])
+    return {
+        "routes": [text(route) for route, _ in traced],
+        "before": before,
+        "jobs": jobs,
+        "due": [[text(schedule), route, item] for schedule, route, item in due],
+        "after": after.hexdigest(),
+    }
+
+
+def kind_of(source: Source, value: bytes | None) -> str:
+    """What a record that is no decision was, as its audit record names it."""
+    if is_tick(source, value):
+        return "tick"
+    if is_command(source):
+        return "command"
+    if is_id_report(source):
+        return "id_report"
+    if source.is_job_event:
+        return "event"
+    return "forwarded"  # a request sent on to be decided elsewhere (an id's home, a route)
+
+
+def seal(
+    outputs: list[Output],
+    staged: Mapping[bytes, Staged],
+    head: Staged,
+    source: Source,
+    key: bytes | None,
+    value: bytes | None,
+    what: Mapping[str, Any] | None,
+    due: Sequence[tuple[bytes, str, str]],
+) -> None:
+    """Complete the record's audit record (its decision record, or a new one when it
+    touched state) with its state and its place in the chain, and move the head on."""
+    audit = next((o for o in outputs if o.role == "decisions"), None)
+    kind = b""
+    if audit is not None:
+        kind = b',"kind":"request"'
+    else:
+        named = kind_of(source, value)
+        wrote = any(k not in UNTRACED and s.writes for k, s in staged.items())
+        read = any(k not in UNTRACED and s.reads for k, s in staged.items())
+        if not (wrote or (read and named in ANSWERED)):
+            return  # changed nothing: a tick with nothing due, a re-route, a stale entry
+        record = {
+            "kind": named,
+            "source": source.as_dict(),
+            "at": format_rfc3339(source.timestamp_ms),
+            "key": None if key is None else text(key),
+            "what": what,
+        }
+        audit = Output(orjson.dumps(record), key or source.seed, role="decisions",
+                       partition=source.partition)  # fmt: skip
+        outputs.append(audit)
+    body = audit.value or b"{}"
+    room = MAX_RECORD_BYTES - len(body) - _SLACK
+    section = orjson.dumps(state_section(staged, due, source.timestamp_ms, room))
+    prev = head.get_bytes(HEAD)
+    body = b"%b%b,\"state\":%b,\"prev\":%b}" % (
+        body[:-1], kind, section, b"null" if prev is None else b'"%b"' % prev,
+    )  # fmt: skip
+    sealed = digest(body).encode()
+    audit.value = b'%b%b%b"}' % (body[:-1], DIGEST_FIELD, sealed)
+    head.set_bytes(HEAD, sealed)
+
+
+def intact(record: bytes) -> bool:
+    """Whether an audit record's digest matches its bytes."""
+    cut = record.rfind(DIGEST_FIELD)
+    if cut < 0 or not record.endswith(b'"}'):
+        return False
+    stated = record[cut + len(DIGEST_FIELD) : -2]
+    return digest(record[:cut] + b"}").encode() == stated
