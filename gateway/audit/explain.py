@@ -293,16 +293,14 @@ def _moved(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
     if result.state is State.DISCARDED and result.previous_state is State.ACTIVE:
         error = after.get("error") or {}
         limit = int(was.get("max_attempts") or after.get("max_attempts") or 1)
-        why = "attempts exhausted"
+        why = ""  # an event's own error is not carried: its reason is not guessed
         if error.get("retryable") is False:
-            why = "the error is not retryable"
-        elif int(attempt or 0) < limit:
-            why = (
-                f"the error type {error.get('type')} is not retried"
-                if error
-                else ("its error is not retried")
-            )
-        return f"{head} (attempt {attempt} of {limit} failed, {why}: the job is discarded " + (
+            why = ", the error is not retryable"
+        elif int(attempt or 0) >= limit:
+            why = ", attempts exhausted"
+        elif error:
+            why = f", the error type {error.get('type')} is not retried"
+        return f"{head} (attempt {attempt} of {limit} failed{why}: the job is discarded " + (
             "and releases the key)"
         )
     return head

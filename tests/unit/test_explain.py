@@ -209,8 +209,8 @@ def test_events_say_what_they_did_to_the_job_they_found():
     gave_up = log.event(first, T0 + 60_001, type="job.failed",
                         error={"message": "x", "retryable": False})  # fmt: skip
     assert reason(gave_up) == (
-        f"job {jid}: active → discarded (attempt 2 of 3 failed, its error is not retried: "
-        "the job is discarded and releases the key)"
+        f"job {jid}: active → discarded (attempt 2 of 3 failed: the job is discarded and "
+        "releases the key)"
     )
     refused = log.event(first, T0 + 60_002, type="job.started")
     assert reason(refused).startswith(f"refused: job {jid} is discarded")
