@@ -4,10 +4,14 @@ Pure: the text for a record is a function of the record. A request's record
 carries the key's entries it was decided from (`state.before`), so why it
 was accepted, rejected, ignored, replaced or updated is asked of the
 engine's own predicate (`core.holds`) over exactly those entries. A job
-event's record carries what became of it (`what`) and the job before and
-after (`state.jobs`); a tick's, the attempts its time ended and the records
-its retention deleted. Nothing is decided again here. A record written
-before records carried their state is told from its own fields, and says so.
+event's record carries what became of it (`what`), the job's record as it
+found it and the states it moved it between (`state.jobs`); the event's own
+body is not carried, so neither is what only it said (an error's type). A
+tick's record carries the jobs its time made due as they were: the attempt
+it ended is told by the core's own rule (`core.expire_job`) at the record's
+time, which is what the processor did; a record its retention deleted, by
+its state. Nothing is decided anew. A record written before records carried
+their state is told from its own fields, and says so.
 """
 
 from __future__ import annotations

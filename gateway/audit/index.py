@@ -52,6 +52,7 @@ _ROUTE = b"r"
 _KEY_OF = b"k"
 _OFFSET = b"o"
 _DIGEST = 16
+_JOB = "job/"  # a job's record in its route's state (processor/dedup.py)
 _POSITION = struct.Struct(">IQ")
 _PARTITION = struct.Struct(">I")
 _NEXT = struct.Struct(">Q")
@@ -73,14 +74,12 @@ def named(record: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
     state = record.get("state")
     if isinstance(state, Mapping):
         routes.update(r for r in _list(state.get("routes")) if isinstance(r, str))
-        for row in _list(state.get("jobs")):
-            if not isinstance(row, list) or not row or not isinstance(row[0], str):
-                continue
-            jobs.add(row[0])
-            for job in row[1:3]:
-                key = job.get("unique_key") if isinstance(job, Mapping) else None
+        jobs.update(row[0] for row in _list(state.get("jobs")) if _named_row(row))
+        for row in _list(state.get("before")):  # [route, "job/<id>", the job as read, ...]
+            if _named_row(row) and len(row) > 2 and str(row[1]).startswith(_JOB):
+                key = row[2].get("unique_key") if isinstance(row[2], Mapping) else None
                 if isinstance(key, str):
-                    keys[row[0]] = key
+                    keys[str(row[1])[len(_JOB) :]] = key
     what = record.get("what")
     if isinstance(what, Mapping) and isinstance(what.get("job_id"), str):
         routes.add(what["job_id"])
@@ -97,6 +96,10 @@ def named(record: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
     routes.update(jobs - keys.keys())
     fits = {r for r in routes if r and len(r.encode()) <= MAX_ROUTE_BYTES}
     return fits, {j: k for j, k in keys.items() if k in fits and len(j.encode()) <= MAX_ROUTE_BYTES}
+
+
+def _named_row(row: Any) -> bool:
+    return isinstance(row, list) and len(row) > 1 and isinstance(row[0], str)
 
 
 def _list(value: Any) -> list[Any]:

@@ -12,7 +12,9 @@ import pytest
 
 from gateway.audit import history
 from gateway.audit.index import AuditIndex, Position, named, open_index
+from gateway.processor.schedule import LEASES
 from gateway.processor.state_identity import Identity
+from tests.unit import test_explain as processed
 
 KEY = "a" * 64
 OTHER = "b" * 64
@@ -21,11 +23,11 @@ QUEUE = "\x00queue\x00default"
 
 
 def request(job_id: str, key: str | None, outcome: str = "accepted", **more: Any) -> dict:
-    job = {"id": job_id, "state": "available", "unique_key": key}
+    route = key or job_id
     state = {
-        "routes": [key or job_id],
-        "before": [[key or job_id, "entries", None, None]],
-        "jobs": [[job_id, None, job]] if outcome == "accepted" else [],
+        "routes": [route],
+        "before": [[route, "entries", None, None]],
+        "jobs": [[job_id, None, "available"]] if outcome == "accepted" else [],
         "after": "0",
     }
     return {
@@ -41,17 +43,26 @@ def request(job_id: str, key: str | None, outcome: str = "accepted", **more: Any
 
 
 def event(job_id: str, key: str) -> dict:
-    before = {"id": job_id, "state": "available", "unique_key": key}
+    job = {"id": job_id, "state": "available", "unique_key": key}
     what = {"job_id": job_id, "outcome": "applied", "previous_state": "available",
             "state": "active", "reason": None, "error": None}  # fmt: skip
-    state = {"routes": [key, QUEUE], "before": [], "jobs": [[job_id, before,
-             {**before, "state": "active"}]], "after": "0"}  # fmt: skip
+    before = [[QUEUE, "queue", None, None], [key, f"job/{job_id}", job, None]]
+    state = {"routes": [QUEUE, key], "before": before,
+             "jobs": [[job_id, "available", "active"]], "after": "0"}  # fmt: skip
     return {"kind": "event", "at": "2026-01-01T00:00:01Z", "key": key, "what": what, "state": state}
+
+
+def tick(job_id: str, key: str) -> dict:
+    job = {"id": job_id, "state": "completed", "unique_key": key}
+    state = {"routes": [key], "before": [[key, f"job/{job_id}", job, None]],
+             "jobs": [[job_id, "completed", None]], "after": "0"}  # fmt: skip
+    return {"kind": "tick", "at": "2026-01-01T00:00:02Z", "what": None, "state": state}
 
 
 def test_a_record_names_its_routes_and_each_job_s_key():
     # A job with a unique key is found through its key; an event by its job's id too.
     assert named(event(JOB, KEY)) == ({KEY, QUEUE, JOB}, {JOB: KEY})
+    assert named(tick(JOB, KEY)) == ({KEY}, {JOB: KEY})
     assert named(request(JOB, KEY)) == ({KEY}, {JOB: KEY})
     # A job without a unique key is its own route.
     assert named(request(JOB, None)) == ({JOB}, {})
@@ -184,3 +195,25 @@ def test_cursors_are_positions_in_plain_digits():
     for bad in ("", "3", "3:", "-1:2", "01:2", "3:1_000", "3:٣", "3:2:1", "x" * 5000):
         assert isinstance(history.parse_cursor(bad), str), bad
     assert "beyond" in str(history.parse_cursor(f"{2**31}:0"))
+
+
+def test_the_records_the_processor_writes_index_a_job_under_its_key(tmp_path: Path):
+    T0 = processed.T0
+    log = processed.Log()
+    first = log.request(processed.job(), T0)
+    log.event(first, T0 + 1, type="job.started", visibility_timeout_ms=1_000)
+    log.tick(LEASES.seen_at(T0 + 1_001))
+    log.request(processed.job(), T0 + 2_000)
+    lone = log.request({"type": "t", "args": [], "id": "0199ffff-0000-7000-8000-000000000001"},
+                       T0 + 2_001)  # fmt: skip
+    records = [o.value for o in log.out if o.role == "decisions"]
+    index = AuditIndex(tmp_path / "i")
+    index.add([(0, n, v) for n, v in enumerate(records)], {0: len(records)})
+    key, jid = first["unique_key"], first["job_id"]
+    assert index.unique_key(jid) == key
+    assert list(index.positions(key)) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    # Its id is a route where a record read it (its home, its event); the rest via its key.
+    assert list(index.positions(jid)) == [(0, 0), (0, 1)]
+    assert history.routes_of(index, jid) == (key, [key, jid])
+    assert history.routes_of(index, lone["job_id"]) == (None, [lone["job_id"]])
+    index.close()

@@ -23,7 +23,6 @@ PATH = "/ojs/v1/admin/unique-jobs/{}/history"
 
 
 def decision(n: int) -> dict[str, Any]:
-    job = {"id": JOB, "state": "available", "unique_key": KEY}
     outcome = "accepted" if n == 0 else "rejected"
     return {
         "kind": "request", "outcome": outcome, "request_id": f"r{n}", "unique_key": KEY,
@@ -32,7 +31,7 @@ def decision(n: int) -> dict[str, Any]:
         "decided_at": "2026-01-01T00:00:00Z", "source": {"topic": "req", "partition": 1,
                                                         "offset": n},
         "state": {"routes": [KEY], "before": [[KEY, "entries", None, None]],
-                  "jobs": [[JOB, None, job]] if n == 0 else [], "after": "0"},
+                  "jobs": [[JOB, None, "available"]] if n == 0 else [], "after": "0"},
     }  # fmt: skip
 
 
