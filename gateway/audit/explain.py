@@ -179,8 +179,8 @@ def job_moves(record: Mapping[str, Any]) -> list[str]:
             moved = _moved(ended, before).removeprefix(f"job {job_id}: ")
             lines.append(f"{error.get('type')} job {job_id}: {moved}: {error.get('message')}")
             continue
-        moved = EventResult(EventOutcome.APPLIED, job_id, _enum(State, was), _enum(State, now))
-        lines.append(_moved(moved, before))
+        result = EventResult(EventOutcome.APPLIED, job_id, _enum(State, was), _enum(State, now))
+        lines.append(_moved(result, before))
     return lines
 
 

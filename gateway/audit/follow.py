@@ -216,9 +216,10 @@ def _read_partition(
             problem = f"reading {topic} [{partition}] took over {TIMEOUT_S:.0f}s"
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, problem))
         msg = client.poll(_POLL_S)
-        if msg is None or msg.partition() != partition or msg.offset() is None:
+        offset = None if msg is None else msg.offset()
+        if msg is None or msg.partition() != partition or offset is None:
             continue
-        error, offset = msg.error(), msg.offset()
+        error = msg.error()
         if error is not None and error.code() != KafkaError._PARTITION_EOF:
             raise KafkaException(error)
         if error is not None:

@@ -76,8 +76,8 @@ def test_a_record_names_its_routes_and_each_job_s_key():
     assert named(odd) == (set(), {})
 
 
-def values(*records: dict) -> list[tuple[int, int, bytes | None]]:
-    return [(p, o, orjson.dumps(r) if isinstance(r, dict) else r) for p, o, r in records]  # type: ignore[misc]
+def values(*records: tuple[int, int, dict]) -> list[tuple[int, int, bytes | None]]:
+    return [(p, o, orjson.dumps(r)) for p, o, r in records]
 
 
 def test_positions_are_kept_per_route_in_log_order_with_the_offsets_read(tmp_path: Path):

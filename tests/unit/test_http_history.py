@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -54,12 +55,12 @@ class Served:
 
     def raw(self, path: str) -> tuple[int, dict[str, Any]]:
         """A request whatever its length (httpx refuses a URL over 64 KiB)."""
-        sent: list[dict[str, Any]] = []
+        sent: list[MutableMapping[str, Any]] = []
 
-        async def receive() -> dict[str, Any]:
+        async def receive() -> MutableMapping[str, Any]:
             return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message)
 
         scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(),
