@@ -140,12 +140,13 @@ def committed_ends(admin: AdminClient, topic: str, partitions: Iterable[int]) ->
 
 
 class Follower:
-    """A background thread indexing every partition of `topic` as records come."""
+    """A background thread indexing every partition of `topic` as records come. After any
+    failure it reads again from where the index stopped: a batch it could not index is
+    read again, never skipped."""
 
     def __init__(self, index: AuditIndex, topic: str, client: Consumer) -> None:
         self._index, self._topic, self._client = index, topic, client
         self._stopping = threading.Event()
-        self.partitions: list[int] = []
         self._thread = threading.Thread(target=self._run, name="gateway-audit-index", daemon=True)
 
     def start(self) -> None:
@@ -158,25 +159,26 @@ class Follower:
         self._client.close()
 
     def _run(self) -> None:
-        while not self.partitions and not self._stopping.is_set():
-            try:
-                found = partitions_of(self._client, self._topic)
-            except KafkaException as exc:
-                log.info("the audit index waits for %s: %s", self._topic, exc.args[0])
-                self._stopping.wait(1.0)
-                continue
-            stored = self._index.offsets()
-            self._client.assign(
-                [TopicPartition(self._topic, p, stored.get(p, OFFSET_BEGINNING)) for p in found]
-            )
-            self.partitions = found
+        assigned = False
         while not self._stopping.is_set():
             try:
+                if not assigned:
+                    stored = self._index.offsets()
+                    self._client.assign([
+                        TopicPartition(self._topic, p, stored.get(p, OFFSET_BEGINNING))
+                        for p in partitions_of(self._client, self._topic)
+                    ])  # fmt: skip
+                    assigned = True
                 records, reached, _ = _batch(self._client.consume(_BATCH, _POLL_S))
                 if reached:
                     self._index.add(records, reached)
-            except Exception:  # the thread must outlive any one bad batch
-                log.exception("the audit index failed on a batch; continuing")
+            except KafkaException as exc:
+                log.warning("the audit index cannot read %s: %s", self._topic, exc.args[0])
+                assigned = False
+                self._stopping.wait(1.0)
+            except Exception:  # the thread must outlive any one failure
+                log.exception("the audit index failed on a batch; reading it again")
+                assigned = False
                 self._stopping.wait(1.0)
 
 
