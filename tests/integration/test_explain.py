@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.integration.cli import gateway
 from tests.integration.test_http import running
@@ -88,3 +90,17 @@ def test_one_key_is_explained_by_the_cli_and_by_http_alike(kafka_bootstrap: str,
     missing_cli = gateway("explain", str(uuid.uuid4()), *where)
     assert missing_cli.returncode == 1
     assert missing_cli.stderr.startswith("gateway: no audit record mentions")
+
+    # The topic's retention deletes the key's first records: they are said to be gone.
+    first_kept = items[2]["position"]
+    cut = TopicPartition(first_kept["topic"], first_kept["partition"], first_kept["offset"])
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.delete_records([cut]).values():
+        future.result()
+    after = gateway("explain", key, *where)
+    assert after.returncode == 0, after.stdout + after.stderr
+    gone = [line for line in after.stdout.splitlines() if "is gone" in line]
+    assert len(gone) == 2 and all(
+        f"the partition now starts at offset {cut.offset})" in line for line in gone
+    )
+    assert after.stdout.splitlines()[-1] == by_key.stdout.splitlines()[-1]
