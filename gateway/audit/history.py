@@ -41,6 +41,8 @@ def key_problem(key: str) -> str | None:
         return f"is longer than {MAX_ROUTE_BYTES} bytes: no unique key or job id is"
     if any(unicodedata.category(c) in ("Cc", "Cs") for c in key):
         return "holds a control character: no unique key or job id does"
+    if "\ufffd" in key:  # what bytes that are no UTF-8 become in a decoded path
+        return "is not UTF-8 text: no unique key or job id is"
     return None
 
 

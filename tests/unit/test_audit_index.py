@@ -183,7 +183,8 @@ def test_a_record_the_log_no_longer_holds_is_said_to_be_gone(filled: Any):
 @pytest.mark.parametrize(
     ("key", "problem"),
     [("", "is empty"), ("x" * 256, "longer than 255 bytes"), ("é" * 128, "longer than 255"),
-     ("a\x00b", "control character"), ("\udcff", "control character")],
+     ("a\x00b", "control character"), ("\udcff", "control character"),
+     ("a\ufffd", "not UTF-8")],
 )  # fmt: skip
 def test_a_key_no_route_can_have_is_refused(key: str, problem: str):
     assert problem in (history.key_problem(key) or "")
