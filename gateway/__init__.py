@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gateway.sdk import AsyncClient, Client
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 __all__ = ["AsyncClient", "Client", "__version__"]
 
 # The SDK pulls in the Kafka client: import it only when it is asked for, so

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
 
 from gateway.broker.ports import free_port_block as _block
 from gateway.core import (
@@ -26,6 +29,18 @@ def payload(value: bytes | None) -> Any:
     """A record's JSON value (the record is not a tombstone)."""
     assert value is not None
     return orjson.loads(value)
+
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "topics" / "schemas"
+
+
+def validator(name: str) -> Draft202012Validator:
+    """A validator of a topic's schema, whose references to the others resolve."""
+    schemas = [orjson.loads(path.read_bytes()) for path in sorted(SCHEMAS.glob("*.json"))]
+    registry = Registry().with_resources(
+        (schema["$id"], Resource.from_contents(schema)) for schema in schemas
+    )
+    return Draft202012Validator({"$ref": f"topics/schemas/{name}"}, registry=registry)
 
 
 def is_trail(output: Any) -> bool:

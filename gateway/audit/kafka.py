@@ -123,12 +123,19 @@ def stream(
     they arrive: a consumer of its own, whose prefetch is bounded."""
     if start >= end:
         return
-    consumer = _consumer(client_config, {"queued.max.messages.kbytes": "16384"})
+    # A bounded prefetch that fills again at once: with librdkafka's default backoff (1 s
+    # once the queue is full) a replay waited on it for half its time.
+    consumer = _consumer(client_config, {
+        "queued.max.messages.kbytes": "8192", "fetch.queue.backoff.ms": "5",
+        "fetch.wait.max.ms": "10", "max.partition.fetch.bytes": str(8 << 20),
+    })  # fmt: skip
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        last_progress = time.monotonic()
+        last_progress, position = time.monotonic(), start
         while True:
-            messages = consumer.consume(500, timeout=0.5)
+            # Never ask for more than is left (an end-of-partition event counts as one), so
+            # the last call returns at once rather than at its timeout.
+            messages = consumer.consume(min(500, max(1, end - position)), timeout=0.5)
             if not messages and time.monotonic() - last_progress > STALL_S:
                 raise ReadError(
                     f"{topic} partition {partition} could not be read up to offset {end} in "
@@ -145,6 +152,7 @@ def stream(
                     yield LogRecord(topic, partition, offset, timestamp, msg.key(), msg.value(),
                                     headers_of(msg.headers()))  # fmt: skip
                     offset += 1
+                position = max(position, offset)
                 if offset >= end:
                     return
     except KafkaException as exc:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from gateway.processor.records import Source
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, and a replay
+# makes one per record it reads.
+@dataclass(slots=True)
 class LogRecord:
     """One committed record of an input topic, as the processor saw it."""
 

@@ -109,17 +109,26 @@ class ReplayReport:
 
 @dataclass(frozen=True, slots=True)
 class Audit:
-    """One recorded audit record, where it is, and whether its bytes match its digest."""
+    """One recorded audit record, where it is, its source, and whether its bytes match its
+    digest."""
 
     position: Position
     raw: bytes
     value: Mapping[str, Any]
     intact: bool
+    source: Position
 
-    @property
-    def source(self) -> Position:
-        s = self.value.get("source") or {}
-        return (str(s.get("topic")), int(s.get("partition", -1)), int(s.get("offset", -1)))
+
+def _source(value: Mapping[str, Any]) -> Position:
+    """An audit record's source; an unreadable one sorts first and matches no record."""
+    s = value.get("source")
+    s = s if isinstance(s, dict) else {}
+    partition, offset = s.get("partition"), s.get("offset")
+    return (
+        str(s.get("topic")),
+        partition if isinstance(partition, int) else -1,
+        offset if isinstance(offset, int) else -1,
+    )
 
 
 def audits(records: Iterable[LogRecord], report: ReplayReport) -> Iterator[Audit]:
@@ -132,7 +141,8 @@ def audits(records: Iterable[LogRecord], report: ReplayReport) -> Iterator[Audit
         except (orjson.JSONDecodeError, ValueError):
             report.unverifiable[UNREADABLE] += 1
             continue
-        yield Audit(record.position, record.value or b"", value, intact(record.value or b""))
+        raw = record.value or b""
+        yield Audit(record.position, raw, value, intact(raw), _source(value))
 
 
 class PartitionReplay:
@@ -145,7 +155,10 @@ class PartitionReplay:
         self.store = store
         self.report = report
         self.keep = keep
-        self.started = False  # an audit record with its state has been read
+        # From here on every record is checked: the log's first offset, or an audit record
+        # with its state read. `sealed`: such a record has been read, so one that is absent
+        # is missing (before it, the log may be older than the trail).
+        self.started = self.sealed = False
         self.tainted: set[bytes] = set()  # routes a missing or altered record touched
         self.last: Audit | None = None  # the previous audit record of the chain
         self._out: list[Output] = []
@@ -193,32 +206,41 @@ class PartitionReplay:
         self.store.at(record.timestamp_ms)
         if audit is not None and "digest" not in audit.value:
             self.report.unverifiable[NO_STATE] += 1
+            self.started = self.sealed = False  # the log before the trail: nothing to seed
             return
         if audit is not None and not audit.intact:
             self.report.find("altered", audit.position, "its bytes do not match its digest",
                              self.keep)  # fmt: skip
-            self._taint(audit)
-            self._replayed(record)  # its writes are not checked: its routes start afresh
+            self._taint(audit.value)
+            self._replayed(record, source)  # its writes are not checked: its routes start afresh
             return
         if audit is None and not self.started:
             self.report.unverifiable[BEFORE_TRAIL] += 1
             return
         seeded = True
         if audit is not None:
-            self.started = True
-            seeded = self._seed(source, audit)
-        replayed = self._replayed(record)
+            self.started = self.sealed = True
+            try:
+                seeded = self._seed(source, audit)
+            except (AttributeError, KeyError, TypeError, ValueError):  # digest holds, form not
+                self.report.find("altered", audit.position, "its state is not in the form of "
+                                 "an audit record", self.keep)  # fmt: skip
+                self._taint(audit.value)
+                return
+        replayed = self._replayed(record, source)
         if audit is None:
-            if replayed is not None:
+            if replayed is not None and not self.sealed:
+                self.report.unverifiable[BEFORE_TRAIL] += 1
+            elif replayed is not None:
                 self.report.find("missing", record.position, "it was decided, and left no "
                                  "audit record", self.keep)  # fmt: skip
-                self._taint_written(replayed)
+                self._taint(orjson.loads(replayed.value or b"{}"))
             elif self._rerouted():
                 self.report.rerouted += 1
             return
         if not seeded:
             self.report.unverifiable[TOO_LARGE] += 1
-            self._taint(audit)
+            self._taint(audit.value)
             return
         self._compare(source, audit, replayed)
 
@@ -233,8 +255,11 @@ class PartitionReplay:
                 complete = complete and state.known(name)
                 continue
             raw = None if value is None else _raw(value)
-            if state.known(name):
-                if state.get_stamped(name) == (raw, stamp) or route in self.tainted:
+            held = state.held(name)
+            if held is not None:
+                if held == (raw, stamp):
+                    continue
+                if route in self.tainted:
                     state.put_stamped(name, raw, stamp)
                     continue
                 self.report.find("broken", audit.position, f"the state of {route_text!r} "
@@ -250,11 +275,11 @@ class PartitionReplay:
         ]
         return complete
 
-    def _replayed(self, record: LogRecord) -> Output | None:
+    def _replayed(self, record: LogRecord, source: Source) -> Output | None:
         """Run the record; its audit record, if it wrote one."""
         self._out.clear()
         state = self.store.state(record.key or b"")
-        self.dedup.on_record(record.value, record.key, record.source, state)
+        self.dedup.on_record(record.value, record.key, source, state)
         self.dedup.recorded_due = []
         return next((o for o in self._out if o.role == "decisions"), None)
 
@@ -275,14 +300,12 @@ class PartitionReplay:
             if len(self.report.differences) < self.keep:
                 self.report.differences.append(diff)
 
-    def _taint(self, audit: Audit) -> None:
-        state = audit.value.get("state")
+    def _taint(self, value: Mapping[str, Any]) -> None:
+        """The routes an audit record names start afresh from the next that read them."""
+        state = value.get("state")
         routes = state.get("routes") if isinstance(state, dict) else None
         for route in routes if isinstance(routes, list) else []:
             self.tainted.add(_route(route))
-
-    def _taint_written(self, replayed: Output) -> None:
-        self._taint(Audit(("", 0, 0), b"", orjson.loads(replayed.value or b"{}"), True))
 
 
 class WindowDedup(Dedup):
@@ -299,9 +322,9 @@ class WindowDedup(Dedup):
         recorded = [(route, item) for key, route, item in self.recorded_due if key == schedule.key]
         if not recorded:
             return own
-        self._due[len(self._due) - len(own) :] = []
+        del self.taken[len(self.taken) - len(own) :]
         taken = [*recorded, *(x for x in own if x not in recorded)]
-        self._due.extend((schedule.key, route, item) for route, item in taken)
+        self.taken.extend((schedule.key, route, item) for route, item in taken)
         return taken
 
 

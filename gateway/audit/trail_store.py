@@ -15,7 +15,7 @@ import struct
 from datetime import timedelta
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
 
 _PLAIN, _STAMPED, _ABSENT = b"\x00", b"\x01", b"\x02"
 _STAMP = struct.Struct(">q")
@@ -29,6 +29,12 @@ class TrailStore:
     def __init__(self, path: Path) -> None:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
+        options.set_write_buffer_size(16 << 20)  # a replay runs one store per process
+        # Most reads are of values never seen (the first record of each key): a bloom filter
+        # answers those without reading the files.
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(table)
         self._db = Rdict(str(path), options)
         self._pending: dict[bytes, bytes] = {}
         self.now_ms = self.time_ms = 0
@@ -48,9 +54,17 @@ class TrailStore:
     def known(self, key: bytes) -> bool:
         return self.raw(key) is not None
 
+    def held(self, key: bytes) -> tuple[bytes | None, int | None] | None:
+        """What the replay holds as the value (get_stamped), or None when it never saw it."""
+        value = self.raw(key)
+        return None if value is None else self._decoded(value)
+
     def get_stamped(self, key: bytes) -> tuple[bytes | None, int | None]:
         value = self.raw(key)
-        if value is None or value[:1] == _ABSENT:
+        return (None, None) if value is None else self._decoded(value)
+
+    def _decoded(self, value: bytes) -> tuple[bytes | None, int | None]:
+        if value[:1] == _ABSENT:
             return None, None
         if value[:1] == _STAMPED:
             stamp = _STAMP.unpack_from(value, 1)[0]
@@ -90,6 +104,9 @@ class TrailKeyState:
 
     def known(self, name: str) -> bool:
         return self._store.known(self._prefix + name.encode())
+
+    def held(self, name: str) -> tuple[bytes | None, int | None] | None:
+        return self._store.held(self._prefix + name.encode())
 
     def get_bytes(self, name: str) -> bytes | None:
         return self.get_stamped(name)[0]

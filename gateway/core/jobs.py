@@ -32,12 +32,16 @@ LIFECYCLE_FIELDS = frozenset(
 )  # fmt: skip
 
 
+# The 4,096 values of rand_a as three hex digits, for stepping through them.
+_HEX3 = tuple(b"%03x" % i for i in range(1 << 12))
+
+
 def uuid7(
-    ms: int, unique_key: str | None, seed: bytes, at_home: Callable[[str], bool] | None = None
+    ms: int, unique_key: str | None, seed: bytes, at_home: Callable[[bytes], bool] | None = None
 ) -> str:
     """A lowercase UUIDv7 for time `ms`, its other bits derived from key and seed.
 
-    `at_home`, when given, must hold for the id: the processor mints a keyed job's id in
+    `at_home`, when given, must hold for the id (its ASCII bytes): the processor mints a keyed job's id in
     the id's own home, the partition that decides its claims (see core/ids.py). The 12
     bits of rand_a are stepped until it holds (a partition in N takes N steps on average),
     then the digest is drawn again; the first id that holds is the one without `at_home`.
@@ -57,11 +61,13 @@ def uuid7(
         rand_b = bits & ((1 << 62) - 1)
         value = ((ms & 0xFFFF_FFFF_FFFF) << 80) | (0x7 << 76) | (0b10 << 62) | rand_b
         h = f"{value:032x}"
-        head, tail = f"{h[:8]}-{h[8:12]}-7", f"-{h[16:20]}-{h[20:]}"
-        for step in range(1 << 12 if at_home else 1):
-            job_id = f"{head}{(rand_a + step) & 0xFFF:03x}{tail}"
-            if at_home is None or at_home(job_id):
-                return job_id
+        head, tail = f"{h[:8]}-{h[8:12]}-7".encode(), f"-{h[16:20]}-{h[20:]}".encode()
+        if at_home is None:
+            return (head + _HEX3[rand_a] + tail).decode()
+        for step in range(1 << 12):
+            job_id = head + _HEX3[(rand_a + step) & 0xFFF] + tail
+            if at_home(job_id):
+                return job_id.decode()
         draw += 1
 
 

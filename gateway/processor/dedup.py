@@ -123,7 +123,8 @@ class Dedup:
         # What the record did, for its audit record when it is no decision (an event's result),
         # and what its time made due (schedule key, route, item), for its audit record.
         self._what: dict[str, Any] | None = None
-        self._due: list[tuple[bytes, str, str]] = []
+        self.taken: list[tuple[bytes, str, str]] = []
+        self._jobs_after: dict[str, str | None] = {}  # the state of each job record written
 
     def on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -140,7 +141,8 @@ class Dedup:
         )
 
         self._what = None
-        self._due = []
+        self.taken = []
+        self._jobs_after = {}
 
         def handle() -> None:
             if self._on_record(value, key, source, staged) and claimed:
@@ -167,7 +169,8 @@ class Dedup:
     ) -> None:
         """The record's audit record, with the state it was decided from (trail.py)."""
         head = self.state_of(source, CHAIN_KEY)
-        seal(outputs, self._guard.staged, head, source, key, value, self._what, self._due)
+        seal(outputs, self._guard.staged, head, source, key, value, self._what, self.taken,
+             self._jobs_after)  # fmt: skip
 
     def _on_record(
         self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
@@ -351,6 +354,7 @@ class Dedup:
         # One encoding for both: the stored record is the one published.
         published = job_state(job)
         state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
+        self._jobs_after[str(job["id"])] = job.get("state")
         self.emit(published, source)
         self._schedule_job(job, source, self.state_of)
 
@@ -388,7 +392,7 @@ class Dedup:
             self.state_of(source, schedule.key), source.timestamp_ms
         )  # fmt: skip
         self._known.saw(schedule, source.partition, next_bucket)
-        self._due.extend((schedule.key, route, item) for route, item in taken)
+        self.taken.extend((schedule.key, route, item) for route, item in taken)
         return taken
 
     def _tombstone_expired(self, source: Source) -> None:
@@ -402,6 +406,7 @@ class Dedup:
                 # Expired, though the store's TTL has not hidden it yet: it goes now,
                 # so the record and its tombstone never disagree.
                 state.delete(JOB + job_id)
+                self._jobs_after[job_id] = None
             self.emit(job_state_tombstone(job_id), source)
             self.ids.left(source, job_id, route)
 
@@ -474,6 +479,7 @@ class Dedup:
             # scheduled): released now, the id could go to a job under another route that
             # the scheduled tombstone would then wipe from job_states.
             state.delete(JOB + str(job["id"]))
+            self._jobs_after[str(job["id"])] = None
             self.emit(job_state_tombstone(str(job["id"])), source)
         else:
             self._put_job(state, job, source)

@@ -29,18 +29,18 @@ CLAIM = "claim"
 class Ids:
     def __init__(self, dedup: Dedup) -> None:
         self.dedup = dedup
-        self._at_home: dict[int, Callable[[str], bool]] = {}
+        self._at_home: dict[int, Callable[[bytes], bool]] = {}
 
     def home(self, job_id: bytes) -> int:
         return partition_for(job_id, self.dedup.partitions)
 
-    def at_home(self, partition: int) -> Callable[[str], bool]:
+    def at_home(self, partition: int) -> Callable[[bytes], bool]:
         """What an id minted on `partition` must satisfy: that its home is `partition`."""
         test = self._at_home.get(partition)
         if test is None:
             count = self.dedup.partitions
             test = self._at_home[partition] = lambda job_id: (
-                partition_for(job_id.encode(), count) == partition
+                partition_for(job_id, count) == partition
             )
         return test
 

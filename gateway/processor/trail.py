@@ -48,7 +48,6 @@ HEAD = "head"
 UNTRACED = frozenset({LEASES.key, TOMBSTONES.key, CRONS.key, CHAIN_KEY})
 JOB = "job/"
 DIGEST_FIELD = b',"digest":"'
-_MS = timedelta(milliseconds=1)
 # Kinds whose records always leave an audit record: what they read explains their answer.
 ANSWERED = frozenset({"event", "command"})
 # The record's own fields besides the state: what carried values must leave room for.
@@ -78,47 +77,58 @@ def carried(value: bytes | None, room: int) -> tuple[Any, int]:
     return {"b64": base64.b64encode(value).decode()}, room - len(value) * 4 // 3 - 4
 
 
-def _job_state(value: object) -> str | None:
-    if not isinstance(value, bytes | bytearray) or value[:1] != b"{":
-        return None
-    state = orjson.loads(value).get("state")
+def _job_state(value: bytes | None) -> str | None:
+    state = None if value is None else orjson.loads(value).get("state")
     return state if isinstance(state, str) else None
 
 
+def _ms(ttl: timedelta) -> int:
+    """A ttl in whole milliseconds, as the store counts it (without timedelta's slow //)."""
+    return ttl.days * 86_400_000 + ttl.seconds * 1_000 + ttl.microseconds // 1_000
+
+
 def state_section(
-    staged: Mapping[bytes, Staged], due: Sequence[tuple[bytes, str, str]], now_ms: int, room: int
+    staged: Mapping[bytes, Staged],
+    due: Sequence[tuple[bytes, str, str]],
+    jobs_after: Mapping[str, str | None],
+    now_ms: int,
+    room: int,
 ) -> dict[str, Any]:
-    """What the record read before writing, what it did to jobs, and a digest of its writes."""
-    traced = sorted(
-        (k, s) for k, s in staged.items() if k not in UNTRACED and (s.reads or s.writes)
-    )
+    """What the record read before writing, what it did to jobs, and a digest of its writes.
+    `jobs_after`: the state of each job record it wrote (None: deleted), as the processor
+    knows it, so that no record is parsed again here."""
+    routes: list[Any] = []
     before: list[list[Any]] = []
     jobs: list[list[Any]] = []
-    after = blake2b(digest_size=16)
-    for route, state in traced:
+    written: list[bytes] = []
+    for route in sorted(staged):
+        state = staged[route]
+        reads, writes = state.reads, state.writes
+        if route in UNTRACED or not (reads or writes):
+            continue
         shown = text(route)
-        for name in sorted(state.reads):
-            value, stamp = state.reads[name]
+        routes.append(shown)
+        for name in sorted(reads) if len(reads) > 1 else reads:
+            value, stamp = reads[name]
             shown_value, room = carried(value, room)
             before.append([shown, name, shown_value, stamp])
-        for name in sorted(state.writes):
-            value, ttl = state.writes[name]
-            after.update(b"%b\xff%b\x00" % (route, name.encode()))
+        for name in sorted(writes) if len(writes) > 1 else writes:
+            value, ttl = writes[name]
             if value is DELETED:
-                after.update(b"-")
+                written.append(b"%b\xff%b\x00-" % (route, name.encode()))
             else:
-                assert isinstance(value, bytes)
-                stamp = None if ttl is None else now_ms + ttl // _MS
-                after.update(b"%d:%b" % (-1 if stamp is None else stamp, value))
+                stamp = -1 if ttl is None else now_ms + _ms(ttl)
+                written.append(b"%b\xff%b\x00%d:%b" % (route, name.encode(), stamp, value))
             if name.startswith(JOB):
-                was = state.reads.get(name, (None, None))[0]
-                jobs.append([name[len(JOB) :], _job_state(was), _job_state(value)])
+                job_id = name[len(JOB) :]
+                was = reads[name][0] if name in reads else None
+                jobs.append([job_id, _job_state(was), jobs_after.get(job_id)])
     return {
-        "routes": [text(route) for route, _ in traced],
+        "routes": routes,
         "before": before,
         "jobs": jobs,
         "due": [[text(schedule), route, item] for schedule, route, item in due],
-        "after": after.hexdigest(),
+        "after": digest(b"".join(written)),
     }
 
 
@@ -144,6 +154,7 @@ def seal(
     value: bytes | None,
     what: Mapping[str, Any] | None,
     due: Sequence[tuple[bytes, str, str]],
+    jobs_after: Mapping[str, str | None],
 ) -> None:
     """Complete the record's audit record (its decision record, or a new one when it
     touched state) with its state and its place in the chain, and move the head on."""
@@ -169,7 +180,7 @@ def seal(
         outputs.append(audit)
     body = audit.value or b"{}"
     room = MAX_RECORD_BYTES - len(body) - _SLACK
-    section = orjson.dumps(state_section(staged, due, source.timestamp_ms, room))
+    section = orjson.dumps(state_section(staged, due, jobs_after, source.timestamp_ms, room))
     prev = head.get_bytes(HEAD)
     body = b"%b%b,\"state\":%b,\"prev\":%b}" % (
         body[:-1], kind, section, b"null" if prev is None else b'"%b"' % prev,

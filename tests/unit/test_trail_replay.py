@@ -7,6 +7,7 @@ is reported as such, by position.
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from gateway.audit.trail_store import TrailStore
 from gateway.processor.parsing import Limits
 from tests import differential_log as recorded
 from tests.differential_log import Out, Position, RecordedLog
+from tests.support import validator
 from tests.unit.test_differential import DATA, decide_log
 
 Partitioned = dict[int, list[LogRecord]]
@@ -213,3 +215,17 @@ def test_audit_records_read_their_source_and_digest() -> None:
     assert isinstance(audit, Audit) and audit.source == ("t", 1, 2) and not audit.intact
     assert list(audits([LogRecord("d", 0, 1, 0, None, b"[1")], report)) == []
     assert sum(report.unverifiable.values()) == 1
+
+
+def test_every_audit_record_fits_the_decisions_schema(
+    trail: tuple[Partitioned, Partitioned],
+) -> None:
+    audit = validator("audit.json")
+    _, decisions = trail
+    kinds: Counter[str] = Counter()
+    for records in decisions.values():
+        for record in records:
+            value = orjson.loads(record.value or b"")
+            audit.validate(value)
+            kinds[value.get("kind", "intake")] += 1
+    assert {"request", "event", "tick", "forwarded", "id_report", "intake"} <= set(kinds)
