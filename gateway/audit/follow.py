@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -98,15 +97,10 @@ def _batch(messages: Iterable[Message]) -> tuple[list[Read], dict[int, int], set
     return records, reached, ended
 
 
-@dataclass(frozen=True)
-class CaughtUp:
-    read: int  # records indexed by this catch-up
-    behind: int  # offsets not read: partitions left behind (an open transaction, a stall)
-
-
-def catch_up(client: Consumer, topic: str, index: AuditIndex) -> CaughtUp:
+def catch_up(client: Consumer, topic: str, index: AuditIndex) -> int:
     """Index every committed record of `topic` from where `index` stopped to the end of
-    each partition now; partitions without new records are not read at all."""
+    each partition now; partitions without new records are not read at all. How many
+    offsets it left unread: of partitions that stalled (a transaction held open)."""
     stored = index.offsets()
     ends: dict[int, int] = {}
     for partition in partitions_of(client, topic):
@@ -116,18 +110,17 @@ def catch_up(client: Consumer, topic: str, index: AuditIndex) -> CaughtUp:
         if high > max(stored.get(partition, 0), low):
             ends[partition] = high
     if not ends:
-        return CaughtUp(0, 0)
+        return 0
     client.assign([TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in ends])
-    pending, read, moved_at = set(ends), 0, time.monotonic()
+    pending, moved_at = set(ends), time.monotonic()
     while pending and time.monotonic() - moved_at < STALL_S:
         records, reached, ended = _batch(client.consume(_BATCH, _POLL_S))
         if reached:
             index.add(records, reached)
-            read, moved_at = read + len(records), time.monotonic()
+            moved_at = time.monotonic()
         pending -= ended | {p for p, offset in reached.items() if offset >= ends[p]}
     held = index.offsets()
-    behind = sum(max(0, ends[p] - held.get(p, 0)) for p in pending)
-    return CaughtUp(read, behind)
+    return sum(max(0, ends[p] - held.get(p, 0)) for p in pending)
 
 
 def committed_ends(admin: AdminClient, topic: str, partitions: Iterable[int]) -> dict[int, int]:

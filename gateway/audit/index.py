@@ -119,7 +119,6 @@ class AuditIndex:
         options.create_if_missing(True)
         self._db = Rdict(str(path), options)
         self._lock = threading.Lock()
-        self.indexed = 0  # records indexed by this process, for tests and the CLI's line
 
     def close(self) -> None:
         with self._lock:
@@ -140,9 +139,7 @@ class AuditIndex:
         """Index `records` and move each partition's offset to `reached` (never back), in
         one write batch. A record that is not JSON names nothing, and is only read past."""
         batch = WriteBatch(raw_mode=True)
-        count = 0
         for partition, offset, value in records:
-            count += 1
             try:
                 record = orjson.loads(value or b"")
             except orjson.JSONDecodeError:
@@ -161,7 +158,6 @@ class AuditIndex:
                 if next_offset > held.get(partition, -1):
                     batch.put(_OFFSET + _PARTITION.pack(partition), _NEXT.pack(next_offset))
             self._db.write(batch)
-            self.indexed += count
 
     def unique_key(self, job_id: str) -> str | None:
         """The unique key a record gave the job `job_id`; None if none did."""

@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
         identity = state_identity.current(AdminClient(settings), [topic], LAYOUT)
         index = open_index(args.index or default_index_dir(topic, identity.cluster_id), identity)
         try:
-            caught = follow.catch_up(follower, topic, index)
-            return _print(index, reader, topic, target, caught, args.bootstrap)
+            behind = follow.catch_up(follower, topic, index)
+            return _print(index, reader, topic, target, behind, args.bootstrap)
         finally:
             index.close()
     except KafkaException as exc:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(
     index: AuditIndex, client: Consumer, topic: str, target: str,
-    caught: follow.CaughtUp, bootstrap: str | None,
+    behind: int, bootstrap: str | None,
 ) -> int:  # fmt: skip
     found = history.routes_of(index, target)
     if found is None:
@@ -104,9 +104,9 @@ def _print(
     count = sum(1 for _ in history.positions(index, routes, (0, 0)))
     what = f"unique_key {unique_key}" if unique_key else f"job {target} (no unique key)"
     print(f"{what}: {count} audit record{'' if count == 1 else 's'}")
-    if caught.behind:
+    if behind:
         print(
-            f"note: the index is {caught.behind} offsets behind {topic} (a transaction still "
+            f"note: the index is {behind} offsets behind {topic} (a transaction still "
             "open?): the newest records may be missing"
         )
     start: Position | None = (0, 0)
