@@ -38,12 +38,13 @@ class UniqueUntil(StrEnum):
     START = "start"
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
+@dataclass(slots=True, unsafe_hash=True)
 class ZizqRule:
     scope: ZizqScope
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class FaktoryRule:
     lock_ms: int
     until: UniqueUntil
@@ -57,7 +58,7 @@ QUEUED_STATES = frozenset({State.SCHEDULED, State.AVAILABLE, State.PENDING})
 _TAKEN_STATES = frozenset({State.ACTIVE, State.RETRYABLE})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Holder:
     """A rule as held by one stored job."""
 

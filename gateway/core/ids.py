@@ -38,7 +38,8 @@ from gateway.core.request import Request
 _SUMMARY_FIELDS = ("id", "type", "queue", "state", "created_at", "scheduled_at", "max_attempts")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
+@dataclass(slots=True, unsafe_hash=True)
 class IdClaim:
     route: str
     pending: int = 0

@@ -41,10 +41,11 @@ def uuid7(
 ) -> str:
     """A lowercase UUIDv7 for time `ms`, its other bits derived from key and seed.
 
-    `at_home`, when given, must hold for the id (its ASCII bytes): the processor mints a keyed job's id in
-    the id's own home, the partition that decides its claims (see core/ids.py). The 12
-    bits of rand_a are stepped until it holds (a partition in N takes N steps on average),
-    then the digest is drawn again; the first id that holds is the one without `at_home`.
+    `at_home`, when given, must hold for the id (its ASCII bytes): the processor mints a
+    keyed job's id in the id's own home, the partition that decides its claims (see
+    core/ids.py). The 12 bits of rand_a are stepped until it holds (a partition in N takes
+    N steps on average), then the digest is drawn again; the first id that holds is the
+    one without `at_home`.
     """
     draw = 0
     while True:

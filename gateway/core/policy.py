@@ -72,7 +72,8 @@ _FIELDS = ("keys", "key", "args_keys", "meta_keys", "period", "states", "on_conf
 _MS_PER_DAY = 86_400_000
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
+@dataclass(slots=True, unsafe_hash=True)
 class UniquePolicy:
     keys: tuple[Dimension, ...] = (Dimension.TYPE,)
     args_keys: tuple[str, ...] | None = None

@@ -48,7 +48,8 @@ _FIELDS = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
+@dataclass(slots=True, unsafe_hash=True)
 class RetryPolicy:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     initial_ms: int = DEFAULT_INITIAL_MS

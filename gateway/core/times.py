@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
@@ -43,5 +44,11 @@ def format_rfc3339(ms: int) -> str:
     already in the log were accepted under older rules, and the processor
     must never stop on one.
     """
+    if 0 <= ms <= _LAST_MS:  # the usual case, without building a datetime
+        t = time.gmtime(ms // 1000)
+        return (
+            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ms % 1000:03d}Z"
+        )
     instant = _EPOCH + timedelta(milliseconds=min(max(ms, _FIRST_MS), _LAST_MS))
     return instant.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"

@@ -78,6 +78,7 @@ from gateway.processor.records import (
     refused_event,
     refused_request,
     request_id,
+    stored_json,
 )
 from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
@@ -276,9 +277,12 @@ class Dedup:
         decision = self._existing_in_full(decision, state)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = dialect_of(request, value)
+        encoded = None  # the new job's JSON, as the jobs topic gets it
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
             self.emit(output, source)
-        self._record_jobs(decision, state, source)
+            if output.role == "jobs":
+                encoded = output.value
+        self._record_jobs(decision, state, source, encoded)
         self.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -323,9 +327,12 @@ class Dedup:
         raw = state.get_bytes(JOB + job_id)
         return None if raw is None else dict(orjson.loads(raw))
 
-    def _record_jobs(self, decision: Decision, state: KeyState, source: Source) -> None:
-        """Store and publish the jobs a decision made or moved: a new one, replaced ones
-        cancelled, an updated one (Oban's replace) with its changed fields."""
+    def _record_jobs(
+        self, decision: Decision, state: KeyState, source: Source, encoded: bytes | None
+    ) -> None:
+        """Store and publish the jobs a decision made or moved: a new one (`encoded`: its
+        JSON, whose record is encoded from it), replaced ones cancelled, an updated one
+        (Oban's replace) with its changed fields."""
         if decision.outcome is Outcome.UPDATED and decision.job is not None:
             # The stored record keeps what the update does not touch (attempts, stamps).
             stored = self.load_job(state, str(decision.job["id"]))
@@ -336,7 +343,7 @@ class Dedup:
             job_id = str(decision.job["id"])
             job = stored_job(decision.job, decision.unique_key, source.partition)
             route = job["route"]
-            self._put_job(state, job, source)
+            self._put_job(state, job, source, stored_json(encoded, decision.job, job))
             if route != job_id and source.header(wire.CLAIMED_ID_HEADER) != job_id:
                 self.ids.minted(source, job, route)
         for entry in decision.cancelled:
@@ -345,14 +352,16 @@ class Dedup:
             if cancelled is not None:
                 self._put_job(state, cancelled, source)
 
-    def _put_job(self, state: KeyState, job: dict[str, Any], source: Source) -> None:
-        """Store and publish a job; a terminal one expires the retention after it ended,
-        and its tombstone is scheduled for then; an active one's attempt is looked at
-        again when its lease or timeout ends."""
+    def _put_job(
+        self, state: KeyState, job: dict[str, Any], source: Source, encoded: bytes | None = None
+    ) -> None:
+        """Store and publish a job (`encoded`: its JSON, when known); a terminal one expires
+        the retention after it ended, and its tombstone is scheduled for then; an active
+        one's attempt is looked at again when its lease or timeout ends."""
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         # One encoding for both: the stored record is the one published.
-        published = job_state(job)
+        published = job_state(job, encoded)
         state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
         self._jobs_after[str(job["id"])] = job.get("state")
         self.emit(published, source)

@@ -82,7 +82,8 @@ class Ids:
 
     def minted(self, source: Source, job: Mapping[str, Any], route: str) -> None:
         """A keyed job whose id was minted here, at the id's home: its claim, at once."""
-        self._report(source, str(job["id"]), route, job, decided=False)
+        job_id = str(job["id"]).encode()
+        self._apply(self.dedup.state_of(source, job_id), route, job, decided=False)
 
     def left(self, source: Source, job_id: str, route: str) -> None:
         """A job that left its route: its id's claim, if a route other than the id holds it,

@@ -190,9 +190,22 @@ def id_report(job_id: str, route: str, job: dict[str, Any] | None, decided: bool
     return Output(_json(record), job_id.encode(), role="requests", headers=headers)
 
 
-def job_state(job: dict[str, Any]) -> Output:
-    """The job as it is now, for `job_states` (compacted, keyed by job id)."""
-    return Output(_json(job), str(job["id"]).encode(), role="job_states")
+def job_state(job: dict[str, Any], encoded: bytes | None = None) -> Output:
+    """The job as it is now, for `job_states` (compacted, keyed by job id); `encoded`: its
+    JSON, when known."""
+    return Output(encoded or _json(job), str(job["id"]).encode(), role="job_states")
+
+
+def stored_json(
+    encoded: bytes | None, decided: dict[str, Any], stored: dict[str, Any]
+) -> bytes | None:
+    """A new job's record as JSON from the decided job's (`stored_job` adds its route and
+    partition at the end), without encoding the job again; None when it cannot be so."""
+    if encoded is None or "route" in decided or "partition" in decided:
+        return None
+    return b'%b,"route":%b,"partition":%d}' % (
+        encoded[:-1], _json(stored["route"]), stored["partition"],
+    )  # fmt: skip
 
 
 def job_state_tombstone(job_id: str) -> Output:

@@ -77,8 +77,8 @@ def carried(value: bytes | None, room: int) -> tuple[Any, int]:
     return {"b64": base64.b64encode(value).decode()}, room - len(value) * 4 // 3 - 4
 
 
-def _job_state(value: bytes | None) -> str | None:
-    state = None if value is None else orjson.loads(value).get("state")
+def _job_state(value: bytes) -> str | None:
+    state = orjson.loads(value).get("state")
     return state if isinstance(state, str) else None
 
 
@@ -104,30 +104,35 @@ def state_section(
     for route in sorted(staged):
         state = staged[route]
         reads, writes = state.reads, state.writes
-        if route in UNTRACED or not (reads or writes):
+        if not (reads or writes) or route in UNTRACED:
             continue
         shown = text(route)
         routes.append(shown)
         for name in sorted(reads) if len(reads) > 1 else reads:
             value, stamp = reads[name]
-            shown_value, room = carried(value, room)
-            before.append([shown, name, shown_value, stamp])
+            if value is None:
+                before.append([shown, name, None, stamp])
+            else:
+                shown_value, room = carried(value, room)
+                before.append([shown, name, shown_value, stamp])
         for name in sorted(writes) if len(writes) > 1 else writes:
             value, ttl = writes[name]
+            cell = route + b"\xff" + name.encode()
             if value is DELETED:
-                written.append(b"%b\xff%b\x00-" % (route, name.encode()))
+                written.append(cell + b"\x00-")
             else:
                 stamp = -1 if ttl is None else now_ms + _ms(ttl)
-                written.append(b"%b\xff%b\x00%d:%b" % (route, name.encode(), stamp, value))
+                written.append(b"%b\x00%d:%b" % (cell, stamp, value))
             if name.startswith(JOB):
-                job_id = name[len(JOB) :]
+                job_id = name[4:]
                 was = reads[name][0] if name in reads else None
-                jobs.append([job_id, _job_state(was), jobs_after.get(job_id)])
+                jobs.append([job_id, None if was is None else _job_state(was),
+                             jobs_after.get(job_id)])  # fmt: skip
     return {
         "routes": routes,
         "before": before,
         "jobs": jobs,
-        "due": [[text(schedule), route, item] for schedule, route, item in due],
+        "due": [[text(schedule), route, item] for schedule, route, item in due] if due else [],
         "after": digest(b"".join(written)),
     }
 
@@ -158,7 +163,11 @@ def seal(
 ) -> None:
     """Complete the record's audit record (its decision record, or a new one when it
     touched state) with its state and its place in the chain, and move the head on."""
-    audit = next((o for o in outputs if o.role == "decisions"), None)
+    audit = None
+    for output in outputs:
+        if output.role == "decisions":
+            audit = output
+            break
     kind = b""
     if audit is not None:
         kind = b',"kind":"request"'
