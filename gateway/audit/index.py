@@ -110,6 +110,10 @@ def _route_prefix(route: str) -> bytes:
     return _ROUTE + hashlib.blake2b(route.encode(), digest_size=_DIGEST).digest()
 
 
+class IndexUnavailable(Exception):
+    """RocksDB cannot open the index (another process holds it); the message says which."""
+
+
 class AuditIndex:
     """Thread-safe: a follower writes while readers ask."""
 
@@ -117,7 +121,10 @@ class AuditIndex:
         path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
-        self._db = Rdict(str(path), options)
+        try:
+            self._db = Rdict(str(path), options)
+        except Exception as exc:  # rocksdict raises a bare Exception ("IO error: lock ...")
+            raise IndexUnavailable(f"cannot open the audit index {path}: {exc}") from exc
         self._lock = threading.Lock()
 
     def close(self) -> None:

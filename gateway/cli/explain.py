@@ -16,7 +16,14 @@ from confluent_kafka.admin import AdminClient
 
 from gateway import catalogue
 from gateway.audit import follow, history
-from gateway.audit.index import LAYOUT, AuditIndex, Position, default_index_dir, open_index
+from gateway.audit.index import (
+    LAYOUT,
+    AuditIndex,
+    IndexUnavailable,
+    Position,
+    default_index_dir,
+    open_index,
+)
 from gateway.catalogue import CatalogueError
 from gateway.cli.common import (
     EXIT_INVALID,
@@ -72,7 +79,13 @@ def run(args: argparse.Namespace) -> int:
     follower, reader = follow.consumer(settings), follow.consumer(settings, seeking=True)
     try:
         identity = state_identity.current(AdminClient(settings), [topic], LAYOUT)
-        index = open_index(args.index or default_index_dir(topic, identity.cluster_id), identity)
+        directory = args.index or default_index_dir(topic, identity.cluster_id)
+        try:
+            index = open_index(directory, identity)
+        except IndexUnavailable as exc:
+            raise CommandError(
+                f"{exc} (another `gateway explain` running?): wait for it, or give --index DIR"
+            ) from exc
         try:
             behind = follow.catch_up(follower, topic, index)
             return _print(index, reader, topic, target, behind, args.bootstrap)

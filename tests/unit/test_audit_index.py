@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway.audit import history
-from gateway.audit.index import AuditIndex, Position, named, open_index
+from gateway.audit.index import AuditIndex, IndexUnavailable, Position, named, open_index
 from gateway.processor.schedule import LEASES
 from gateway.processor.state_identity import Identity
 from tests.unit import test_explain as processed
@@ -97,6 +97,13 @@ def test_positions_are_kept_per_route_in_log_order_with_the_offsets_read(tmp_pat
     again = AuditIndex(tmp_path / "i")
     assert again.offsets() == {3: 11, 1: 1} and list(again.positions(KEY)) == [(3, 2), (3, 7)]
     again.close()
+
+
+def test_an_index_another_process_holds_is_refused_with_a_message(tmp_path: Path):
+    held = AuditIndex(tmp_path / "i")
+    with pytest.raises(IndexUnavailable, match=f"cannot open the audit index {tmp_path}/i: "):
+        AuditIndex(tmp_path / "i")
+    held.close()
 
 
 def test_an_index_built_from_another_cluster_topic_or_layout_is_read_anew(tmp_path: Path):
