@@ -129,11 +129,14 @@ async def key_history(request: Request, binding: Binding, _: str) -> Answer | Ap
     except KafkaException as exc:
         problem = f"the decisions topic could not be read: {exc.args[0].str()}"
         return ApiError(503, errors.UNAVAILABLE, problem, retryable=True)
+    index = {"complete": behind == 0, "behind": behind}
     if page is None:
-        return ApiError(404, errors.NOT_FOUND, "no audit record mentions this key or job id")
+        unread = f" (the index has {behind} offsets of decisions still to read)" if behind else ""
+        message = f"no audit record mentions this key or job id{unread}"
+        return ApiError(404, errors.NOT_FOUND, message, details={"index": index})
     return Answer(200, {
         "key": key, "unique_key": page.unique_key,
         "items": [history.as_json(item, audit.topic) for item in page.items],
         "next_cursor": None if page.next is None else history.format_cursor(page.next),
-        "index": {"complete": behind == 0, "behind": behind},
+        "index": index,
     })  # fmt: skip

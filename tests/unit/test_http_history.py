@@ -119,6 +119,10 @@ def test_a_key_nothing_mentions_is_404_in_the_ojs_envelope(served: Served):
     assert answer.status_code == 404
     error = answer.json()["error"]
     assert error["code"] == "not_found" and error["retryable"] is False and error["request_id"]
+    assert error["details"] == {"index": {"complete": True, "behind": 0}}
+    served.end = 57  # records it has not read yet may name it
+    error = served.get(PATH.format("0199dddd-0000-7000-8000-000000000009")).json()["error"]
+    assert error["message"].endswith("(the index has 7 offsets of decisions still to read)")
 
 
 @pytest.mark.parametrize(
