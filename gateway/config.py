@@ -3,8 +3,8 @@ every client the gateway makes.
 
 The home ($GATEWAY_HOME, else ~/.cache/unique-jobs-gateway) holds what the
 gateway keeps on this machine: Kafka's jars and the local cluster (the
-launcher), processor state, the HTTP views, and while `gateway up` runs, its
-broker's address (up.json).
+launcher), processor state, the HTTP views, the audit indexes of `gateway
+explain`, and while `gateway up` runs, its broker's address (up.json).
 
 The client settings have one place: a TOML file named by $GATEWAY_CONFIG, whose
 `[kafka]` table holds librdkafka settings by their own names

@@ -1,119 +1,203 @@
-"""Why each decision about a key came out as it did, from the records alone.
+"""Why each audit record on `decisions` came out as it did, from that record alone.
 
-Pure: the text for a decision is a function of its audit record (outcome,
-policy as applied, existing and cancelled jobs) and of the history before it
-on the same key. The history is kept as the core's entries and the jobs'
-records: a decision record adds the job it accepted (and marks what a replace
-cancelled), and job events and expired attempts move the records by the
-processor's own rules (see jobs.py), the key's entries following as the
-processor's do. Nothing is decided again here.
+Pure: the text for a record is a function of the record. A request's record
+carries the key's entries it was decided from (`state.before`), so why it
+was accepted, rejected, ignored, replaced or updated is asked of the
+engine's own predicate (`core.holds`) over exactly those entries. A job
+event's record carries what became of it (`what`), the job's record as it
+found it and the states it moved it between (`state.jobs`); the event's own
+body is not carried, so neither is what only it said (an error's type). A
+tick's record carries the jobs its time made due as they were: the attempt
+it ended is told by the core's own rule (`core.expire_job`) at the record's
+time, which is what the processor did; a record its retention deleted, by
+its state. Nothing is decided anew. A record written before records carried
+their state is told from its own fields, and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway.audit.jobs import JobBook
 from gateway.core import (
-    DEFAULT_RETENTION_MS,
     Entry,
     EventOutcome,
     EventResult,
     GatewayError,
-    Holder,
     IgnoredReason,
-    JobEvent,
     State,
     UniquePolicy,
     effective_state,
+    expire_job,
     holds,
-    parse_event,
     prune,
 )
-from gateway.core.lifecycle import cancelled_by_replace, follow
-from gateway.core.times import format_rfc3339, parse_rfc3339
+from gateway.core.times import parse_rfc3339
 
 Entries = tuple[Entry, ...]
+NO_STATE = (
+    "this record carries no state (written before audit records did): told from its own fields"
+)
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryItem:
-    """A decision record or a job event (its JSON), where it sits in the log and when."""
+class Explained:
+    """One audit record, told: what it is, about what, and why it came out so."""
 
-    # "decision", "event", "queue" (a queue command: its bytes), or "time": another record
-    # of the key's partition, which moves its time on (a tick, or a record about another key).
-    kind: str
-    timestamp_ms: int
-    position: tuple[str, int, int]
-    record: Any
-
-    @property
-    def topic(self) -> str:
-        return self.position[0]
+    kind: str  # request, event, command, id_report, id_claim, tick
+    at: str | None  # the record's time, RFC 3339
+    head: str  # one line: what the record is
+    summary: dict[str, Any]  # a request's outcome, or another record's `what`
+    reason: list[str]  # why, a line each
 
 
-def find_key(items: Iterable[HistoryItem], job_id: str) -> str | None:
-    """The unique_key of the job `job_id`, from any decision or event that names it."""
-    wanted = job_id.lower()
-    for item in items:
-        rec = item.record if isinstance(item.record, Mapping) else {}
-        named = {rec.get("job_id"), rec.get("existing_job_id"), *rec.get("cancelled_job_ids", [])}
-        key = rec.get("unique_key")
-        if wanted in {str(n).lower() for n in named if n} and isinstance(key, str):
-            return key
+def explain_record(record: Mapping[str, Any]) -> Explained:
+    """The explanation of one audit record (a request's decision, or any other record
+    that read or changed a route's state)."""
+    kind = str(record.get("kind") or ("request" if "outcome" in record else "unknown"))
+    if kind == "request":
+        return _request(record)
+    what = _what(record)
+    at = record.get("at") if isinstance(record.get("at"), str) else None
+    if kind == "event":
+        result = event_result(record)
+        head = f"event {what.get('outcome')} job {what.get('job_id')}"
+        told = explain_event(result, _job_before(record, result.job_id))
+        return Explained(kind, at, head, dict(what), [told])
+    moves = job_moves(record)
+    head = kind if not what else f"{kind} {orjson.dumps(what).decode()}"
+    return Explained(kind, at, head, dict(what), moves or ["no job moved"])
+
+
+def _request(record: Mapping[str, Any]) -> Explained:
+    outcome = record.get("outcome")
+    head = f"decision {outcome}  request {record.get('request_id')}"
+    prior = entries_before(record)
+    if prior is None:
+        reason = [NO_STATE if not isinstance(record.get("state"), Mapping) else _too_large(record)]
+        reason.append(explain_decision(record, ()))
+    else:
+        reason = [explain_decision(record, prior)]
+    if isinstance(record.get("policy"), Mapping):
+        reason.append(f"policy: {describe_policy(record['policy'])}")
+    at = record.get("decided_at") if isinstance(record.get("decided_at"), str) else None
+    return Explained("request", at, head, {"outcome": outcome}, reason)
+
+
+def entries_before(record: Mapping[str, Any]) -> Entries | None:
+    """The key's entries the request was decided from, as its record carries them; None
+    when it carries none (an older record, or entries too large to carry)."""
+    state = record.get("state")
+    if not isinstance(state, Mapping):
+        return None
+    key = record.get("unique_key")
+    for row in _cells(state):
+        if row[0] == key and row[1] == "entries":
+            value = row[2]
+            if value is None:
+                return ()
+            if not isinstance(value, list):
+                return None  # {"digest", "bytes"}: too large to carry
+            try:
+                return tuple(Entry.from_dict(item) for item in value)
+            except (ValueError, AttributeError):
+                return None
+    return ()  # not read: a request without a unique key
+
+
+def _too_large(record: Mapping[str, Any]) -> str:
+    for row in _cells(record["state"]):
+        if row[1] == "entries" and isinstance(row[2], Mapping):
+            size = row[2].get("bytes")
+            return f"the key's entries ({size} bytes) were too large for the record to carry"
+    return "the key's entries in this record are not readable"
+
+
+def _cells(state: Mapping[str, Any]) -> list[list[Any]]:
+    rows = state.get("before")
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, list) and len(r) >= 3]
+
+
+def _jobs(record: Mapping[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    """[(job id, its state before, after)] of every job record the record wrote."""
+    state = record.get("state")
+    rows = state.get("jobs") if isinstance(state, Mapping) else None
+    if not isinstance(rows, list):
+        return []
+    return [
+        (str(r[0]), _text(r[1]), _text(r[2])) for r in rows if isinstance(r, list) and len(r) == 3
+    ]
+
+
+def _job_before(record: Mapping[str, Any], job_id: str | None) -> Mapping[str, Any] | None:
+    """The job's record as the record read it, before it wrote it."""
+    state = record.get("state")
+    for row in _cells(state) if isinstance(state, Mapping) else []:
+        if row[1] == f"job/{job_id}" and isinstance(row[2], Mapping):
+            return row[2]
     return None
 
 
-def explain_history(
-    items: Sequence[HistoryItem], retention_ms: int = DEFAULT_RETENTION_MS
-) -> Iterator[str]:
-    """One block of lines per item, and per attempt an item's time ended, in log order."""
-    entries: Entries = ()
-    book = JobBook()
-    for item in items:
-        stamp = format_rfc3339(item.timestamp_ms)
-        where = "{}[{}]@{}".format(*item.position)
-        for expired in book.expire(item.timestamp_ms):
-            assert expired.job is not None
-            error = expired.job.get("error") or {}
-            yield f"{stamp}  {error.get('type')} job {expired.job_id}  ({where})"
-            yield f"    {_moved(expired)}: {error.get('message')}"
-            entries = follow(entries, expired.job, expired, item.timestamp_ms, retention_ms)
-        if item.kind == "decision":
-            rec = item.record
-            head = f"decision {rec.get('outcome')}  request {rec.get('request_id')}"
-            yield f"{stamp}  {head}  ({where})"
-            yield f"    {explain_decision(rec, entries)}"
-            if isinstance(rec.get("policy"), Mapping):
-                yield f"    policy: {describe_policy(rec['policy'])}"
-            entries = after_decision(entries, rec)
-            _record_jobs(book, rec)
-        elif item.kind == "queue":
-            book.command(item.position[1], item.record, item.timestamp_ms)
-        elif item.kind == "event":
-            event = parse_event(item.record)
-            result, entries = book.apply(
-                event, entries, item.timestamp_ms, retention_ms, item.position[1]
-            )  # fmt: skip
-            yield f"{stamp}  event {_event_name(item.record)}  ({where})"
-            yield f"    {explain_event(event, result)}"
+def event_result(record: Mapping[str, Any]) -> EventResult:
+    """What an event's record says became of it, as the core's result (the job afterwards
+    is not carried: the record's reason is told from the job before)."""
+    what = _what(record)
+    job_id = what.get("job_id") if isinstance(what.get("job_id"), str) else None
+    row = next((r for r in _jobs(record) if r[0] == job_id), None)
+    raw = what.get("error") if isinstance(what.get("error"), Mapping) else None
+    error = None if raw is None else GatewayError(str(raw.get("code")), str(raw.get("message")))
+    outcome = _enum(EventOutcome, what.get("outcome")) or EventOutcome.INVALID
+    return EventResult(
+        outcome, job_id,
+        previous_state=_enum(State, what.get("previous_state")),
+        state=_enum(State, what.get("state")),
+        reason=_enum(IgnoredReason, what.get("reason")),
+        error=error,
+        deleted=outcome is EventOutcome.APPLIED and row is not None and row[2] is None,
+    )  # fmt: skip
 
 
-def _record_jobs(book: JobBook, record: Mapping[str, Any]) -> None:
-    """The job records a decision made or moved, as the processor stores them."""
-    now = _time(record.get("decided_at")) or 0
-    for job_id in record.get("cancelled_job_ids") or []:
-        old = book.jobs.get(str(job_id))
-        cancelled = None if old is None else cancelled_by_replace(old, now)
-        if cancelled is not None:
-            book.accepted(cancelled)
-    job = record.get("job")
-    if record.get("outcome") in ("accepted", "replaced", "updated") and isinstance(job, Mapping):
-        book.accepted({**book.jobs.get(str(job.get("id")), {}), **job})
+def job_moves(record: Mapping[str, Any]) -> list[str]:
+    """A line for each job a record other than a request or an event wrote: an attempt
+    its time ended (told by the core's own rule, `expire_job`, asked of the job as the
+    record read it at the record's time), a job its retention deleted, a job moved."""
+    lines = []
+    at = _time(record.get("at"))
+    for job_id, was, now in _jobs(record):
+        before = _job_before(record, job_id)
+        if now is None:
+            lines.append(f"job {job_id}: `{was}`, deleted: its retention ended")
+            continue
+        ended = None if before is None or at is None else expire_job(before, at)
+        if ended is not None and ended.job is not None and str(ended.state) == now:
+            error = ended.job.get("error") or {}
+            moved = _moved(ended, before).removeprefix(f"job {job_id}: ")
+            lines.append(f"{error.get('type')} job {job_id}: {moved}: {error.get('message')}")
+            continue
+        result = EventResult(EventOutcome.APPLIED, job_id, _enum(State, was), _enum(State, now))
+        lines.append(_moved(result, before))
+    return lines
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _what(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    what = record.get("what")
+    return what if isinstance(what, Mapping) else {}
+
+
+def _enum(kind: Any, value: Any) -> Any:
+    try:
+        return None if value is None else kind(value)
+    except ValueError:
+        return None
 
 
 def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
@@ -147,7 +231,7 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
         }[outcome]
         if held is None:
             state = record.get("existing_job_state")
-            return f"{outcome}: job {existing} was `{state}` (before this log's history); {then}"
+            return f"{outcome}: job {existing} was `{state}`; {then}"
         holding = holds(held, policy, now)
         if not holding.holds:
             return (
@@ -182,70 +266,48 @@ def _show(value: Any) -> str:
     return "(none)" if value is None else orjson.dumps(value).decode()
 
 
-def explain_event(event: JobEvent | GatewayError, result: EventResult) -> str:
-    """What a job event did to the job, as the processor applied it."""
-    if isinstance(event, GatewayError):
-        return f"invalid: {event.message}"
+def explain_event(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
+    """What a job event did to the job (as it was `before`), as the processor applied it."""
+    if result.outcome is EventOutcome.INVALID:
+        return f"invalid: {None if result.error is None else result.error.message}"
     if result.outcome is EventOutcome.APPLIED:
-        return _moved(result)
+        return _moved(result, before)
     if result.reason is IgnoredReason.UNKNOWN_JOB:
-        return f"ignored: no job {event.job_id} is held under this key"
+        return f"ignored: no job {result.job_id} is held under this key"
     if result.outcome is EventOutcome.REFUSED and result.error is not None:
         return f"refused: {result.error.message}"
-    return f"ignored: job {event.job_id} is already {result.state}"
+    return f"ignored: job {result.job_id} is already {result.state}"
 
 
-def _moved(result: EventResult) -> str:
-    """An applied transition, with what it means for the job's next attempt and its key."""
-    job = result.job or {}
+def _moved(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
+    """An applied transition, with what it means for the job's next attempt and its key:
+    from the job afterwards where it is known (`result.job`), else from the job before."""
+    after, was = result.job or {}, before or {}
     head = f"job {result.job_id}: {result.previous_state} → {result.state}"
+    attempt = after.get("attempt", was.get("attempt"))
     if result.deleted:
         return f"job {result.job_id}: {result.previous_state}, deleted: its key is released"
     if result.state is State.ACTIVE and result.previous_state is State.ACTIVE:
-        return f"job {result.job_id}: heartbeat, lease until {job.get('lease_expires_at')}"
+        return f"job {result.job_id}: heartbeat, its lease renewed"
     if result.state is State.ACTIVE:
-        return f"{head} (attempt {job.get('attempt')}, lease until {job.get('lease_expires_at')})"
+        return f"{head} (a worker took it)"
     if result.state is State.RETRYABLE:
-        return f"{head} (attempt {job.get('attempt')} failed; next attempt at " + (
-            f"{job.get('next_attempt_at')})"
-        )
+        then = f"; next attempt at {after['next_attempt_at']}" if "next_attempt_at" in after else ""
+        return f"{head} (attempt {attempt} failed{then})"
     if result.state is State.DISCARDED and result.previous_state is State.ACTIVE:
-        error = job.get("error") or {}
-        why = "attempts exhausted"
+        error = after.get("error") or {}
+        limit = int(was.get("max_attempts") or after.get("max_attempts") or 1)
+        why = ""  # an event's own error is not carried: its reason is not guessed
         if error.get("retryable") is False:
-            why = "the error is not retryable"
-        elif int(job.get("attempt") or 0) < int(job.get("max_attempts") or 1):
-            why = f"the error type {error.get('type')} is not retried"
-        return f"{head} ({why}: the job is discarded and releases the key)"
+            why = ", the error is not retryable"
+        elif int(attempt or 0) >= limit:
+            why = ", attempts exhausted"
+        elif error:
+            why = f", the error type {error.get('type')} is not retried"
+        return f"{head} (attempt {attempt} of {limit} failed{why}: the job is discarded " + (
+            "and releases the key)"
+        )
     return head
-
-
-def after_decision(prior: Entries, record: Mapping[str, Any]) -> Entries:
-    """The key's entries after a decision, as its record tells them (no rule applied)."""
-    now = _time(record.get("decided_at")) or 0
-    cancelled = set(record.get("cancelled_job_ids") or [])
-    entries = [e.moved_to(State.CANCELLED, now) if e.job_id in cancelled else e for e in prior]
-    job = record.get("job")
-    if not isinstance(job, Mapping):
-        return tuple(entries)
-    if record.get("outcome") == "updated":
-        return tuple(_updated(e, job) if e.job_id == job.get("id") else e for e in entries)
-    if job.get("id") not in {e.job_id for e in entries}:
-        entry = _entry(job, record.get("holder"))
-        if entry is not None:
-            entries.append(entry)
-    return tuple(entries)
-
-
-def _updated(entry: Entry, job: Mapping[str, Any]) -> Entry:
-    """The entry as an update's record shows its job."""
-    fresh = _entry(job, None)
-    if fresh is None:
-        return entry
-    return replace(
-        entry, state=fresh.state, type=fresh.type, queue=fresh.queue,
-        scheduled_at=fresh.scheduled_at, max_attempts=fresh.max_attempts, job=dict(job),
-    )  # fmt: skip
 
 
 def describe_policy(policy: Mapping[str, Any]) -> str:
@@ -274,7 +336,7 @@ def _state_before(
     for entry in prior:
         if entry.job_id == job_id:
             return str(effective_state(entry, now))
-    return str(record.get("existing_job_state")) if job_id == existing else "state before this log"
+    return str(record.get("existing_job_state")) if job_id == existing else "its state not carried"
 
 
 def _policy(record: Mapping[str, Any]) -> UniquePolicy | None:
@@ -289,44 +351,3 @@ def _list(values: Any) -> str:
 
 def _time(value: Any) -> int | None:
     return parse_rfc3339(value) if isinstance(value, str) else None
-
-
-def _event_name(raw: Any) -> str:
-    if not isinstance(raw, Mapping):
-        return "(malformed)"
-    name = raw.get("type") or f"state={raw.get('state')}"
-    attempt = raw.get("attempt")
-    if attempt is not None:
-        limit = raw.get("max_attempts")
-        name += f" (attempt {attempt}{f' of {limit}' if limit is not None else ''})"
-    return f"{name} job {raw.get('job_id')}"
-
-
-def _entry(job: Mapping[str, Any], holder: Any) -> Entry | None:
-    """The entry a job record stands for; None if the record lacks what an entry needs."""
-    created = _time(job.get("created_at"))
-    try:
-        state = State(str(job.get("state")))
-    except ValueError:
-        return None
-    if created is None or not isinstance(job.get("id"), str):
-        return None
-    max_attempts = job.get("max_attempts")
-    return Entry(
-        job_id=job["id"],
-        state=state,
-        created_at=created,
-        state_changed_at=created,
-        type=str(job.get("type")),
-        queue=str(job.get("queue")),
-        scheduled_at=_time(job.get("scheduled_at")),
-        max_attempts=max_attempts if isinstance(max_attempts, int) else 3,
-        holder=_holder(holder),
-    )
-
-
-def _holder(raw: Any) -> Holder | None:
-    try:
-        return Holder.from_dict(raw) if isinstance(raw, Mapping) else None
-    except ValueError:
-        return None  # a record written by something else: explain without the rule

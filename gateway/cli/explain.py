@@ -1,111 +1,144 @@
-"""`gateway explain`: every decision and job event of a job's key, with the reason for each."""
+"""`gateway explain`: a job's or a unique key's audit records, each with why it came out so.
+
+It keeps an index of where each key's records are on `decisions` (audit/index.py),
+brought up to date at each run (the first run reads the topic once, later ones
+what is new), then reads exactly the key's records (audit/follow.py).
+"""
 
 from __future__ import annotations
 
 import argparse
-import re
-from collections.abc import Sequence
+import sys
+from pathlib import Path
 
-import orjson
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
 
-from gateway import wire
-from gateway.audit import HistoryItem, LogRecord, explain_history
-from gateway.audit.explain import find_key
-from gateway.cli.common import EXIT_INVALID, CommandError, kafka_asked
-from gateway.cli.replay import add_log_arguments, load_catalogue, read_log
-from gateway.core.times import parse_rfc3339
+from gateway import catalogue
+from gateway.audit import follow, history
+from gateway.audit.index import (
+    LAYOUT,
+    AuditIndex,
+    IndexUnavailable,
+    Position,
+    default_index_dir,
+    open_index,
+)
+from gateway.catalogue import CatalogueError
+from gateway.cli.common import (
+    EXIT_INVALID,
+    EXIT_UNAVAILABLE,
+    CommandError,
+    add_kafka_arguments,
+    kafka_asked,
+    reachable_config,
+)
+from gateway.processor import state_identity
 
-_KEY = re.compile(r"[0-9a-f]{64}")
 EXIT_NOT_FOUND = 1
+_PAGE = 1000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "explain",
-        help="show every decision and job event for a job or uniqueness key, with reasons",
+        help="show every audit record of a job or uniqueness key, with reasons",
         description=(
-            "Print, in log order, every decision and job-state event under the uniqueness "
-            "key of a job (give its id) or under a key (64 hex digits), with the policy "
-            "applied and why each outcome followed. Exits 1 if nothing mentions it."
+            "Print, in log order, every audit record on the decisions topic about a job "
+            "(give its id; a job with a unique key shows its key's) or a uniqueness key: each "
+            "decision with the policy applied and why its outcome followed, each job event "
+            "with what it did, each expiry. Reads only the key's records, found through a "
+            "local index of the topic brought up to date first. Exits 1 if nothing mentions it."
         ),
     )
     p.add_argument(
         "target", metavar="JOB_ID|UNIQUE_KEY",
         help="a job id, or a uniqueness key (64 hex digits, as `gateway fingerprint` prints)",
     )  # fmt: skip
-    add_log_arguments(p)
+    add_kafka_arguments(p)
+    p.add_argument(
+        "--index", type=Path, metavar="DIR",
+        help="where the index of the decisions topic is kept (default: under the gateway "
+        "home, audit-index/<topic>/<cluster id>); delete it and the next run reads the "
+        "topic again",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.retention_seconds < 1:
-        raise CommandError("--retention-seconds must be positive", EXIT_INVALID)
-    cat = load_catalogue(args.namespace)
-    decisions_topic, requests_topic = cat.name("decisions"), cat.name("requests")
-    logs = read_log(args.bootstrap, [decisions_topic, requests_topic])
-    items = history_items(logs[decisions_topic], logs[requests_topic])
-    target = args.target.strip().lower()
-    key = target if _KEY.fullmatch(target) else find_key(items, target)
-    mine = [i for i in items if key and i.record.get("unique_key") == key]
-    if not mine:
+    target = args.target.strip()
+    problem = history.key_problem(target)
+    if problem is not None:
+        raise CommandError(f"JOB_ID|UNIQUE_KEY {problem}", EXIT_INVALID)
+    try:
+        topic = catalogue.load(namespace=args.namespace).name("decisions")
+    except CatalogueError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from exc
+    settings = reachable_config(args.bootstrap)
+    # Both made at once, so they reach the brokers together.
+    follower, reader = follow.consumer(settings), follow.consumer(settings, seeking=True)
+    try:
+        identity = state_identity.current(AdminClient(settings), [topic], LAYOUT)
+        directory = args.index or default_index_dir(topic, identity.cluster_id)
+        try:
+            index = open_index(directory, identity)
+        except IndexUnavailable as exc:
+            raise CommandError(
+                f"{exc} (another `gateway explain` running?): wait for it, or give --index DIR"
+            ) from exc
+        try:
+            behind = follow.catch_up(follower, topic, index)
+            return _print(index, reader, topic, target, behind, args.bootstrap)
+        finally:
+            index.close()
+    except KafkaException as exc:
         raise CommandError(
-            f"no decision or job event mentions {args.target} in {decisions_topic} and "
-            f"{requests_topic} of {kafka_asked(args.bootstrap)}; if `gateway up` printed "
-            "another bootstrap, name it with --bootstrap (and its --namespace)",
+            f"cannot read {topic} ({exc.args[0].str()}) from {kafka_asked(args.bootstrap)}",
+            EXIT_UNAVAILABLE,
+        ) from exc
+    finally:
+        follower.close()
+        reader.close()
+
+
+def _print(
+    index: AuditIndex, client: Consumer, topic: str, target: str,
+    behind: int, bootstrap: str | None,
+) -> int:  # fmt: skip
+    found = history.routes_of(index, target)
+    if found is None:
+        raise CommandError(
+            f"no audit record mentions {target} in {topic} of {kafka_asked(bootstrap)}; if "
+            "`gateway up` printed another bootstrap, name it with --bootstrap (and its "
+            "--namespace)",
             EXIT_NOT_FOUND,
         )
-    decisions = sum(i.kind == "decision" for i in mine)
-    print(f"unique_key {key}: {decisions} decisions, {len(mine) - decisions} job events")
-    timeline = with_clock(mine, logs[requests_topic])
-    for line in explain_history(timeline, args.retention_seconds * 1000):
-        print(line)
+    unique_key, routes = found
+    count = sum(1 for _ in history.positions(index, routes, (0, 0)))
+    what = f"unique_key {unique_key}" if unique_key else f"job {target} (no unique key)"
+    print(f"{what}: {count} audit record{'' if count == 1 else 's'}")
+    if behind:
+        print(
+            f"note: the index is {behind} offsets behind {topic} (a transaction still "
+            "open?): the newest records may be missing"
+        )
+    start: Position | None = (0, 0)
+    while start is not None:
+        page = history.page(index, target, start, _PAGE, lambda p: follow.read_at(client, topic, p))
+        assert page is not None  # the routes were found above
+        for item in page.items:
+            _print_item(item, topic)
+        start = page.next
+    sys.stdout.flush()
     return 0
 
 
-def history_items(
-    decisions: Sequence[LogRecord], requests: Sequence[LogRecord]
-) -> list[HistoryItem]:
-    """Decisions and job events, per partition in the order the processor handled them.
-
-    Both stand at their place in the `requests` log: a decision at its
-    request's offset (its record's source), an event at its own.
-    """
-    items: list[HistoryItem] = []
-    for record in decisions:
-        value = _json(record.value)
-        source = value.get("source") or {}
-        decided_at = parse_rfc3339(str(value.get("decided_at")))
-        if not value.get("unique_key") or decided_at is None:
-            continue  # decided at intake: no key, so in no key's history
-        position = (str(source.get("topic")), int(source["partition"]), int(source["offset"]))
-        items.append(HistoryItem("decision", decided_at, position, value))
-    for record in requests:
-        if record.source.is_job_event:
-            items.append(
-                HistoryItem("event", record.timestamp_ms, record.position, _json(record.value))
-            )
-    return sorted(items, key=lambda i: (i.position[1], i.position[2]))
-
-
-def with_clock(mine: Sequence[HistoryItem], requests: Sequence[LogRecord]) -> list[HistoryItem]:
-    """The key's items among every other record of its partitions (ticks, other keys):
-    each moves the partition's time on, and with it the leases of the key's jobs; a queue
-    command (pause, resume) also says whether the key's jobs may be claimed."""
-    taken = {i.position for i in mine}
-    partitions = {i.position[1] for i in mine}
-    clock = [
-        HistoryItem("queue", r.timestamp_ms, r.position, r.value or b"")
-        if r.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND
-        else HistoryItem("time", r.timestamp_ms, r.position, {})
-        for r in requests
-        if r.partition in partitions and r.position not in taken
-    ]
-    return sorted([*mine, *clock], key=lambda i: (i.position[1], i.position[2]))
-
-
-def _json(value: bytes | None) -> dict:
-    try:
-        parsed = orjson.loads(value or b"")
-    except orjson.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+def _print_item(item: history.Item, topic: str) -> None:
+    where = history.where(item, topic)
+    if item.told is None:
+        print(f"(gone)  ({where})")
+        print(f"    {history.gone(item, topic)}")
+        return
+    print(f"{item.told.at}  {item.told.head}  ({where})")
+    for line in item.told.reason:
+        print(f"    {line}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gateway.audit.index import index_root
 from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError, Cluster
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
@@ -95,6 +96,8 @@ def _down(args: argparse.Namespace) -> int:
         # The HTTP views are built from the same cluster: a purged job must not answer GET.
         for view_dir in state_identity.purge(cluster.cluster_id, views_root()):
             print(f"deleted HTTP view {view_dir}")
+        for index_dir in state_identity.purge(cluster.cluster_id, index_root()):
+            print(f"deleted audit index {index_dir}")
     return 0
 
 

@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--view-dir", type=Path, default=None,
         help="where this process keeps its job view (RocksDB; default: under the gateway home, "
-        "per namespace and port). Two serve processes need two directories.",
+        "per namespace and port), and beside it, in DIR-audit, its index of the decisions "
+        "topic. Two serve processes need two directories.",
     )  # fmt: skip
     p.add_argument(
         "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,

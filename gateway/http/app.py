@@ -25,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import catalogue, config, wire
+from gateway.audit import index as audit_index
 from gateway.core import INVALID_REQUEST
 from gateway.http import (
     admin,
@@ -34,6 +35,7 @@ from gateway.http import (
     errors,
     events_route,
     health,
+    history,
     jobs,
     queues,
     workers,
@@ -78,6 +80,14 @@ def create_app(settings: HttpSettings) -> Direct:
             view, cat, kafka,
             on_live=None if board is None else lambda: board.mark(True),
         )  # fmt: skip
+        decisions = cat.name("decisions")
+        audit_identity = await asyncio.to_thread(
+            state_identity.current, admin, [decisions], audit_index.LAYOUT
+        )
+        audit = history.KeyHistory.open(
+            history.audit_dir(view_dir), audit_identity, decisions, kafka, admin
+        )
+        audit.start()
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
         # Serving starts at once; health says 503 (and every route waits, then 503) until
         # the view follows every partition and has read what was there.
@@ -88,13 +98,14 @@ def create_app(settings: HttpSettings) -> Direct:
             await asyncio.sleep(_LIVE_POLL_S)
         app.state.binding = Binding(
             settings, client, view, admin, cat.name("requests"), follower, feed,
-            job_states_topic=cat.name("job_states"),
+            job_states_topic=cat.name("job_states"), audit=audit,
         )  # fmt: skip
         try:
             yield
         finally:
             await client.close()
             await asyncio.to_thread(follower.stop)
+            await asyncio.to_thread(audit.close)
             view.close()
 
     # Paths without parameters, answered without Starlette's router and middleware
@@ -172,6 +183,11 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
         Route("/ojs/v1/admin/workers", ops(admin.workers, admin_jobs.PAGING), methods=["GET"]),
         Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, admin_jobs.PAGING), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/unique-jobs/{key}/history",
+            ops(history.key_history, history.QUERY),
+            methods=["GET"],
+        ),
         Route("/ojs/v1/crons", ops(admin.crons, admin_jobs.PAGING), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(admin.cron_detail), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(cron.toggle, body=True), methods=["PATCH"]),

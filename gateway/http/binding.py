@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -23,6 +23,9 @@ from gateway.http.event_feed import EventFeed
 from gateway.http.serving import Board
 from gateway.http.view import Follower, JobView
 from gateway.sdk import AsyncClient
+
+if TYPE_CHECKING:
+    from gateway.http.history import KeyHistory
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # How long a request waits for this process's view to be live before answering 503.
@@ -71,6 +74,8 @@ class Binding:
     job_states_topic: str = "job_states"
     # Job id -> until when (monotonic) this process's own claim of it is pending.
     claims: dict[str, float] = field(default_factory=dict)
+    # This process's audit index of decisions, for a key's history (history.py).
+    audit: KeyHistory | None = None
 
     async def job(self, job_id: str) -> dict[str, Any] | None:
         """The job as the view holds it. A job this process has not seen, whose id says it

@@ -128,11 +128,11 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
     by_key = gateway("explain", key_a, *where)
     assert by_key.stdout == by_job.stdout
     lines = by_key.stdout.splitlines()
-    assert lines[0] == f"unique_key {key_a}: 3 decisions, 2 job events"
     heads = [line.split("  ")[1] for line in lines[1:] if not line.startswith(" ")]
+    assert lines[0] == f"unique_key {key_a}: {len(heads)} audit records"
     assert [h.split()[:2] for h in heads] == [
-        ["decision", "accepted"], ["decision", "rejected"], ["event", "job.started"],
-        ["event", "job.completed"], ["decision", "accepted"],
+        ["decision", "accepted"], ["decision", "rejected"], ["event", "applied"],
+        ["event", "applied"], ["decision", "accepted"],
     ]  # fmt: skip
     text = by_key.stdout
     assert f"rejected: job {first_a['job_id']} is `available`, in the states" in text
@@ -143,8 +143,10 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
     by_replaced = gateway("explain", first_b["job_id"], *where)
     assert f"replaced: cancelled job {first_b['job_id']} (active)" in by_replaced.stdout
     by_failed = gateway("explain", first_c["job_id"], *where)
-    assert "→ discarded (attempts exhausted" in by_failed.stdout
+    assert f"job {first_c['job_id']}: active → discarded (attempt 1 of 3 failed" in (
+        by_failed.stdout
+    )
 
     missing = gateway("explain", str(uuid.uuid4()), *where)
     assert missing.returncode == 1
-    assert missing.stderr.strip().startswith("gateway: no decision or job event mentions")
+    assert missing.stderr.strip().startswith("gateway: no audit record mentions")

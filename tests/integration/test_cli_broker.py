@@ -50,7 +50,7 @@ def test_enqueue_and_explain_ask_the_running_gateway_up(
         job_id = orjson.loads(enqueued.stdout)["job_id"]
         explained = _gateway(env, "explain", job_id)
         assert explained.returncode == 0, explained.stderr
-        assert "1 decisions" in explained.stdout
+        assert ": 1 audit record\n" in explained.stdout
     finally:
         up.interrupt()
     assert not (tmp_path / "home" / "up.json").exists()

@@ -36,7 +36,7 @@ def test_a_silent_workers_lease_ends_on_an_idle_partition_and_replay_agrees(
         prod.flush()
         for _ in range(60):
             for record in reader.records.get(cat.name("decisions"), []):
-                if record["value"]["request_id"] == request_id:
+                if record["value"].get("request_id") == request_id:
                     assert record["value"]["unique_key"] == key
                     return dict(record["value"])
             reader.drain(0.5)

@@ -84,8 +84,10 @@ def test_workers_share_the_port_restart_when_killed_and_stop_together(
         _wait_health(base, serve, log)
         workers = _children(serve.pid)
         assert len(workers) == WORKERS, workers
-        # Each its own view.
-        assert sorted(p.name for p in (tmp_path / "views").iterdir()) == ["worker-1", "worker-2"]
+        # Each its own view, and its own audit index beside it.
+        assert sorted(p.name for p in (tmp_path / "views").iterdir()) == [
+            "worker-1", "worker-1-audit", "worker-2", "worker-2-audit",
+        ]  # fmt: skip
         _enqueue_each_on_a_new_connection(base, 20)
 
         # A worker killed outright: the other answers meanwhile, and it is started again.

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-from gateway.audit import HistoryItem, LogRecord, explain_history
+from gateway.audit import LogRecord, explain_record
 from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
 from gateway.processor.dedup import Dedup
@@ -45,7 +45,6 @@ class Log:
             lambda _, key: self.store.state(key),
         )  # fmt: skip
         self.log: list[LogRecord] = []
-        self.history: list[HistoryItem] = []
 
     def _handle(self, record: LogRecord) -> None:
         self.log.append(record)
@@ -60,16 +59,18 @@ class Log:
             REQ, 0, len(self.log), at, key.encode() if key else None, orjson.dumps(job), {}
         )
         self._handle(record)
-        decision = payload(self.outputs("decisions")[-1].value)
-        self.history.append(HistoryItem("decision", at, record.position, decision))
-        return decision  # type: ignore[no-any-return]
+        return payload(self.outputs("decisions")[-1].value)  # type: ignore[no-any-return]
 
     def event(self, job_id: str, key: str, at: int, **fields: Any) -> None:
         value = {"job_id": job_id, "unique_key": key, **fields}
         headers = {KIND_HEADER: JOB_EVENT}
         record = LogRecord(REQ, 0, len(self.log), at, key.encode(), orjson.dumps(value), headers)
         self._handle(record)
-        self.history.append(HistoryItem("event", at, record.position, value))
+
+    def explained(self) -> str:
+        """Every audit record the processor wrote, told one by one."""
+        told = [explain_record(payload(o.value)) for o in self.outputs("decisions")]
+        return "\n".join(line for t in told for line in (t.head, *t.reason))
 
     def outputs(self, role: str) -> list[Output]:
         return [o for o, _ in self.out if o.role == role]
@@ -190,8 +191,7 @@ def test_explain_tells_the_holders_rule_and_the_update() -> None:
     log.request(zizq, T0 + 1)
     log.event(a["job_id"], a["unique_key"], T0 + 2, type="job.started")
     log.request({**zizq, "uniqueWhile": "active"}, T0 + 3)
-    lines = list(explain_history(log.history))
-    text = "\n".join(lines)
+    text = log.explained()
     assert f"ignored: job {a['job_id']}: it is `available`, within its Zizq scope `queued`" in text
     assert "the holder's rule decides" in text
     assert f"job {a['job_id']}: its Zizq scope `queued` ended when a worker took it" in text
@@ -199,7 +199,7 @@ def test_explain_tells_the_holders_rule_and_the_update() -> None:
     log = Log()
     first = log.request(oban(priority=3), T0)
     log.request(oban(priority=0, replace={"scheduled": ["priority"]}), T0 + 1)
-    text = "\n".join(explain_history(log.history))
+    text = log.explained()
     assert f"updated: job {first['job_id']} is `scheduled`, in the states" in text
     assert "the request updates it: priority 3 → 0; the updated job is published" in text
     assert "update scheduled: [priority]" in text

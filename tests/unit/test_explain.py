@@ -1,4 +1,4 @@
-"""Explanation texts for each outcome and event, from decision records the core produced."""
+"""Explanation texts, each from one audit record the processor's own code wrote."""
 
 from __future__ import annotations
 
@@ -6,23 +6,61 @@ from typing import Any
 
 import orjson
 
-from gateway.audit import HistoryItem, explain_decision, explain_event, explain_history
-from gateway.audit.explain import after_decision, find_key
-from gateway.core import (
-    Entry,
-    GatewayError,
-    State,
-    decide,
-    parse_event,
-    parse_request,
-)
-from gateway.core.moves import DEFAULT_VISIBILITY_TIMEOUT_MS
+from gateway import wire
+from gateway.audit import explain_decision, explain_record
+from gateway.audit.explain import NO_STATE, Explained, entries_before
+from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
-from gateway.processor.records import Source, decision_record
-from tests.support import apply_event
+from gateway.processor.dedup import Dedup
+from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
+from gateway.processor.records import Output, Source
+from gateway.processor.schedule import LEASES
+from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
+from tests.memory_store import Store
+from tests.support import payload
 
 T0 = 1_760_000_000_000
-REQ = "ns.gateway.requests"
+
+
+class Log:
+    """One partition's log through the processor: each call gives the audit record the
+    record it sends left (None: it left none)."""
+
+    def __init__(self) -> None:
+        self.out: list[Output] = []
+        self.store = Store()
+        self.dedup = Dedup(
+            1, lambda o, _: self.out.append(o), Metrics(), Limits(),
+            lambda _, key: self.store.state(key),
+        )  # fmt: skip
+        self.offset = 0
+
+    def send(self, value: bytes, key: bytes, at: int, kind: bytes | None = None) -> Any:
+        source = Source("requests", 0, self.offset, at, {KIND_HEADER: kind} if kind else {})
+        self.offset += 1
+        self.store.at(at)
+        before = len(self.out)
+        self.dedup.on_record(value, key, source, self.store.state(key))
+        audits = [payload(o.value) for o in self.out[before:] if o.role == "decisions"]
+        assert len(audits) <= 1
+        return audits[0] if audits else None
+
+    def request(self, body: dict[str, Any], at: int) -> dict[str, Any]:
+        request = parse_request(body)
+        route = wire.route(request) if isinstance(request, Request) else None
+        route = route or "x"  # an invalid request: it is refused where it lands
+        record = self.send(orjson.dumps(body), route.encode(), at)
+        assert record["kind"] == "request"
+        return record  # type: ignore[no-any-return]
+
+    def event(self, record: dict[str, Any], at: int, **fields: Any) -> dict[str, Any]:
+        key = record["unique_key"]
+        body = {"job_id": record["job_id"], "unique_key": key, **fields}
+        return self.send(orjson.dumps(body), key.encode(), at, JOB_EVENT)  # type: ignore[no-any-return]
+
+    def tick(self, at: int) -> dict[str, Any] | None:
+        return self.send(b"", TICK_KEY, at, TICK)  # type: ignore[no-any-return]
 
 
 def job(on_conflict: str = "reject", **unique: Any) -> dict[str, Any]:
@@ -33,155 +71,177 @@ def job(on_conflict: str = "reject", **unique: Any) -> dict[str, Any]:
     }
 
 
-def decided(body: Any, entries: tuple[Entry, ...], now: int, offset: int = 0) -> dict[str, Any]:
-    """The audit record the processor writes for `body` decided against `entries`."""
-    request = parse_request(body) if not isinstance(body, GatewayError) else body
-    source = Source(REQ, 0, offset, now, {})
-    decision = decide(entries, request, now, seed=source.seed)
-    return orjson.loads(orjson.dumps(decision_record(decision, source, f"r{offset}", "ojs")))
+def told(record: dict[str, Any]) -> Explained:
+    return explain_record(orjson.loads(orjson.dumps(record)))
 
 
-def held(record: dict[str, Any], state: State, at: int) -> tuple[Entry, ...]:
-    return tuple(
-        e.moved_to(state, at) if e.job_id == record["job_id"] else e
-        for e in after_decision((), record)
-    )
+def reason(record: dict[str, Any]) -> str:
+    return told(record).reason[0]
 
 
-def test_accepted_without_existing_jobs_names_the_states():
-    record = decided(job(), (), T0)
-    assert (
-        explain_decision(record, ()) == f"accepted: job {record['job_id']}; no job holds this key"
-    )
+def test_accepted_without_existing_jobs():
+    record = Log().request(job(), T0)
+    assert entries_before(record) == ()
+    assert reason(record) == f"accepted: job {record['job_id']}; no job holds this key"
 
 
-def test_accepted_says_why_each_earlier_job_did_not_count():
-    first = decided(job(), (), T0)
-    prior = held(first, State.COMPLETED, T0 + 5)
-    record = decided(job(), prior, T0 + 10, 1)
-    assert record["outcome"] == "accepted"
-    assert explain_decision(record, prior) == (
+def test_accepted_says_why_each_earlier_job_did_not_count_from_the_entries_it_carries():
+    log = Log()
+    first = log.request(job(), T0)
+    log.event(first, T0 + 1, type="job.started")
+    log.event(first, T0 + 2, type="job.completed")
+    record = log.request(job(), T0 + 10)
+    assert [e.job_id for e in entries_before(record) or ()] == [first["job_id"]]
+    assert reason(record) == (
         f"accepted: job {record['job_id']}; no job holds this key against this request: "
         f"job {first['job_id']} is `completed`, not one of the states "
         "[scheduled, available, pending, active, retryable]"
     )
-    periodic = job(period="PT1M")
-    first = decided(periodic, (), T0)
-    later = decided(periodic, after_decision((), first), T0 + 120_000, 1)
-    assert "the period (PT1M, counted from its creation at" in explain_decision(
-        later, after_decision((), first)
-    )
-    assert explain_decision(later, after_decision((), first)).endswith("had elapsed")
+    log = Log()
+    log.request(job(period="PT1M"), T0)
+    later = log.request(job(period="PT1M"), T0 + 120_000)
+    assert "the period (PT1M, counted from its creation at" in reason(later)
+    assert reason(later).endswith("had elapsed")
 
 
 def test_accepted_without_a_policy():
-    record = decided({"type": "email.send", "args": []}, (), T0)
-    assert explain_decision(record, ()).endswith("no unique policy, so nothing can duplicate it")
+    body = {"type": "email.send", "args": [], "id": "0199eeee-0000-7000-8000-000000000001"}
+    record = Log().request(body, T0)
+    assert reason(record).endswith("no unique policy, so nothing can duplicate it")
 
 
 def test_rejected_names_the_job_its_state_and_the_period():
-    first = decided(job(), (), T0)
-    prior = held(first, State.RETRYABLE, T0 + 1)
-    record = decided(job(), prior, T0 + 2, 1)
-    assert explain_decision(record, prior) == (
+    log = Log()
+    first = log.request(job(), T0)
+    log.event(first, T0 + 1, type="job.started")
+    log.event(first, T0 + 2, type="job.failed", error={"message": "x"})
+    record = log.request(job(), T0 + 3)
+    explained = told(record)
+    assert explained.kind == "request" and explained.summary == {"outcome": "rejected"}
+    assert explained.head == f"decision rejected  request {record['request_id']}"
+    assert explained.reason[0] == (
         f"rejected: job {first['job_id']} is `retryable`, in the states "
         "[scheduled, available, pending, active, retryable], and there is no period; "
         "the request is refused"
     )
-    periodic = job(period="PT5M")
-    first = decided(periodic, (), T0)
-    record = decided(periodic, after_decision((), first), T0 + 1000, 1)
+    assert explained.reason[1].startswith("policy: keys [type, args], states [")
+    log = Log()
+    log.request(job(period="PT5M"), T0)
+    record = log.request(job(period="PT5M"), T0 + 1000)
     assert "the period (PT5M, counted from its creation at 2025-10-09T08:53:20.000Z)" in (
-        explain_decision(record, after_decision((), first))
+        reason(record)
     )
 
 
 def test_ignored_returns_the_existing_job():
-    first = decided(job("ignore"), (), T0)
-    record = decided(job("ignore"), after_decision((), first), T0 + 1, 1)
-    text = explain_decision(record, after_decision((), first))
+    log = Log()
+    first = log.request(job("ignore"), T0)
+    text = reason(log.request(job("ignore"), T0 + 1))
     assert text.startswith(f"ignored: job {first['job_id']} is `available`")
     assert text.endswith("the existing job is returned")
 
 
-def test_a_resubmitted_job_id_is_explained_as_such():
-    first = decided(
-        {**job(states=["completed"]), "id": "0190a000-0000-7000-8000-000000000001"}, (), T0
-    )
-    record = decided(
-        {**job(states=["completed"]), "id": first["job_id"]}, after_decision((), first), T0 + 1, 1
-    )
-    assert record["outcome"] == "rejected"
-    assert "carried the id of job" in explain_decision(record, after_decision((), first))
-
-
 def test_replaced_names_each_cancelled_job_and_its_state():
-    first = decided(job("replace"), (), T0)
-    prior = held(first, State.ACTIVE, T0 + 1)
-    record = decided(job("replace"), prior, T0 + 2, 1)
-    assert explain_decision(record, prior) == (
+    log = Log()
+    first = log.request(job("replace"), T0)
+    log.event(first, T0 + 1, type="job.started")
+    record = log.request(job("replace"), T0 + 2)
+    assert reason(record) == (
         f"replaced: cancelled job {first['job_id']} (active); "
         f"accepted job {record['job_id']} in its place"
     )
 
 
 def test_replacing_a_terminal_job_supersedes_it():
-    body = job("replace", states=["completed"])
-    first = decided(body, (), T0)
-    prior = held(first, State.COMPLETED, T0 + 1)
-    record = decided(body, prior, T0 + 2, 1)
+    log = Log()
+    first = log.request(job("replace", states=["completed"]), T0)
+    log.event(first, T0 + 1, type="job.started")
+    log.event(first, T0 + 2, type="job.completed")
+    record = log.request(job("replace", states=["completed"]), T0 + 3)
     assert record["outcome"] == "replaced" and record["cancelled_job_ids"] == []
-    assert "terminal: superseded, not cancelled" in explain_decision(record, prior)
+    assert "terminal: superseded, not cancelled" in reason(record)
 
 
 def test_invalid_gives_the_error():
-    record = decided({"type": 5}, (), T0)
-    assert explain_decision(record, ()).startswith("invalid: invalid_request: ")
+    record = Log().request({"type": 5}, T0)
+    assert reason(record).startswith("invalid: invalid_request: ")
 
 
-def test_events_say_what_they_did_to_the_job():
-    first = decided(job(), (), T0)
-    entries = after_decision((), first)
-    key, jid = first["unique_key"], first["job_id"]
-    started = parse_event({"job_id": jid, "unique_key": key, "type": "job.started"})
-    result = apply_event(entries, started, T0 + 1)
-    lease = format_rfc3339(T0 + 1 + DEFAULT_VISIBILITY_TIMEOUT_MS)
-    assert explain_event(started, result) == (
-        f"job {jid}: available → active (attempt 1, lease until {lease})"
+def test_a_record_without_state_says_so_and_is_told_from_its_fields():
+    log = Log()
+    first = log.request(job(), T0)
+    record = log.request(job(), T0 + 1)
+    old = {k: v for k, v in record.items() if k not in ("kind", "state", "prev", "digest")}
+    explained = explain_record(old)
+    assert explained.kind == "request" and explained.reason[0] == NO_STATE
+    assert explained.reason[1] == (
+        f"rejected: job {first['job_id']} was `available`; the request is refused"
     )
-    failed = parse_event(
-        {"job_id": jid, "unique_key": key, "type": "job.failed", "attempt": 3, "max_attempts": 3}
-    )
-    done = apply_event(result.entries, failed, T0 + 2)
-    assert explain_event(failed, done) == (
-        f"job {jid}: active → discarded (attempts exhausted: the job is discarded and "
+    assert explain_decision(old, ()) == explained.reason[1]
+
+
+def test_entries_too_large_to_carry_are_named_not_guessed():
+    log = Log()
+    first = log.request(job(), T0)
+    record = log.request(job(), T0 + 1)
+    record["state"]["before"] = [
+        [record["unique_key"], "entries", {"digest": "ab" * 16, "bytes": 2_000_000}, None]
+    ]
+    explained = told(record)
+    too_large = "the key's entries (2000000 bytes) were too large for the record to carry"
+    assert explained.reason[0] == too_large
+    assert explained.reason[1].startswith(f"rejected: job {first['job_id']} was `available`")
+
+
+def test_events_say_what_they_did_to_the_job_they_found():
+    log = Log()
+    first = log.request(job(), T0)
+    jid = first["job_id"]
+    started = told(log.event(first, T0 + 1, type="job.started"))
+    assert started.kind == "event" and started.head == f"event applied job {jid}"
+    assert started.summary["previous_state"] == "available"
+    assert started.reason == [f"job {jid}: available → active (a worker took it)"]
+    beat = log.event(first, T0 + 2, type="job.heartbeat")
+    assert reason(beat) == f"job {jid}: heartbeat, its lease renewed"
+    failed = log.event(first, T0 + 3, type="job.failed", error={"message": "x"})
+    assert reason(failed) == f"job {jid}: active → retryable (attempt 1 failed)"
+    log.event(first, T0 + 60_000, type="job.started")
+    gave_up = log.event(first, T0 + 60_001, type="job.failed",
+                        error={"message": "x", "retryable": False})  # fmt: skip
+    assert reason(gave_up) == (
+        f"job {jid}: active → discarded (attempt 2 of 3 failed: the job is discarded and "
         "releases the key)"
     )
-    again = apply_event(done.entries, started, T0 + 3)
-    assert explain_event(started, again).endswith("or job.deleted leaves it")
-    unknown = parse_event({"job_id": "other", "unique_key": key, "state": "active"})
-    assert "no job other is held" in explain_event(unknown, apply_event((), unknown, T0))
+    refused = log.event(first, T0 + 60_002, type="job.started")
+    assert reason(refused).startswith(f"refused: job {jid} is discarded")
+    unknown = log.event({**first, "job_id": "other"}, T0 + 60_003, state="active")
+    assert reason(unknown) == "ignored: no job other is held under this key"
 
 
-def test_history_is_explained_in_order_with_the_state_each_item_left():
-    first = decided(job(), (), T0)
-    key, jid = first["unique_key"], first["job_id"]
-    started = {"job_id": jid, "unique_key": key, "type": "job.started"}
-    completed = {"job_id": jid, "unique_key": key, "type": "job.completed"}
-    second = decided(job(), held(first, State.COMPLETED, T0 + 5), T0 + 10, 1)
-    items = [
-        HistoryItem("decision", T0, (REQ, 0, 0), first),
-        HistoryItem("event", T0 + 4, ("ns.gateway.job-events", 0, 0), completed),
-        HistoryItem("event", T0 + 4, ("ns.gateway.job-events", 0, 1), started),
-        HistoryItem("event", T0 + 5, ("ns.gateway.job-events", 0, 2), completed),
-        HistoryItem("decision", T0 + 10, (REQ, 0, 1), second),
+def test_a_tick_tells_each_attempt_it_ended_by_the_core_s_own_rule():
+    log = Log()
+    first = log.request(job(), T0)
+    jid = first["job_id"]
+    log.event(first, T0 + 10, type="job.started", visibility_timeout_ms=1_000)
+    at = LEASES.seen_at(T0 + 1_010)
+    tick = log.tick(at)
+    assert tick is not None
+    explained = told(tick)
+    assert explained.kind == "tick" and explained.at == format_rfc3339(at)
+    assert explained.reason == [
+        f"visibility_timeout job {jid}: active → retryable (attempt 1 failed; next attempt "
+        f"at {format_rfc3339(at)}): the worker neither finished nor heartbeat the job before "
+        "its lease expired"
     ]
-    lines = list(explain_history(items))
-    assert lines[0].endswith(f"decision accepted  request r0  ({REQ}[0]@0)")
-    assert lines[2].strip().startswith("policy: keys [type, args], states [")
-    assert lines[4].strip().startswith(f"refused: job {jid} is available; ack")
-    assert lines[6].strip().startswith(f"job {jid}: available → active (attempt 1, lease until")
-    assert "event job.completed job" in lines[7]
-    assert lines[8].strip() == f"job {jid}: active → completed"
-    assert f"job {jid} is `completed`, not one of the states" in lines[10]
-    assert find_key(items, jid.upper()) == key and find_key(items, "nope") is None
+
+
+def test_a_record_of_another_kind_says_what_it_was_and_what_it_moved():
+    record = {"kind": "command", "what": {"queue": "mail", "paused": True},
+              "state": {"routes": ["\x00queue\x00mail"], "before": [], "jobs": []}}  # fmt: skip
+    explained = explain_record(record)
+    assert explained.head == 'command {"queue":"mail","paused":true}'
+    assert explained.reason == ["no job moved"]
+    jobs = [["j2", "completed", None]]
+    tombstone = {"kind": "tick", "at": "2026-01-01T00:00:00Z", "what": None,
+                 "state": {"routes": ["k"], "before": [], "jobs": jobs}}  # fmt: skip
+    assert explain_record(tombstone).reason == ["job j2: `completed`, deleted: its retention ended"]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audit import HistoryItem, explain_history
+from gateway.audit import explain_record
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     EventOutcome,
@@ -419,34 +419,18 @@ def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
     seen.append(states(log.tick(expiry))[-1])
     assert seen == ["retryable", None, "active", "discarded", "available", "active", "retryable"]
 
-    items = []
-    for source, _, value in log.records:
-        position = (source.topic, source.partition, source.offset)
-        decision = next(
-            (
-                payload(o.value)
-                for o, s in log.out
-                if o.role == "decisions" and not is_trail(o) and s == source
-            ),
-            None,
-        )
-        if decision is not None:
-            items.append(HistoryItem("decision", source.timestamp_ms, position, decision))
-        elif source.is_job_event:
-            items.append(HistoryItem("event", source.timestamp_ms, position, payload(value)))
-        else:
-            items.append(HistoryItem("time", source.timestamp_ms, position, {}))
-    lines = [line.strip() for line in explain_history(items)]
-    said = [line for line in lines if line.startswith(("job ", "refused", "ignored"))]
+    told = [explain_record(payload(o.value)) for o, _ in log.out if o.role == "decisions"]
+    lines = [line for t in told for line in t.reason]
+    said = [line for line in lines if line.startswith(("job ", "refused", "ignored", "visib"))]
     assert [_state_of(line) for line in said] == [
         "active", "retryable", None, "active", "discarded", "available", "active", "retryable",
     ]  # fmt: skip
-    assert "the error is not retryable" in said[4]
+    assert "attempt 2 of 3 failed: the job is discarded" in said[4]
     assert any(f"visibility_timeout job {JOB_ID}" in line for line in lines)
 
 
 def _state_of(line: str) -> str | None:
-    if not line.startswith("job ") or "→" not in line:
+    if "→" not in line:
         return None
     return line.split("→ ")[1].split(" ")[0].rstrip(":")
 

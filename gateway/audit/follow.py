@@ -1,0 +1,231 @@
+"""The Kafka edge of the audit index: bring it up to date, follow, read records by position.
+
+Every consumer here reads committed records only, of its own (a fresh group
+id it never joins: partitions are assigned) and commits nothing: how far the
+index has read lives in the index, with the positions (index.py).
+
+`catch_up` reads each partition of `decisions` from where the index stopped to
+its end now (the CLI, once a run), `Follower` keeps reading (a serve process),
+and `read_at` reads exactly the records at some positions: it seeks to each
+and reads on only while the next wanted record is near.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from gateway.audit.index import AuditIndex, Position, Read
+
+log = logging.getLogger("gateway.audit")
+
+_BATCH = 1000
+_POLL_S = 0.05
+TIMEOUT_S = 10.0
+# How long a partition may give nothing before a catch-up leaves it behind: an open
+# transaction is no reason to wait, the end of a read_committed read is its start.
+STALL_S = 15.0
+# Wanted records this many offsets apart are read by seeking, not by reading between.
+SEEK_GAP = 100
+
+
+def consumer(settings: Mapping[str, Any], seeking: bool = False) -> Consumer:
+    """A read_committed consumer of its own. One that reads on (a catch-up, a follower)
+    keeps up to 4 MiB a partition fetched ahead, so reading overlaps indexing; one that
+    is `seeking` (read_at) fetches little, since it leaves most of what it fetched."""
+    ahead = {"queued.min.messages": 100, "max.partition.fetch.bytes": 262144} if seeking else {
+        "queued.min.messages": 20000, "queued.max.messages.kbytes": 4096}  # fmt: skip
+    return Consumer(
+        {
+            **settings,
+            "group.id": f"gateway-audit-index-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            # An empty fetch comes back at once: the end of a partition is news here.
+            "fetch.wait.max.ms": 10,
+            # A fetcher whose queue is full waits this long (1 s by default) before it
+            # fetches again.
+            "fetch.queue.backoff.ms": 10,
+            **ahead,
+        }
+    )
+
+
+def partitions_of(client: Consumer, topic: str) -> list[int]:
+    metadata = client.list_topics(topic, timeout=TIMEOUT_S)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise KafkaException(found.error if found is not None else KafkaError._UNKNOWN_TOPIC)
+    return sorted(found.partitions)
+
+
+def _batch(messages: Iterable[Message]) -> tuple[list[Read], dict[int, int], set[int]]:
+    """A consumed batch: its records, the next offset it reaches per partition, and the
+    partitions read to their end (the next offset is then that end)."""
+    records: list[Read] = []
+    reached: dict[int, int] = {}
+    ended: set[int] = set()
+    for msg in messages:
+        error, partition, offset = msg.error(), msg.partition(), msg.offset()
+        if partition is None or offset is None:
+            continue
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+            ended.add(partition)
+            reached[partition] = max(reached.get(partition, 0), offset)
+            continue
+        records.append((partition, offset, msg.value()))
+        reached[partition] = max(reached.get(partition, 0), offset + 1)
+    return records, reached, ended
+
+
+def catch_up(client: Consumer, topic: str, index: AuditIndex) -> int:
+    """Index every committed record of `topic` from where `index` stopped to the end of
+    each partition now; partitions without new records are not read at all. How many
+    offsets it left unread: of partitions that stalled (a transaction held open)."""
+    stored = index.offsets()
+    ends: dict[int, int] = {}
+    for partition in partitions_of(client, topic):
+        low, high = client.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
+        )
+        if high > max(stored.get(partition, 0), low):
+            ends[partition] = high
+    if not ends:
+        return 0
+    client.assign([TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in ends])
+    pending, moved_at = set(ends), time.monotonic()
+    while pending and time.monotonic() - moved_at < STALL_S:
+        records, reached, ended = _batch(client.consume(_BATCH, _POLL_S))
+        if reached:
+            index.add(records, reached)
+            moved_at = time.monotonic()
+        pending -= ended | {p for p, offset in reached.items() if offset >= ends[p]}
+    held = index.offsets()
+    return sum(max(0, ends[p] - held.get(p, 0)) for p in pending)
+
+
+def committed_ends(admin: AdminClient, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """The last stable offset of each partition: where a read_committed read ends now."""
+    asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    answers = admin.list_offsets(
+        asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S
+    )
+    return {tp.partition: future.result().offset for tp, future in answers.items()}
+
+
+class Follower:
+    """A background thread indexing every partition of `topic` as records come. After any
+    failure it reads again from where the index stopped: a batch it could not index is
+    read again, never skipped."""
+
+    def __init__(self, index: AuditIndex, topic: str, client: Consumer) -> None:
+        self._index, self._topic, self._client = index, topic, client
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gateway-audit-index", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._client.close()
+
+    def _run(self) -> None:
+        assigned = False
+        while not self._stopping.is_set():
+            try:
+                if not assigned:
+                    stored = self._index.offsets()
+                    self._client.assign([
+                        TopicPartition(self._topic, p, stored.get(p, OFFSET_BEGINNING))
+                        for p in partitions_of(self._client, self._topic)
+                    ])  # fmt: skip
+                    assigned = True
+                records, reached, _ = _batch(self._client.consume(_BATCH, _POLL_S))
+                if reached:
+                    self._index.add(records, reached)
+            except KafkaException as exc:
+                log.warning("the audit index cannot read %s: %s", self._topic, exc.args[0])
+                assigned = False
+                self._stopping.wait(1.0)
+            except Exception:  # the thread must outlive any one failure
+                log.exception("the audit index failed on a batch; reading it again")
+                assigned = False
+                self._stopping.wait(1.0)
+
+
+# Per position: the record's value, or None when the log no longer holds it.
+Found = dict[Position, bytes | None]
+
+
+def read_at(
+    client: Consumer, topic: str, positions: Sequence[Position]
+) -> tuple[Found, dict[int, int]]:
+    """The records at `positions`, and each partition's first offset (older ones are gone:
+    retention). Reads only them, and the records between two that are near each other."""
+    found: Found = {}
+    starts: dict[int, int] = {}
+    for partition in sorted({p for p, _ in positions}):
+        low, high = client.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
+        )
+        starts[partition] = low
+        wanted = sorted({o for p, o in positions if p == partition})
+        for offset in wanted:
+            if not low <= offset < high:
+                found[(partition, offset)] = None
+        _read_partition(client, topic, partition, [o for o in wanted if low <= o < high], found)
+    return found, starts
+
+
+def _read_partition(
+    client: Consumer, topic: str, partition: int, wanted: list[int], found: Found
+) -> None:
+    """One message at a time (a batch would wait for more than a key's few records)."""
+    i, deadline = 0, time.monotonic() + TIMEOUT_S
+    if wanted:
+        client.assign([TopicPartition(topic, partition, wanted[0])])
+    while i < len(wanted):
+        if time.monotonic() > deadline:
+            problem = f"reading {topic} [{partition}] took over {TIMEOUT_S:.0f}s"
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, problem))
+        msg = client.poll(_POLL_S)
+        offset = None if msg is None else msg.offset()
+        if msg is None or msg.partition() != partition or offset is None:
+            continue
+        error = msg.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+        if error is not None:
+            # The end: what was wanted and not met is not in the log (a committed
+            # record is never skipped, and the index holds committed ones only).
+            for gone in wanted[i:]:
+                found[(partition, gone)] = None
+            break
+        while i < len(wanted) and wanted[i] <= offset:
+            found[(partition, wanted[i])] = msg.value() if wanted[i] == offset else None
+            i += 1
+        if i < len(wanted) and wanted[i] - offset > SEEK_GAP:
+            client.assign([TopicPartition(topic, partition, wanted[i])])
+    client.unassign()
