@@ -4,9 +4,9 @@ Pure: the text for a record is a function of the record. A request's record
 carries the key's entries it was decided from (`state.before`), so why it
 was accepted, rejected, ignored, replaced or updated is asked of the
 engine's own predicate (`core.holds`) over exactly those entries. A job
-event's record carries what became of it (`what`), the job's record as it
-found it and the states it moved it between (`state.jobs`); the event's own
-body is not carried, so neither is what only it said (an error's type). A
+event's record carries what became of it (`what`, with the job as it left
+it), the job's record as it found it and the states it moved it between
+(`state.jobs`). A
 tick's record carries the jobs its time made due as they were: the attempt
 it ended is told by the core's own rule (`core.expire_job`) at the record's
 time, which is what the processor did; a record its retention deleted, by
@@ -144,9 +144,10 @@ def _job_before(record: Mapping[str, Any], job_id: str | None) -> Mapping[str, A
 
 
 def event_result(record: Mapping[str, Any]) -> EventResult:
-    """What an event's record says became of it, as the core's result (the job afterwards
-    is not carried: the record's reason is told from the job before)."""
+    """What an event's record says became of it, as the core's result, with the job as the
+    event left it (a record written before it carried the job: told from the job before)."""
     what = _what(record)
+    job = what.get("job") if isinstance(what.get("job"), dict) else None
     job_id = what.get("job_id") if isinstance(what.get("job_id"), str) else None
     row = next((r for r in _jobs(record) if r[0] == job_id), None)
     raw = what.get("error") if isinstance(what.get("error"), Mapping) else None
@@ -158,6 +159,7 @@ def event_result(record: Mapping[str, Any]) -> EventResult:
         state=_enum(State, what.get("state")),
         reason=_enum(IgnoredReason, what.get("reason")),
         error=error,
+        job=job,
         deleted=outcome is EventOutcome.APPLIED and row is not None and row[2] is None,
     )  # fmt: skip
 
@@ -297,7 +299,7 @@ def _moved(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
     if result.state is State.DISCARDED and result.previous_state is State.ACTIVE:
         error = after.get("error") or {}
         limit = int(was.get("max_attempts") or after.get("max_attempts") or 1)
-        why = ""  # an event's own error is not carried: its reason is not guessed
+        why = ""
         if error.get("retryable") is False:
             why = ", the error is not retryable"
         elif int(attempt or 0) >= limit:

@@ -56,7 +56,8 @@ class Events:
         )  # fmt: skip
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
             self.follow(result.job, result, state, source, (entries, after) if keyed else None)
-        dedup.what = {"job_id": result.job_id, **event_summary(result)}
+        # The job as the event left it: explain tells the next attempt and the error by it.
+        dedup.what = {"job_id": result.job_id, **event_summary(result), "job": result.job}
         reply = event_reply(result, route_of(job, event), source)
         if reply is not None:
             dedup.emit(reply, source)

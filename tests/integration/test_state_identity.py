@@ -69,7 +69,7 @@ def test_after_a_purge_the_first_post_is_accepted_and_replay_agrees(gateway_home
     assert up.returncode == 0, up.stderr
     replayed = gateway("replay", "--bootstrap", f"127.0.0.1:{port}")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "compared 2 decisions: 2 identical (100.0%)" in replayed.stdout
+    assert "decided 2 again: 2 verified identical (100.0%)" in replayed.stdout, replayed.stdout
 
 
 def test_kafka_up_never_replaces_an_existing_cluster(gateway_home):
@@ -138,4 +138,4 @@ def test_state_from_a_recreated_changelog_is_discarded_and_rebuilt(
     assert len(discarded) == 1, proc.log()
     replayed = gateway("replay", "--bootstrap", kafka_bootstrap, "--namespace", namespace)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "compared 1 decisions: 1 identical (100.0%)" in replayed.stdout
+    assert "decided 1 again: 1 verified identical (100.0%)" in replayed.stdout, replayed.stdout

@@ -204,13 +204,14 @@ def test_events_say_what_they_did_to_the_job_they_found():
     beat = log.event(first, T0 + 2, type="job.heartbeat")
     assert reason(beat) == f"job {jid}: heartbeat, its lease renewed"
     failed = log.event(first, T0 + 3, type="job.failed", error={"message": "x"})
-    assert reason(failed) == f"job {jid}: active → retryable (attempt 1 failed)"
+    # The event's record carries the job as it left it: the next attempt is told.
+    assert reason(failed).startswith(f"job {jid}: active → retryable (attempt 1 failed; next ")
     log.event(first, T0 + 60_000, type="job.started")
     gave_up = log.event(first, T0 + 60_001, type="job.failed",
                         error={"message": "x", "retryable": False})  # fmt: skip
     assert reason(gave_up) == (
-        f"job {jid}: active → discarded (attempt 2 of 3 failed: the job is discarded and "
-        "releases the key)"
+        f"job {jid}: active → discarded (attempt 2 of 3 failed, the error is not retryable: "
+        "the job is discarded and releases the key)"
     )
     refused = log.event(first, T0 + 60_002, type="job.started")
     assert reason(refused).startswith(f"refused: job {jid} is discarded")

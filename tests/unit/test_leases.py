@@ -425,7 +425,7 @@ def test_explain_reports_retries_exactly_as_the_processor_decided() -> None:
     assert [_state_of(line) for line in said] == [
         "active", "retryable", None, "active", "discarded", "available", "active", "retryable",
     ]  # fmt: skip
-    assert "attempt 2 of 3 failed: the job is discarded" in said[4]
+    assert "attempt 2 of 3 failed, the error is not retryable" in said[4]
     assert any(f"visibility_timeout job {JOB_ID}" in line for line in lines)
 
 
