@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
-from gateway.core import Decision, Request, decide, parse_request
+from gateway.core import Decision, GatewayError, Request, decide, parse_request
 from gateway.core.engine import updated_record
-from gateway.http.answers import Answer, for_result
+from gateway.http.answers import Answer, for_client_error, for_result
 from gateway.http.errors import ApiError
 from gateway.processor.records import Source, decision_record
-from gateway.sdk import EnqueueResult, zizq_unique_key
+from gateway.sdk import EnqueueResult, InvalidJob, zizq_unique_key
+from gateway.sdk.prepare import prepare
 
 T0 = 1_770_000_000_000
 
@@ -196,3 +197,22 @@ def test_an_option_the_gateway_lacks_answers_400_naming_it() -> None:
     )  # fmt: skip
     assert answer.message.startswith("opts.deduplication.extend is not supported yet")
     assert refused.answer["error"]["code"] == "unsupported_option"
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {**BULLMQ, "opts": {"deduplication": {"id": "h", "keepLastIfActive": True}}},
+        {**SIDEKIQ, "lock_limit": 2},
+        {**RIVER, "unique_opts": {"by_args": True, "by_state": ["available", "pending",
+                                                                  "running", "scheduled"]}},
+    ],
+)  # fmt: skip
+def test_the_sdk_refuses_an_option_the_gateway_lacks_before_sending_it(
+    job: dict[str, Any],
+) -> None:
+    refused = prepare(job)
+    assert isinstance(refused, GatewayError) and refused.code == "unsupported_option"
+    answer = for_client_error(InvalidJob(refused))
+    assert (answer.status, answer.code, answer.message) == (400, refused.code, refused.message)
+    assert "is not supported yet" in answer.message
