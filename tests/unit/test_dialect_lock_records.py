@@ -23,19 +23,27 @@ from tests.unit.test_dialect_records import HOUR, INTAKE, T0, Log, schema
 from tests.unit.test_replay import replayed
 
 MINUTE = 60_000
-BULLMQ = {"dialect": "bullmq", "queue": "paint", "name": "house", "data": {"color": "white"},
-          "opts": {"deduplication": {"id": "house", "ttl": 5000}}}  # fmt: skip
-SIDEKIQ = {"dialect": "sidekiq", "class": "SyncWorker", "args": [1], "lock": "until_executed",
-           "lock_ttl": 60}  # fmt: skip
-RIVER = {"dialect": "river", "kind": "sort", "args": {"n": 1},
-         "unique_opts": {"by_args": True, "by_period": 3600}}  # fmt: skip
+BULLMQ: dict[str, Any] = {
+    "dialect": "bullmq", "queue": "paint", "name": "house", "data": {"color": "white"},
+    "opts": {"deduplication": {"id": "house", "ttl": 5000}},
+}  # fmt: skip
+SIDEKIQ: dict[str, Any] = {
+    "dialect": "sidekiq", "class": "SyncWorker", "args": [1], "lock": "until_executed",
+    "lock_ttl": 60,
+}  # fmt: skip
+RIVER: dict[str, Any] = {
+    "dialect": "river", "kind": "sort", "args": {"n": 1},
+    "unique_opts": {"by_args": True, "by_period": 3600},
+}  # fmt: skip
 HOUR_START = T0 - T0 % HOUR
 
 
 def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> None:
     log = Log()
-    jobs = [BULLMQ, BULLMQ, SIDEKIQ, SIDEKIQ, {**SIDEKIQ, "on_conflict": "raise"}, RIVER, RIVER,
-            {**BULLMQ, "opts": {"jobId": "house-1", "delay": 1000, "priority": 2}}]  # fmt: skip
+    jobs: list[dict[str, Any]] = [
+        BULLMQ, BULLMQ, SIDEKIQ, SIDEKIQ, {**SIDEKIQ, "on_conflict": "raise"}, RIVER, RIVER,
+        {**BULLMQ, "opts": {"jobId": "house-1", "delay": 1000, "priority": 2}},
+    ]  # fmt: skip
     records = [log.request(job, T0 + i) for i, job in enumerate(jobs)]
     for record in records:
         jsonschema.validate(record, schema("decision.json"))
