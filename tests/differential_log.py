@@ -648,7 +648,7 @@ def bad_records(p: Pipeline) -> Actor:
         ojs("Bad Type", []),
         ojs("deep.job", [], depth=nested(70)),
         b'{"type": "num.job", "args": [90071992547409930]}',
-        {"dialect": "sidekiq", "class": "X"},
+        {"dialect": "resque", "class": "X"},
         {"dialect": 3},
         {"dialect": "oban", "args": {}},
         {"dialect": "oban", "worker": "W", "args": [1]},

@@ -35,10 +35,20 @@ from gateway.core.errors import (
     INVALID_PAYLOAD,
     INVALID_REQUEST,
     PAYLOAD_TOO_LARGE,
+    UNSUPPORTED_OPTION,
     GatewayError,
 )
 from gateway.core.fingerprint import canonical_form, fingerprint, fingerprint_reference
-from gateway.core.holder import FaktoryRule, Holder, UniqueUntil, ZizqRule, ZizqScope
+from gateway.core.holder import (
+    FaktoryRule,
+    Holder,
+    Relock,
+    StatesKind,
+    StatesRule,
+    UniqueUntil,
+    ZizqRule,
+    ZizqScope,
+)
 from gateway.core.job_events import JobEvent, parse_event, parse_event_json
 from gateway.core.jobs import route_key, stored_job, uuid7
 from gateway.core.leases import attempt_deadline, expire_job, job_deadline, past_expiry
@@ -61,6 +71,9 @@ __all__ = [
     "Holding",
     "Judge",
     "PeriodFrom",
+    "Relock",
+    "StatesKind",
+    "StatesRule",
     "UniqueUntil",
     "ZizqRule",
     "ZizqScope",
@@ -73,6 +86,7 @@ __all__ = [
     "INVALID_PAYLOAD",
     "INVALID_REQUEST",
     "PAYLOAD_TOO_LARGE",
+    "UNSUPPORTED_OPTION",
     "TERMINAL_STATES",
     "Decision",
     "Dimension",

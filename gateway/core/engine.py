@@ -32,8 +32,11 @@ Rules, each decided here and only here:
   under on_conflict ignore and update, rejected otherwise, whatever its states
   and period; any other known id is rejected as in OJS.
 - A request without a unique policy is accepted and stores no entry.
-- The accepted job's entry keeps the request's holder rule (Zizq, Faktory)
-  and, for dialects whose conflicts update it, the job itself.
+- The accepted job's entry keeps the request's holder rule (Zizq, Faktory,
+  BullMQ, sidekiq-unique-jobs, River) and, for dialects whose conflicts
+  update it, the job itself. A River request with by_period meets only
+  holders of its own period bucket (its scheduled time, else the decision
+  time, truncated), recorded in the policy as applied (`bucket_start`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from typing import Any, assert_never
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
 from gateway.core.envelope import resolved
 from gateway.core.errors import GatewayError
-from gateway.core.holder import Holder, holder_for
+from gateway.core.holder import Holder, bucket_of, holder_for
 from gateway.core.jobs import accepted_job, initial_state, uuid7
 from gateway.core.matching import holds_key
 from gateway.core.policy import OnConflict, UniquePolicy
@@ -140,6 +143,9 @@ def decide(
     envelope = resolved(request.envelope, now_ms)  # relative times: instants from now on
     if envelope is not request.envelope:
         request = replace(request, envelope=envelope)
+    bucket = bucket_of(request.holder_rule, now_ms, envelope.scheduled_at)
+    if bucket is not None and request.policy is not None:  # River's by_period
+        request = replace(request, policy=replace(request.policy, bucket_start=bucket))
     policy = request.policy
     job_id = request.envelope.id
     taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None

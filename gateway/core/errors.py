@@ -17,6 +17,9 @@ INVALID_PAYLOAD = "invalid_payload"
 INVALID_EVENT = "invalid_event"
 DUPLICATE = "duplicate"
 PAYLOAD_TOO_LARGE = "payload_too_large"
+# A dialect's option whose behaviour the gateway does not have yet: refused, never ignored
+# and never mapped onto something else. The message names the option.
+UNSUPPORTED_OPTION = "unsupported_option"
 # The gateway failed on a record it should have handled; the record is kept on dead_letters.
 INTERNAL = "internal"
 
@@ -43,3 +46,8 @@ class Invalid(Exception):
 
 def invalid_request(message: str) -> Invalid:
     return Invalid(GatewayError(INVALID_REQUEST, message))
+
+
+def unsupported(option: str, why: str) -> Invalid:
+    """`option` (as the request names it) is refused: the gateway cannot do what it asks yet."""
+    return Invalid(GatewayError(UNSUPPORTED_OPTION, f"{option} is not supported yet: {why}"))

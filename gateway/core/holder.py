@@ -13,6 +13,14 @@ accepted and stored with its entry:
   success or expiry (a retrying or dead job keeps it); `start` releases it when
   the job is first taken by a worker, for good.
 
+- BullMQ `deduplication` / `jobId`, sidekiq-unique-jobs `lock`, River
+  `unique_opts` (StatesRule): the key is held while the job is in the
+  rule's states and, with a lock time, until the lock expires; River's
+  `by_period` also keys by the period bucket the job was inserted in
+  (`bucket_start`, Go's `time.Truncate`). sidekiq re-takes an expired lock
+  when a worker starts the job (until_executed, until_expired) and re-takes
+  its until_executing lock, afresh, when the job fails into a retry.
+
 A holder changes only through `after_transition` (job-state events), so the
 rule and its state travel together in the stored entry.
 """
@@ -24,7 +32,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, assert_never
 
-from gateway.core.states import TERMINAL_STATES, State
+from gateway.core.states import ALL_STATES, TERMINAL_STATES, State
+from gateway.core.times import format_rfc3339
 
 
 class ZizqScope(StrEnum):
@@ -50,12 +59,63 @@ class FaktoryRule:
     until: UniqueUntil
 
 
-HolderRule = ZizqRule | FaktoryRule
+class StatesKind(StrEnum):
+    """Whose lock a StatesRule is, which fixes how its clock runs (see holder_for)."""
+
+    BULLMQ = "bullmq"
+    SIDEKIQ = "sidekiq"
+    RIVER = "river"
+
+
+class Relock(StrEnum):
+    """When a sidekiq-unique-jobs lock is taken again after it was let go or expired."""
+
+    NEVER = "never"
+    # until_executed, until_expired: the worker's execute locks again if the lock expired.
+    ON_START = "on_start"
+    # until_executing: unlocked at start, locked afresh when the job fails into a retry.
+    ON_RETRY = "on_retry"
+
+
+@dataclass(frozen=True, slots=True)
+class StatesRule:
+    """Held while the job is in `states` and, with `lock_ms`, until `since + lock_ms`.
+
+    `name` is the option in the dialect's words ("deduplication", "jobId",
+    "until_executed", "unique_opts"), for the reasons. `period_ms`: River's
+    by_period, whose bucket is `since`.
+    """
+
+    kind: StatesKind
+    name: str
+    states: frozenset[State]
+    lock_ms: int | None = None
+    period_ms: int | None = None
+    relock: Relock = Relock.NEVER
+
+
+HolderRule = ZizqRule | FaktoryRule | StatesRule
 
 # Zizq's "scheduled" and "ready" statuses; OJS pending waits in the queue too.
 QUEUED_STATES = frozenset({State.SCHEDULED, State.AVAILABLE, State.PENDING})
 # States a job reaches only once a worker has taken it.
 _TAKEN_STATES = frozenset({State.ACTIVE, State.RETRYABLE})
+# Go's zero time (0001-01-01T00:00:00Z) in Unix milliseconds: time.Truncate counts from it.
+GO_ZERO_TIME_MS = -62_135_596_800_000
+
+
+def bucket_start(at_ms: int, period_ms: int) -> int:
+    """River's ByPeriod bucket: `at_ms` rounded down to a multiple of the period since
+    Go's zero time (time.Truncate), which is the Unix epoch's multiple whenever the
+    period divides a day."""
+    return at_ms - (at_ms - GO_ZERO_TIME_MS) % period_ms
+
+
+def bucket_of(rule: HolderRule | None, now_ms: int, scheduled_at: int | None) -> int | None:
+    """The period bucket a request with `rule` keys by (River's by_period), else None."""
+    if isinstance(rule, StatesRule) and rule.period_ms is not None:
+        return bucket_start(scheduled_at if scheduled_at is not None else now_ms, rule.period_ms)
+    return None
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -75,6 +135,8 @@ class Holder:
         match self.rule:
             case FaktoryRule(lock_ms=lock_ms):
                 return self.since + lock_ms
+            case StatesRule(lock_ms=lock_ms):
+                return None if lock_ms is None else self.since + lock_ms
             case ZizqRule():
                 return None
             case _:
@@ -87,6 +149,8 @@ class Holder:
                 out = {"kind": "zizq", "scope": str(scope)}
             case FaktoryRule(lock_ms=lock_ms, until=until):
                 out = {"kind": "faktory", "lock_ms": lock_ms, "until": str(until)}
+            case StatesRule():
+                out = _states_rule_dict(self.rule)
             case _:
                 assert_never(self.rule)
         out["since"] = self.since
@@ -104,6 +168,8 @@ class Holder:
                 rule = ZizqRule(ZizqScope(raw["scope"]))
             elif kind == "faktory":
                 rule = FaktoryRule(_int(raw["lock_ms"]), UniqueUntil(raw["until"]))
+            elif kind in {k.value for k in StatesKind}:
+                rule = _states_rule(raw)
             else:
                 raise ValueError(f"unknown holder kind {kind!r}")
             released = raw.get("released_at")
@@ -120,15 +186,27 @@ def holder_for(rule: HolderRule, now_ms: int, scheduled_at: int | None) -> Holde
             return Holder(rule, max(now_ms, scheduled_at or now_ms))
         case ZizqRule():
             return Holder(rule, now_ms)
+        case StatesRule(kind=StatesKind.SIDEKIQ, lock_ms=int(lock_ms)) if scheduled_at is not None:
+            # sidekiq-unique-jobs' LockTTL: lock_ttl plus the whole seconds until `at`,
+            # from the time the lock is taken.
+            delay_s = max(0, scheduled_at // 1000 - now_ms // 1000)
+            return Holder(replace(rule, lock_ms=lock_ms + delay_s * 1000), now_ms)
+        case StatesRule(period_ms=int()):
+            bucket = bucket_of(rule, now_ms, scheduled_at)
+            assert bucket is not None
+            return Holder(rule, bucket)
+        case StatesRule():
+            return Holder(rule, now_ms)
         case _:
             assert_never(rule)
 
 
 def holds_by_rule(
-    holder: Holder, state: State, now_ms: int, explain: bool = True
+    holder: Holder, state: State, now_ms: int, explain: bool = True, bucket: int | None = None
 ) -> tuple[bool, str]:
     """Whether the holder keeps its key in `state` at `now_ms`, and why (when `explain`;
-    else the reason is "": deciding needs only the answer)."""
+    else the reason is "": deciding needs only the answer). `bucket`: the period bucket
+    of the request asking (River's by_period), which must be the holder's."""
     rule = holder.rule
     if holder.released_at is not None:
         return False, _let_go(rule) if explain else ""
@@ -162,8 +240,69 @@ def holds_by_rule(
                 f"for {(expires - now_ms) / 1000:g} s more"
                 if explain else ""
             )  # fmt: skip
+        case StatesRule():
+            return _holds_by_states(holder, rule, state, now_ms, explain, bucket)
         case _:
             raise AssertionError(f"unhandled holder rule {rule!r}")
+
+
+def _holds_by_states(
+    holder: Holder, rule: StatesRule, state: State, now_ms: int, explain: bool, bucket: int | None
+) -> tuple[bool, str]:
+    lock = f"its {_SYSTEM[rule.kind]} {rule.name}" if explain else ""
+    if rule.lock_ms is not None and now_ms >= holder.since + rule.lock_ms:
+        return False, f"{lock} lock ({rule.lock_ms / 1000:g} s) expired" if explain else ""
+    if state not in rule.states:
+        return False, f"it is `{state}`, which releases {lock}" if explain else ""
+    if rule.period_ms is not None and bucket is not None and bucket != holder.since:
+        return False, (
+            f"it is in the by_period bucket from {format_rfc3339(holder.since)}, this request's is "
+            f"from {format_rfc3339(bucket)}"
+            if explain else ""
+        )  # fmt: skip
+    if not explain:
+        return True, ""
+    until = "" if rule.lock_ms is None else (
+        f" for {(holder.since + rule.lock_ms - now_ms) / 1000:g} s more"
+    )  # fmt: skip
+    period = "" if rule.period_ms is None else (
+        f", in the by_period bucket from {format_rfc3339(holder.since)}"
+    )  # fmt: skip
+    return True, f"it is `{state}`, which {lock} holds in{until}{period}"
+
+
+_SYSTEM = {StatesKind.BULLMQ: "BullMQ", StatesKind.SIDEKIQ: "sidekiq-unique-jobs",
+           StatesKind.RIVER: "River"}  # fmt: skip
+
+
+def _states_rule_dict(rule: StatesRule) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": str(rule.kind),
+        "name": rule.name,
+        "states": [str(s) for s in ALL_STATES if s in rule.states],
+    }
+    if rule.lock_ms is not None:
+        out["lock_ms"] = rule.lock_ms
+    if rule.period_ms is not None:
+        out["period_ms"] = rule.period_ms
+    if rule.relock is not Relock.NEVER:
+        out["relock"] = str(rule.relock)
+    return out
+
+
+def _states_rule(raw: Mapping[str, Any]) -> StatesRule:
+    states = raw["states"]
+    if not isinstance(states, list):
+        raise TypeError(f"expected a list of states, got {states!r}")
+    lock_ms, period_ms = raw.get("lock_ms"), raw.get("period_ms")
+    return StatesRule(
+        StatesKind(raw["kind"]),
+        str(raw["name"]),
+        frozenset(State(s) for s in states),
+        None if lock_ms is None else _int(lock_ms),
+        None if period_ms is None else _int(period_ms),
+        Relock(raw.get("relock", Relock.NEVER)),
+    )
 
 
 def _let_go(rule: HolderRule) -> str:
@@ -175,19 +314,28 @@ def _let_go(rule: HolderRule) -> str:
             )
         case FaktoryRule():
             return "it started, which releases its Faktory lock (unique_until start)"
+        case StatesRule():
+            return f"its {_SYSTEM[rule.kind]} {rule.name} let go"
         case _:
             assert_never(rule)
 
 
 def after_transition(holder: Holder, target: State, now_ms: int) -> Holder:
     """The holder once its job moved to `target`: a rule that ends when a worker
-    takes the job records that, so a later retry does not re-take the key."""
+    takes the job records that, so a later retry does not re-take the key; a
+    sidekiq lock taken again restarts its clock."""
     if holder.released_at is not None or target not in _TAKEN_STATES:
         return holder
     match holder.rule:
         case ZizqRule(scope=ZizqScope.QUEUED) | FaktoryRule(until=UniqueUntil.START):
             return replace(holder, released_at=now_ms)
-        case ZizqRule() | FaktoryRule():
+        case StatesRule(relock=Relock.ON_RETRY) if target is State.RETRYABLE:
+            return replace(holder, since=now_ms)
+        case StatesRule(relock=Relock.ON_START, lock_ms=int(lock_ms)) if (
+            target is State.ACTIVE and now_ms >= holder.since + lock_ms
+        ):
+            return replace(holder, since=now_ms)
+        case ZizqRule() | FaktoryRule() | StatesRule():
             return holder
         case _:
             assert_never(holder.rule)
@@ -216,6 +364,15 @@ def released_since(holder: Holder, state: State, state_changed_at: int) -> int |
                 rule.until is UniqueUntil.START and state in _TAKEN_STATES
             ):
                 times.append(state_changed_at)
+        case StatesRule():
+            # A live job may take its key again (a retry, a sidekiq relock); a finished
+            # one lets go when its state does not hold, or its lock expires.
+            if state not in TERMINAL_STATES:
+                return None
+            if state not in rule.states:
+                times.append(state_changed_at)
+            if rule.lock_ms is not None:
+                times.append(holder.since + rule.lock_ms)
         case _:
             raise AssertionError(f"unhandled holder rule {rule!r}")
     return min(times) if times else None

@@ -5,7 +5,9 @@ alone), and `gateway explain` asks it to tell why a decision followed (`holds`:
 the answer and its reason, written only then); nothing else restates it.
 
 An entry holds the key against a request whose canonical policy is `policy`:
-- if the entry has a holder rule (Zizq, Faktory), only while that rule holds;
+- if the entry has a holder rule (Zizq, Faktory, BullMQ, sidekiq-unique-jobs,
+  River), only while that rule holds (River's: for a request of its period
+  bucket, `policy.bucket_start`);
   when the request's dialect lets the holder decide (`judge: holder`), that
   is all;
 - otherwise the newcomer decides: the entry's effective state (a scheduled
@@ -48,7 +50,7 @@ def _judge(entry: Entry, policy: UniquePolicy, now_ms: int, explain: bool) -> tu
     """The predicate, with its reason written out only when `explain` asks for it."""
     state = effective_state(entry, now_ms)
     if entry.holder is not None:
-        held, why = holds_by_rule(entry.holder, state, now_ms, explain)
+        held, why = holds_by_rule(entry.holder, state, now_ms, explain, policy.bucket_start)
         if not held:
             return False, f"job {entry.job_id}: {why}" if explain else ""
         match policy.judge:

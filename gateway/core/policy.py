@@ -12,7 +12,10 @@ Every dialect maps onto this value (see core/dialects); beyond OJS it adds:
   states and period (OJS, Oban), or the holder's own rule (Zizq, Faktory;
   see holder.py);
 - on_conflict `update` with `update_fields`: Oban's `replace`, which updates
-  named fields of the existing job when it is in a named state.
+  named fields of the existing job when it is in a named state;
+- `bucket_start`: River's by_period, the start of the period bucket the
+  request falls in (its scheduled time, else its decision time), set by the
+  engine at decision time: a holder meets only a request of its own bucket.
 A dialect may leave `type` out of `keys` (Oban without `worker` in fields);
 an OJS policy never does.
 """
@@ -85,6 +88,8 @@ class UniquePolicy:
     judge: Judge = Judge.NEWCOMER
     # For on_conflict update: per state of the existing job, the fields to update.
     update_fields: tuple[tuple[State, tuple[str, ...]], ...] = ()
+    # River's by_period: the request's bucket, resolved at decision time (holder.bucket_of).
+    bucket_start: int | None = None
 
     def fields_to_update(self, state: State) -> tuple[str, ...]:
         return next((fields for s, fields in self.update_fields if s is state), ())
@@ -109,6 +114,8 @@ class UniquePolicy:
             out["judge"] = str(self.judge)
         if self.update_fields:
             out["update_fields"] = {str(s): list(f) for s, f in self.update_fields}
+        if self.bucket_start is not None:
+            out["bucket_start"] = self.bucket_start
         return out
 
     @staticmethod
@@ -151,6 +158,11 @@ def _canonical_extras(fields: dict[str, Any]) -> dict[str, Any]:
             extra["update_fields"] = tuple(
                 (State(s), tuple(str(f) for f in raw[s])) for s in ALL_STATES if s in raw
             )
+        if "bucket_start" in fields:
+            bucket = fields.pop("bucket_start")
+            if isinstance(bucket, bool) or not isinstance(bucket, int):
+                raise ValueError("bucket_start must be an integer")
+            extra["bucket_start"] = bucket
     except ValueError as exc:
         raise invalid_request(f"policy: {exc}") from None
     return extra

@@ -29,8 +29,10 @@ def for_result(result: EnqueueResult) -> Answer | ApiError:
     updated), 409 for a rejected duplicate, 400 (413) for an invalid request.
 
     The body is the dialect's (`EnqueueResult.answer`): `conflicted` for Oban,
-    `duplicate` for Zizq, `deduplicated` for OJS's ignore; Faktory's duplicate is
-    a 409 with its own code, NOTUNIQUE.
+    `duplicate` for Zizq, `deduplicated` for BullMQ and OJS's ignore,
+    `unique_skipped_as_duplicate` for River, `jid` (null for a job not pushed) for
+    sidekiq; Faktory's duplicate is a 409 with its own code, NOTUNIQUE, sidekiq's
+    under on_conflict raise one with SidekiqUniqueJobs::Conflict.
     """
     if result.outcome in (Outcome.ACCEPTED, Outcome.REPLACED) and result.job is not None:
         location = f"{JOBS_PATH}/{result.job_id}"

@@ -107,8 +107,11 @@ def answer_body(result: EnqueueResult) -> dict[str, Any]:
     """What each dialect tells its caller: the job and a flag, or the error.
 
     Oban: the new job with conflicted false, or the existing (or updated) one
-    with conflicted true. Zizq: the same with `duplicate`. Faktory and OJS: the
-    job, or for a refused request the error; OJS's ignore adds deduplicated.
+    with conflicted true. Zizq: the same with `duplicate`, BullMQ with
+    `deduplicated`, River with `unique_skipped_as_duplicate`. sidekiq: the jid
+    of the pushed job, or null and the existing job when it was not pushed.
+    Faktory and OJS: the job, or for a refused request the error (sidekiq's
+    `raise` too); OJS's ignore adds deduplicated.
     """
     if result.outcome is Outcome.INVALID or (
         result.outcome is Outcome.REJECTED and result.error is not None
@@ -128,6 +131,13 @@ def answer_body(result: EnqueueResult) -> dict[str, Any]:
         body["conflicted"] = result.conflicted
     elif result.dialect == "zizq":
         body["duplicate"] = result.conflicted
+    elif result.dialect == "bullmq":
+        body["deduplicated"] = result.conflicted
+    elif result.dialect == "river":
+        body["unique_skipped_as_duplicate"] = result.conflicted
+    elif result.dialect == "sidekiq":
+        # Sidekiq's push answers the new job's jid, or nil when the job was not pushed.
+        body = {"jid": None if result.outcome is Outcome.IGNORED else result.job_id, **body}
     elif result.outcome is Outcome.IGNORED:
         body["deduplicated"] = True
     return body

@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
-from gateway.core import Decision, Request, decide, parse_request
+from gateway.core import Decision, GatewayError, Request, decide, parse_request
 from gateway.core.engine import updated_record
-from gateway.http.answers import Answer, for_result
+from gateway.http.answers import Answer, for_client_error, for_result
 from gateway.http.errors import ApiError
 from gateway.processor.records import Source, decision_record
-from gateway.sdk import EnqueueResult, zizq_unique_key
+from gateway.sdk import EnqueueResult, InvalidJob, zizq_unique_key
+from gateway.sdk.prepare import prepare
 
 T0 = 1_770_000_000_000
 
@@ -133,3 +134,85 @@ def test_a_helper_key_makes_zizq_requests_collide_whatever_the_order() -> None:
         {**ZIZQ, "payload": reordered, "uniqueKey": zizq_unique_key("send_email", reordered)},
     )
     assert first.answer["duplicate"] is False and second.answer["duplicate"] is True
+
+
+BULLMQ = {"dialect": "bullmq", "queue": "paint", "name": "house", "data": {"color": "white"},
+          "opts": {"deduplication": {"id": "house"}}}  # fmt: skip
+SIDEKIQ = {"dialect": "sidekiq", "class": "W", "args": [1], "lock": "until_executed"}
+RIVER = {"dialect": "river", "kind": "sort", "args": {"n": 1}, "unique_opts": {"by_args": True}}
+
+
+@pytest.mark.parametrize(
+    ("job", "flag"), [(BULLMQ, "deduplicated"), (RIVER, "unique_skipped_as_duplicate")]
+)
+def test_bullmq_and_river_answer_the_job_and_a_flag_never_an_error(
+    job: dict[str, Any], flag: str
+) -> None:
+    new, again = results(job, job)
+    assert new.answer == {"job": new.job, flag: False}
+    assert again.answer == {"job": again.job, flag: True}
+    assert again.job is not None and again.job["id"] == new.job_id
+    first, second = for_result(new), for_result(again)
+    assert isinstance(first, Answer) and first.status == 201
+    assert isinstance(second, Answer) and second.status == 200 and second.body[flag] is True
+
+
+def test_sidekiq_answers_the_jid_or_null_when_the_job_was_not_pushed() -> None:
+    new, again = results(SIDEKIQ, SIDEKIQ)
+    assert new.answer == {"jid": new.job_id, "job": new.job}
+    assert again.answer == {"jid": None, "job": again.job}
+    assert again.job is not None and again.job["id"] == new.job_id
+    first, second = for_result(new), for_result(again)
+    assert isinstance(first, Answer) and first.status == 201 and first.body["jid"] == new.job_id
+    assert isinstance(second, Answer) and second.status == 200 and second.body["jid"] is None
+
+
+def test_sidekiq_raise_answers_409_with_the_gem_s_conflict() -> None:
+    raising = {**SIDEKIQ, "on_conflict": "raise"}
+    new, again = results(raising, raising)
+    answer = for_result(again)
+    assert isinstance(answer, ApiError) and answer.status == 409
+    assert answer.code == "SidekiqUniqueJobs::Conflict"
+    assert answer.details["existing_job_id"] == new.job_id
+    assert again.answer["error"]["code"] == "SidekiqUniqueJobs::Conflict"
+
+
+def test_sidekiq_replace_answers_the_new_jid() -> None:
+    replacing = {**SIDEKIQ, "lock": "until_executing", "on_conflict": "replace"}
+    new, replaced = results(replacing, replacing)
+    assert replaced.outcome == "replaced" and replaced.job_id != new.job_id
+    assert replaced.answer == {"jid": replaced.job_id, "job": replaced.job}
+    answer = for_result(replaced)
+    assert isinstance(answer, Answer) and answer.status == 201
+
+
+def test_an_option_the_gateway_lacks_answers_400_naming_it() -> None:
+    job = {**BULLMQ, "opts": {"deduplication": {"id": "house", "extend": True}}}
+    decision = decide((), parse_request(job), T0, seed=b"0")
+    record = decision_record(decision, Source("requests", 0, 0, T0, {}), "r0", "bullmq")
+    refused = EnqueueResult.from_record(record)
+    answer = for_result(refused)
+    assert isinstance(answer, ApiError) and (answer.status, answer.code) == (
+        400, "unsupported_option",
+    )  # fmt: skip
+    assert answer.message.startswith("opts.deduplication.extend is not supported yet")
+    assert refused.answer["error"]["code"] == "unsupported_option"
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {**BULLMQ, "opts": {"deduplication": {"id": "h", "keepLastIfActive": True}}},
+        {**SIDEKIQ, "lock_limit": 2},
+        {**RIVER, "unique_opts": {"by_args": True, "by_state": ["available", "pending",
+                                                                  "running", "scheduled"]}},
+    ],
+)  # fmt: skip
+def test_the_sdk_refuses_an_option_the_gateway_lacks_before_sending_it(
+    job: dict[str, Any],
+) -> None:
+    refused = prepare(job)
+    assert isinstance(refused, GatewayError) and refused.code == "unsupported_option"
+    answer = for_client_error(InvalidJob(refused))
+    assert (answer.status, answer.code, answer.message) == (400, refused.code, refused.message)
+    assert "is not supported yet" in answer.message

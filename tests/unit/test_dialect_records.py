@@ -98,7 +98,7 @@ def test_every_decision_record_names_its_dialect_and_fits_the_schema() -> None:
         {"dialect": "faktory", "jobtype": "T", "args": [1], "custom": {"unique_for": 60}},
         {"dialect": "faktory", "jobtype": "T", "args": [1], "custom": {"unique_for": 60}},
         {"dialect": "zizq", "type": "t", "uniqueWhile": "sometimes"},
-        {"dialect": "sidekiq", "class": "X"},
+        {"dialect": "resque", "class": "X"},
     ]
     records = [log.request(job, T0 + i) for i, job in enumerate(jobs)]
     decision_schema = validator("decision.json")

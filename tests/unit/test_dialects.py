@@ -113,8 +113,11 @@ def test_without_a_dialect_field_a_request_is_ojs() -> None:
 
 
 def test_an_unknown_dialect_is_refused_naming_the_known_ones() -> None:
-    message = refused({"dialect": "sidekiq", "class": "X"})
-    assert message.startswith('dialect must be one of "ojs", "oban", "oban-py", "zizq", "faktory"')
+    message = refused({"dialect": "resque", "class": "X"})
+    assert message.startswith(
+        'dialect must be one of "ojs", "oban", "oban-py", "zizq", "faktory", "bullmq", '
+        '"sidekiq", "river"'
+    )
     assert "dialect must be one of" in refused({"dialect": 3})
 
 

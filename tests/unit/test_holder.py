@@ -33,7 +33,15 @@ from gateway.core import (
     parse_request_json,
     prune,
 )
-from gateway.core.holder import after_transition, holder_for, holds_by_rule, released_since
+from gateway.core.holder import (
+    Relock,
+    StatesKind,
+    StatesRule,
+    after_transition,
+    holder_for,
+    holds_by_rule,
+    released_since,
+)
 from gateway.core.matching import holds_key
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
@@ -46,8 +54,19 @@ S = 1000
 DAY = 86_400_000
 LIVE = [State.SCHEDULED, State.AVAILABLE, State.PENDING, State.ACTIVE, State.RETRYABLE]
 
-rules = st.builds(ZizqRule, st.sampled_from(list(ZizqScope))) | st.builds(
-    FaktoryRule, st.integers(1, 10 * DAY), st.sampled_from(list(UniqueUntil))
+states_rules = st.builds(
+    StatesRule,
+    st.sampled_from(list(StatesKind)),
+    st.just("lock"),
+    st.frozensets(st.sampled_from(list(State)), min_size=1),
+    st.none() | st.integers(1, 10 * DAY),
+    st.none() | st.integers(1, DAY),
+    st.sampled_from(list(Relock)),
+)
+rules = (
+    st.builds(ZizqRule, st.sampled_from(list(ZizqScope)))
+    | st.builds(FaktoryRule, st.integers(1, 10 * DAY), st.sampled_from(list(UniqueUntil)))
+    | states_rules
 )
 times = st.integers(min_value=T0 - DAY, max_value=T0 + 30 * DAY)
 policies = st.builds(
@@ -57,6 +76,7 @@ policies = st.builds(
     on_conflict=st.sampled_from(list(OnConflict)),
     period_from=st.sampled_from(list(PeriodFrom)),
     judge=st.sampled_from(list(Judge)),
+    bucket_start=st.none() | st.sampled_from([T0, T0 - DAY]),
 )
 
 
@@ -219,7 +239,7 @@ def test_a_holder_entry_holds_only_while_its_rule_does(
 ) -> None:
     holder = Holder(rule, T0, released)
     e = entry(state, holder)
-    by_rule = holds_by_rule(holder, state, now)[0]
+    by_rule = holds_by_rule(holder, state, now, bucket=policy.bucket_start)[0]
     verdict = holds(e, policy, now).holds
     if policy.judge is Judge.HOLDER:
         assert verdict is by_rule
@@ -363,3 +383,77 @@ def test_lifecycle_events_find_a_job_whose_lock_expired_and_whose_entry_is_gone(
     dedup.on_record(event, key, Source("r", 0, 2, later + 1, {KIND_HEADER: JOB_EVENT}), state)
     [moved] = [orjson.loads(o.value) for o in out if o.role == "job_states"]
     assert moved["id"] == record["id"] and moved["state"] == "active" and moved["attempt"] == 1
+
+
+# --- holders by states (BullMQ, sidekiq-unique-jobs, River) ---------------------------------
+
+
+@given(rules, times, st.none() | times)
+def test_every_holder_is_stored_and_read_back_as_it_was(
+    rule: Any, since: int, released: int | None
+) -> None:
+    holder = Holder(rule, since, released)
+    assert Holder.from_dict(holder.to_dict()) == holder
+    assert load_entries(dump_entries([entry(State.AVAILABLE, holder)]))[0].holder == holder
+
+
+def sidekiq(relock: Relock, ms: int | None = 60 * S, states: Any = None) -> StatesRule:
+    held = states or frozenset(LIVE)
+    return StatesRule(StatesKind.SIDEKIQ, "until_executed", held, lock_ms=ms, relock=relock)
+
+
+def test_a_states_rule_holds_in_its_states_until_its_lock_expires() -> None:
+    holder = Holder(sidekiq(Relock.NEVER), T0)
+    assert holds_by_rule(holder, State.ACTIVE, T0 + 59 * S)[0]
+    assert not holds_by_rule(holder, State.ACTIVE, T0 + 60 * S)[0]
+    assert not holds_by_rule(holder, State.COMPLETED, T0)[0]
+    assert holder.expires_at == T0 + 60 * S
+    assert Holder(sidekiq(Relock.NEVER, None), T0).expires_at is None
+
+
+def test_an_expired_sidekiq_lock_is_taken_again_when_a_worker_starts_the_job() -> None:
+    holder = Holder(sidekiq(Relock.ON_START), T0)
+    assert after_transition(holder, State.ACTIVE, T0 + 59 * S) == holder  # still held: kept
+    retaken = after_transition(holder, State.ACTIVE, T0 + 90 * S)
+    assert retaken.since == T0 + 90 * S and holds_by_rule(retaken, State.ACTIVE, T0 + 149 * S)[0]
+    assert after_transition(holder, State.RETRYABLE, T0 + 90 * S) == holder
+
+
+def test_until_executing_relocks_afresh_when_the_job_fails_into_a_retry() -> None:
+    waiting = frozenset({State.SCHEDULED, State.AVAILABLE, State.PENDING, State.RETRYABLE})
+    holder = Holder(sidekiq(Relock.ON_RETRY, states=waiting), T0)
+    running = after_transition(holder, State.ACTIVE, T0 + 10 * S)
+    assert running == holder and not holds_by_rule(running, State.ACTIVE, T0 + 10 * S)[0]
+    retrying = after_transition(running, State.RETRYABLE, T0 + 100 * S)
+    assert retrying.since == T0 + 100 * S
+    assert holds_by_rule(retrying, State.RETRYABLE, T0 + 159 * S)[0]
+
+
+def test_a_states_rule_lets_go_for_good_only_once_its_job_is_finished() -> None:
+    rule = sidekiq(Relock.ON_START)
+    holder = Holder(rule, T0)
+    assert released_since(holder, State.ACTIVE, T0 + 5) is None  # may relock when started
+    assert released_since(holder, State.COMPLETED, T0 + 5) == T0 + 5
+    kept = Holder(sidekiq(Relock.ON_START, states=frozenset([*LIVE, State.COMPLETED])), T0)
+    assert released_since(kept, State.COMPLETED, T0 + 5) == T0 + 60 * S  # until_expired
+    no_lock = Holder(StatesRule(StatesKind.RIVER, "unique_opts", frozenset(State)), T0)
+    assert released_since(no_lock, State.COMPLETED, T0 + 5) is None  # held while retained
+
+
+def test_sidekiq_counts_the_whole_seconds_until_at_into_the_lock() -> None:
+    rule = sidekiq(Relock.ON_START)
+    assert holder_for(rule, T0 + 999, None) == Holder(rule, T0 + 999)
+    later = holder_for(rule, T0 + 999, T0 + 10_500)  # at.to_i - now.to_i = 10 s
+    assert later.since == T0 + 999 and later.expires_at == T0 + 999 + 70 * S
+    assert holder_for(rule, T0, T0 - 5 * S).expires_at == T0 + 60 * S  # at in the past
+
+
+def test_a_river_holder_keeps_its_bucket_and_meets_only_its_own() -> None:
+    rule = StatesRule(StatesKind.RIVER, "unique_opts", frozenset(LIVE), period_ms=3_600_000)
+    start = T0 - T0 % 3_600_000
+    holder = holder_for(rule, start + 5, None)
+    assert holder.since == start
+    assert holder_for(rule, start + 5, start + 3_600_000).since == start + 3_600_000
+    assert holds_by_rule(holder, State.AVAILABLE, start + DAY, bucket=start)[0]
+    held, why = holds_by_rule(holder, State.AVAILABLE, start + 5, bucket=start + 3_600_000)
+    assert not held and "by_period bucket" in why

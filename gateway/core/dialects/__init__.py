@@ -1,4 +1,5 @@
-"""Requests in any dialect: OJS, Oban (Elixir and Python), Zizq, Faktory.
+"""Requests in any dialect: OJS, Oban (Elixir and Python), Zizq, Faktory, BullMQ,
+sidekiq-unique-jobs, River.
 
 A request names its dialect in a top-level `dialect` field; without one it is
 OJS. Each dialect's module validates its own job shape and unique options and
@@ -13,6 +14,10 @@ creates (holder.py) and a key. The keys live in fingerprint spaces:
   meta and tolerates missing names, meta may count whole) and its `replace`
   updates jobs that only Oban requests create.
 - Zizq has its own: its key is the caller's string, global across types.
+- BullMQ, sidekiq-unique-jobs and River have one each: BullMQ's is the queue
+  and a deduplication id or job id, sidekiq's its lock digest (prefix, class,
+  queue, lock_args), River's its unique key (kind, args, period, queue). In
+  each the job that holds the key decides by its own rule (holder.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable, Mapping
 
 import orjson
 
-from gateway.core.dialects import faktory, oban, zizq
+from gateway.core.dialects import bullmq, faktory, oban, river, sidekiq, zizq
 from gateway.core.errors import (
     INVALID_REQUEST,
     GatewayError,
@@ -42,6 +47,9 @@ _PARSERS: dict[str, Callable[[Mapping[str, object]], Request]] = {
     oban.PYTHON: oban.parse_python,
     zizq.ZIZQ: zizq.parse,
     faktory.FAKTORY: faktory.parse,
+    bullmq.BULLMQ: bullmq.parse,
+    sidekiq.SIDEKIQ: sidekiq.parse,
+    river.RIVER: river.parse,
 }
 DIALECTS = tuple(_PARSERS)
 # The dialect recorded for a request whose dialect cannot be told.

@@ -1,0 +1,207 @@
+"""BullMQ, sidekiq-unique-jobs and River through the processor's own code: the records
+written (against the catalogue's schemas), refusals of options the gateway lacks,
+replay and explain over a log that holds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.audit import LogRecord, explain_history
+from gateway.core import GatewayError, Outcome, Request, decide, parse_request
+from gateway.processor.metrics import Metrics
+from gateway.processor.parsing import Limits
+from gateway.processor.records import Output, Source
+from gateway.processor.router import Router
+from tests.support import payload
+from tests.unit.test_dialect_records import HOUR, INTAKE, T0, Log, schema
+from tests.unit.test_replay import replayed
+
+MINUTE = 60_000
+BULLMQ: dict[str, Any] = {
+    "dialect": "bullmq", "queue": "paint", "name": "house", "data": {"color": "white"},
+    "opts": {"deduplication": {"id": "house", "ttl": 5000}},
+}  # fmt: skip
+SIDEKIQ: dict[str, Any] = {
+    "dialect": "sidekiq", "class": "SyncWorker", "args": [1], "lock": "until_executed",
+    "lock_ttl": 60,
+}  # fmt: skip
+RIVER: dict[str, Any] = {
+    "dialect": "river", "kind": "sort", "args": {"n": 1},
+    "unique_opts": {"by_args": True, "by_period": 3600},
+}  # fmt: skip
+HOUR_START = T0 - T0 % HOUR
+
+
+def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> None:
+    log = Log()
+    jobs: list[dict[str, Any]] = [
+        BULLMQ, BULLMQ, SIDEKIQ, SIDEKIQ, {**SIDEKIQ, "on_conflict": "raise"}, RIVER, RIVER,
+        {**BULLMQ, "opts": {"jobId": "house-1", "delay": 1000, "priority": 2}},
+    ]  # fmt: skip
+    records = [log.request(job, T0 + i) for i, job in enumerate(jobs)]
+    for record in records:
+        jsonschema.validate(record, schema("decision.json"))
+    for request in log.log:
+        jsonschema.validate(orjson.loads(request.value or b""), schema("request.json"))
+    for job in log.outputs("jobs"):
+        jsonschema.validate(payload(job.value), schema("job.json"))
+    assert [r["dialect"] for r in records] == ["bullmq", "bullmq", "sidekiq", "sidekiq",
+                                               "sidekiq", "river", "river", "bullmq"]  # fmt: skip
+    outcomes = ["accepted", "ignored", "accepted", "ignored", "rejected", "accepted", "ignored",
+                "accepted"]  # fmt: skip
+    assert [r["outcome"] for r in records] == outcomes
+    assert records[0]["holder"] == {
+        "kind": "bullmq", "name": "deduplication", "lock_ms": 5000, "since": T0,
+        "states": ["scheduled", "available", "pending", "active", "completed", "retryable",
+                   "discarded"],
+    }  # fmt: skip
+    assert (
+        records[2]["holder"]["relock"] == "on_start" and records[2]["holder"]["lock_ms"] == 60_000
+    )
+    assert records[5]["holder"]["since"] == HOUR_START and records[5]["holder"]["period_ms"] == HOUR
+    assert records[6]["policy"]["bucket_start"] == HOUR_START
+    assert records[4]["error"]["code"] == "SidekiqUniqueJobs::Conflict"
+    [rejection] = [payload(o.value) for o in log.outputs("rejections")]
+    assert rejection["error"]["code"] == "SidekiqUniqueJobs::Conflict"
+    assert payload(log.outputs("jobs")[-1].value)["state"] == "scheduled"
+
+
+REFUSED = [
+    ({**BULLMQ, "opts": {"deduplication": {"id": "h", "ttl": 5000, "extend": True,
+                                           "replace": True}, "delay": 5000}},
+     "opts.deduplication.extend"),
+    ({**BULLMQ, "opts": {"deduplication": {"id": "h", "replace": True}}},
+     "opts.deduplication.replace"),
+    ({**BULLMQ, "opts": {"deduplication": {"id": "h", "keepLastIfActive": True}}},
+     "opts.deduplication.keepLastIfActive"),
+    ({**SIDEKIQ, "lock": "while_executing"}, "lock while_executing"),
+    ({**SIDEKIQ, "lock": "until_and_while_executing"}, "lock until_and_while_executing"),
+    ({**SIDEKIQ, "lock_limit": 3}, "lock_limit above 1"),
+    ({**SIDEKIQ, "on_conflict": "replace"}, "on_conflict replace with lock until_executed"),
+    ({**SIDEKIQ, "on_conflict": "reschedule"}, "on_conflict reschedule"),
+    ({**SIDEKIQ, "on_conflict": "reject"}, "on_conflict reject"),
+    ({**RIVER, "unique_opts": {"by_args": True, "by_state": ["available", "pending",
+                                                              "running", "scheduled"]}},
+     "unique_opts.by_state without retryable"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("job", "option"), REFUSED)
+def test_an_option_the_gateway_lacks_is_decided_invalid_naming_it(
+    job: dict[str, Any], option: str
+) -> None:
+    log = Log()
+    record = log.request(job, T0)
+    jsonschema.validate(record, schema("decision.json"))
+    assert record["outcome"] == "invalid" and record["dialect"] == job["dialect"]
+    assert record["error"]["code"] == "unsupported_option"
+    assert record["error"]["message"].startswith(f"{option} is not supported yet: ")
+    assert log.outputs("jobs") == []
+    # The router refuses it at intake alike, before it reaches a partition.
+    out: list[Output] = []
+    router = Router(lambda o, s: out.append(o), Metrics(), Limits())
+    router.on_record(orjson.dumps(job), None, Source(INTAKE, 0, 0, T0, {}))
+    [decision] = [payload(o.value) for o in out if o.role == "decisions"]
+    assert decision["error"] == record["error"] and decision["dialect"] == job["dialect"]
+    assert [o for o in out if o.role == "requests"] == []
+
+
+def test_replay_reproduces_the_decisions_of_every_lock() -> None:
+    log = Log()
+    a = log.request(BULLMQ, T0)
+    log.event(a["job_id"], a["unique_key"], T0 + 1, type="job.started")
+    log.event(a["job_id"], a["unique_key"], T0 + 2, type="job.completed")
+    log.request(BULLMQ, T0 + 3)  # the ttl holds though the job completed
+    log.request(BULLMQ, T0 + 5000)
+    s = log.request(SIDEKIQ, T0 + 5001)
+    log.request(SIDEKIQ, T0 + 5002)
+    log.event(s["job_id"], s["unique_key"], T0 + 2 * MINUTE, type="job.started")  # relocks
+    log.request(SIDEKIQ, T0 + 2 * MINUTE + 1)
+    log.request(RIVER, HOUR_START + HOUR - 1)
+    log.request(RIVER, HOUR_START + HOUR)
+    log.request(RIVER, HOUR_START + HOUR + 1)
+    outcomes = [r["outcome"] for r in log.recorded().values() if r["kind"] == "request"]
+    assert outcomes == ["accepted", "ignored", "accepted", "accepted", "ignored", "ignored",
+                        "accepted", "accepted", "ignored"]  # fmt: skip
+    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
+             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
+    report = replayed(log.log, trail)
+    assert (report.verified, report.differences, report.findings) == (len(trail), [], [])
+
+
+def test_explain_tells_each_lock_s_rule() -> None:
+    def explained(*steps: tuple[dict[str, Any], int]) -> tuple[list[dict[str, Any]], str]:
+        log = Log()
+        records = [log.request(job, at) for job, at in steps]
+        return records, "\n".join(explain_history(log.history))
+
+    (a, _), text = explained((BULLMQ, T0), (BULLMQ, T0 + 1))
+    assert (
+        f"ignored: job {a['job_id']}: it is `available`, which its BullMQ deduplication holds in "
+        "for 4.999 s more; the existing job is returned" in text
+    )
+    (s, _), text = explained((SIDEKIQ, T0), (SIDEKIQ, T0 + 1))
+    assert (
+        f"ignored: job {s['job_id']}: it is `available`, which its sidekiq-unique-jobs "
+        "until_executed holds in for 59.999 s more" in text
+    )
+    (r, _, _), text = explained(
+        (RIVER, HOUR_START + 1), (RIVER, HOUR_START + HOUR - 1), (RIVER, HOUR_START + HOUR)
+    )
+    assert (
+        f"ignored: job {r['job_id']}: it is `available`, which its River unique_opts holds in, "
+        "in the by_period bucket from 2026-02-02T02:00:00.000Z" in text
+    )
+    assert (
+        f"job {r['job_id']}: it is in the by_period bucket from 2026-02-02T02:00:00.000Z, this "
+        "request's is from 2026-02-02T03:00:00.000Z" in text
+    )
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=6)
+    | st.sampled_from(["until_executed", "until_executing", "until_expired", "log", "raise",
+                       "replace", "available", "pending", "running", "scheduled", "retryable"]),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=4),
+    max_leaves=10,
+)  # fmt: skip
+_options = st.dictionaries(
+    st.sampled_from(["id", "ttl", "extend", "replace", "keepLastIfActive", "jobId", "delay",
+                     "priority", "attempts", "removeOnComplete", "by_args", "by_period",
+                     "by_queue", "by_state", "exclude_kind"]),
+    _json, max_size=5,
+)  # fmt: skip
+_fields = st.dictionaries(
+    st.sampled_from(["queue", "name", "data", "class", "args", "at", "retry", "lock",
+                     "lock_ttl", "lock_timeout", "lock_limit", "lock_args", "on_conflict",
+                     "unique_across_queues", "kind", "priority", "max_attempts",
+                     "scheduled_at", "metadata", "pending"]),
+    _json, max_size=8,
+)  # fmt: skip
+
+
+@given(st.sampled_from(["bullmq", "sidekiq", "river"]), _fields, _options)
+def test_any_request_is_a_request_or_an_error_never_an_exception(
+    dialect: str, fields: dict[str, Any], options: dict[str, Any]
+) -> None:
+    named = {"name": "n", "class": "C", "kind": "k"}
+    raw = {"dialect": dialect, **named, **fields}
+    raw["opts" if dialect == "bullmq" else "unique_opts"] = (
+        {"deduplication": options} if dialect == "bullmq" else options
+    )
+    result = parse_request(raw)
+    assert isinstance(result, Request | GatewayError)
+    if isinstance(result, GatewayError):
+        assert result.code in ("invalid_request", "unsupported_option")
+    elif result.policy is not None:
+        assert result.unique_key is not None and len(result.unique_key) == 64
+        decision = decide((), result, T0, seed=b"x")
+        again = decide(decision.entries, result, T0, seed=b"y")
+        assert again.outcome is not Outcome.ACCEPTED or not decision.entries
