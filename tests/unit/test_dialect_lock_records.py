@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audit import LogRecord, explain_history
+from gateway.audit import LogRecord
 from gateway.core import GatewayError, Outcome, Request, decide, parse_request
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
-from tests.support import payload
+from tests.support import payload, validator
 from tests.unit.test_dialect_records import HOUR, INTAKE, T0, Log, schema
 from tests.unit.test_replay import replayed
 
@@ -46,7 +46,7 @@ def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> N
     ]  # fmt: skip
     records = [log.request(job, T0 + i) for i, job in enumerate(jobs)]
     for record in records:
-        jsonschema.validate(record, schema("decision.json"))
+        validator("decision.json").validate(record)
     for request in log.log:
         jsonschema.validate(orjson.loads(request.value or b""), schema("request.json"))
     for job in log.outputs("jobs"):
@@ -98,7 +98,7 @@ def test_an_option_the_gateway_lacks_is_decided_invalid_naming_it(
 ) -> None:
     log = Log()
     record = log.request(job, T0)
-    jsonschema.validate(record, schema("decision.json"))
+    validator("decision.json").validate(record)
     assert record["outcome"] == "invalid" and record["dialect"] == job["dialect"]
     assert record["error"]["code"] == "unsupported_option"
     assert record["error"]["message"].startswith(f"{option} is not supported yet: ")
@@ -139,7 +139,7 @@ def test_explain_tells_each_lock_s_rule() -> None:
     def explained(*steps: tuple[dict[str, Any], int]) -> tuple[list[dict[str, Any]], str]:
         log = Log()
         records = [log.request(job, at) for job, at in steps]
-        return records, "\n".join(explain_history(log.history))
+        return records, log.explained()
 
     (a, _), text = explained((BULLMQ, T0), (BULLMQ, T0 + 1))
     assert (
