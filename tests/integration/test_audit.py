@@ -143,7 +143,8 @@ def test_replay_reproduces_every_decision_and_explain_tells_why(
     by_replaced = gateway("explain", first_b["job_id"], *where)
     assert f"replaced: cancelled job {first_b['job_id']} (active)" in by_replaced.stdout
     by_failed = gateway("explain", first_c["job_id"], *where)
-    assert f"job {first_c['job_id']}: active → discarded (attempt 1 of 3 failed" in (
+    # Told from the job as the event left it: the attempt the failure reported.
+    assert f"job {first_c['job_id']}: active → discarded (attempt 3 of 3 failed, attempts " in (
         by_failed.stdout
     )
 
