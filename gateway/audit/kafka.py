@@ -69,7 +69,7 @@ def read_topics(
                     raise ReadError(f"reading {msg.topic()}: {err.str()}")
                 if tp not in pending:
                     continue
-                offset = msg.offset()
+                offset = msg.offset() or 0  # every message read here has one
                 if err is None and offset < ends[tp]:
                     _, timestamp = msg.timestamp()
                     out[tp[0]].append(
@@ -145,7 +145,7 @@ def stream(
                 err = msg.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     raise ReadError(f"reading {topic}: {err.str()}")
-                offset = msg.offset()
+                offset = msg.offset() or 0  # every message read here has one
                 if err is None and offset < end:
                     last_progress = time.monotonic()
                     _, timestamp = msg.timestamp()

@@ -310,7 +310,8 @@ def replay_intake(
             continue
         report.different += 1
         theirs = None if replayed is None else orjson.loads(replayed.value or b"")
-        for diff in compare_records(record.position, recorded and recorded.value, theirs):
+        ours = None if recorded is None else recorded.value
+        for diff in compare_records(record.position, ours, theirs):
             if len(report.differences) < keep:
                 report.differences.append(diff)
 

@@ -41,7 +41,7 @@ from gateway.core.times import format_rfc3339
 from gateway.processor.kinds import Kind
 from gateway.processor.records import Output, Source
 from gateway.processor.schedule import CRONS, LEASES, TOMBSTONES
-from gateway.processor.total import DELETED, Staged
+from gateway.processor.total import Staged
 
 # The chain's head: the digest of the partition's last audit record.
 CHAIN_KEY = b"\x00audit"
@@ -117,13 +117,13 @@ def state_section(
                 shown_value, room = carried(value, room)
                 before.append([shown, name, shown_value, stamp])
         for name in sorted(writes) if len(writes) > 1 else writes:
-            value, ttl = writes[name]
+            written_value, ttl = writes[name]
             cell = route + b"\xff" + name.encode()
-            if value is DELETED:
-                written.append(cell + b"\x00-")
-            else:
+            if isinstance(written_value, bytes):
                 stamp = -1 if ttl is None else now_ms + _ms(ttl)
-                written.append(b"%b\x00%d:%b" % (cell, stamp, value))
+                written.append(b"%b\x00%d:%b" % (cell, stamp, written_value))
+            else:  # DELETED
+                written.append(cell + b"\x00-")
             if name.startswith(JOB):
                 job_id = name[4:]
                 was = reads[name][0] if name in reads else None

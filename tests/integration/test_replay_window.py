@@ -108,14 +108,14 @@ def _beside_their_input(bootstrap: str, cat: Any, cut: dict[tuple[str, int], int
     })  # fmt: skip
     parts = [p for t, p in cut if t == decisions]
     consumer.assign([TopicPartition(decisions, p, cut[(decisions, p)]) for p in parts])
-    count, done = 0, set()
+    count, done = 0, set[int]()
     try:
         while len(done) < len(parts):
             for msg in consumer.consume(500, timeout=1):
                 if msg.error():
-                    done.add(msg.partition())
+                    done.add(msg.partition() or 0)
                     continue
-                source = orjson.loads(msg.value())["source"]
+                source = orjson.loads(msg.value() or b"{}")["source"]
                 if (
                     source["topic"] == requests
                     and source["offset"] >= cut[(requests, source["partition"])]

@@ -69,7 +69,7 @@ def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], di
 
 def processed(records: list[LogRecord]) -> list[LogRecord]:
     """The audit records the processor's own code writes for one partition's records."""
-    store, trail = Store(), []
+    store, trail = Store(), list[LogRecord]()
 
     def emit(output: Output, _: Source) -> None:
         if output.role == "decisions":

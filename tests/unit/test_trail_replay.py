@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -73,19 +74,14 @@ def replay_requests(requests: Partitioned, decisions: Partitioned, limits: Limit
     return report
 
 
+@contextmanager
 def _store() -> Iterator[TrailStore]:
-    import contextlib
-
-    @contextlib.contextmanager
-    def opened() -> Iterator[TrailStore]:
-        with tempfile.TemporaryDirectory() as root:
-            store = TrailStore(Path(root) / "replay")
-            try:
-                yield store
-            finally:
-                store.close()
-
-    return opened()
+    with tempfile.TemporaryDirectory() as root:
+        store = TrailStore(Path(root) / "replay")
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def test_the_whole_log_replays_identically_record_by_record(
