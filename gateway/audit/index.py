@@ -40,6 +40,7 @@ from gateway.config import gateway_home
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.processor import state_identity
 from gateway.processor.state_identity import Identity
+from gateway.processor.trail import JOB
 
 # Raise with any change of the layout above: an index of another is read anew.
 LAYOUT = 1
@@ -52,7 +53,6 @@ _ROUTE = b"r"
 _KEY_OF = b"k"
 _OFFSET = b"o"
 _DIGEST = 16
-_JOB = "job/"  # a job's record in its route's state (processor/dedup.py)
 _POSITION = struct.Struct(">IQ")
 _PARTITION = struct.Struct(">I")
 _NEXT = struct.Struct(">Q")
@@ -76,10 +76,10 @@ def named(record: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
         routes.update(r for r in _list(state.get("routes")) if isinstance(r, str))
         jobs.update(row[0] for row in _list(state.get("jobs")) if _named_row(row))
         for row in _list(state.get("before")):  # [route, "job/<id>", the job as read, ...]
-            if _named_row(row) and len(row) > 2 and str(row[1]).startswith(_JOB):
+            if _named_row(row) and len(row) > 2 and str(row[1]).startswith(JOB):
                 key = row[2].get("unique_key") if isinstance(row[2], Mapping) else None
                 if isinstance(key, str):
-                    keys[str(row[1])[len(_JOB) :]] = key
+                    keys[str(row[1])[len(JOB) :]] = key
     what = record.get("what")
     if isinstance(what, Mapping) and isinstance(what.get("job_id"), str):
         routes.add(what["job_id"])

@@ -44,7 +44,7 @@ from gateway.processor.records import Output, Source, job_state
 from gateway.processor.requests import Requests
 from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
-from gateway.processor.trail import CHAIN_KEY, seal
+from gateway.processor.trail import CHAIN_KEY, JOB, seal
 
 Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:
@@ -53,7 +53,6 @@ KeyState = Any
 # The state of any key in a record's partition, as of that record.
 StateOf = Callable[[Source, bytes], KeyState]
 ENTRIES = "entries"
-JOB = "job/"  # + job id: a job record in its route's state
 
 
 class Handler(Protocol):

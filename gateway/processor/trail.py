@@ -47,9 +47,10 @@ from gateway.processor.total import Staged
 CHAIN_KEY = b"\x00audit"
 HEAD = "head"
 UNTRACED = frozenset({LEASES.key, TOMBSTONES.key, CRONS.key, CHAIN_KEY})
-JOB = "job/"
+JOB = "job/"  # + job id: a job record in its route's state, by the name records show
 DIGEST_FIELD = b',"digest":"'
-# Kinds whose records always leave an audit record: what they read explains their answer.
+# Kinds whose records leave an audit record when they only read: what they read explains
+# their answer.
 ANSWERED = frozenset({"event", "command"})
 # The record's own fields besides the state: what carried values must leave room for.
 _SLACK = 64 * 1024
