@@ -2,7 +2,7 @@
 streams from the brokers: memory is bounded by each partition's live state (on disk) and
 the consumers' prefetch, never by the log's length.
 
-A partition's job reads `requests` beside the same partition of `decisions` (which holds
+Each part (one partition) reads `requests` beside the same partition of `decisions` (which holds
 that partition's audit trail, in its order) and replays it (replay.py); then the
 partitions of `intake` whose decisions land there, through the router. The end of every
 partition is taken once, before anything is read, decisions first: every audit record
@@ -29,38 +29,38 @@ from gateway.audit.replay import Audit, PartitionReplay, ReplayReport, audits, r
 from gateway.audit.trail_store import TrailStore
 from gateway.processor.parsing import Limits
 
-Bounds = dict[int, tuple[int, int]]  # partition -> (first offset, end offset)
+Bounds = tuple[int, int]  # a partition's first offset and end offset
 PROGRESS_EVERY = 1_000  # records between a worker's progress reports
 
 
 @dataclass(frozen=True)
-class Job:
+class Part:
     """One partition's replay: everything a worker process needs, and nothing live."""
 
     client: dict[str, str]
     topics: dict[str, str]  # role -> topic name
     partition: int
     partitions: int  # of requests
-    requests: tuple[int, int]
-    decisions: tuple[int, int]
-    intake: dict[int, tuple[int, int]]  # the intake partitions whose decisions land here
+    requests: Bounds
+    decisions: Bounds
+    intake: dict[int, Bounds]  # the intake partitions whose decisions land here
     limits: Limits
     from_ms: int | None
     to_ms: int | None
     keep: int
 
 
-def jobs(
+def parts(
     client: dict[str, str], topics: dict[str, str], limits: Limits, partitions: Iterable[int],
     from_ms: int | None, to_ms: int | None, keep: int,
-) -> list[Job]:  # fmt: skip
-    """One job per partition of `requests` asked for, with the bounds it reads."""
+) -> list[Part]:  # fmt: skip
+    """One part per partition of `requests` asked for, with the bounds it reads."""
     decisions = partition_bounds(client, topics["decisions"])  # first: see the docstring
     requests = partition_bounds(client, topics["requests"])
     intake = partition_bounds(client, topics["intake"])
     wanted = sorted(set(partitions) & set(requests))
     return [
-        Job(
+        Part(
             client,
             topics,
             p,
@@ -77,16 +77,16 @@ def jobs(
     ]
 
 
-def records_in(job: Job) -> int:
-    """How many input records the job may read (transaction markers included)."""
-    spans = [job.requests, *job.intake.values()]
+def records_in(part: Part) -> int:
+    """How many input records the part may read (transaction markers included)."""
+    spans = [part.requests, *part.intake.values()]
     return sum(high - low for low, high in spans)
 
 
 def replay_log(
-    work: list[Job], processes: int, progress: Callable[[int], None] | None = None
+    work: list[Part], processes: int, progress: Callable[[int], None] | None = None
 ) -> ReplayReport:
-    """Every job, `processes` at a time; the reports merged in partition order."""
+    """Every part, `processes` at a time; the reports merged in partition order."""
     report = ReplayReport()
     if not work:
         return report
@@ -97,7 +97,7 @@ def replay_log(
         max_workers=max(1, min(processes, len(work))), mp_context=context,
         initializer=_worker_init, initargs=(updates,),
     ) as pool:  # fmt: skip
-        futures = {pool.submit(run_job, job): job.partition for job in work}
+        futures = {pool.submit(replay_part, part): part.partition for part in work}
         while len(done) < len(futures):
             try:
                 count = updates.get(timeout=0.2)
@@ -135,7 +135,7 @@ def _drain(updates: multiprocessing.Queue[int], progress: Callable[[int], None] 
             progress(count)
 
 
-def run_job(job: Job) -> ReplayReport:
+def replay_part(part: Part) -> ReplayReport:
     """Replay one partition (in a worker process): requests, then its intake partitions."""
     # The processor's warnings (re-routed requests, events not applied) are the log's
     # history here, not news.
@@ -144,39 +144,39 @@ def run_job(job: Job) -> ReplayReport:
     with tempfile.TemporaryDirectory(prefix="gateway-replay-") as root:
         store = TrailStore(Path(root) / "state")
         try:
-            replay = PartitionReplay(job.partitions, job.limits, store, report, job.keep)
-            requests = _read(job, "requests", job.partition, job.requests)
-            replay.run(_counted(requests), _trail(job, report, "requests", job.partition))
+            replay = PartitionReplay(part.partitions, part.limits, store, report, part.keep)
+            requests = _read(part, "requests", part.partition, part.requests)
+            replay.run(_counted(requests), _trail(part, report, "requests", part.partition))
         finally:
             store.close()
-    for partition, bounds in sorted(job.intake.items()):
-        records = _read(job, "intake", partition, bounds)
-        replay_intake(_counted(records), _trail(job, report, "intake", partition), job.limits,
-                      report, job.keep)  # fmt: skip
+    for partition, bounds in sorted(part.intake.items()):
+        records = _read(part, "intake", partition, bounds)
+        replay_intake(_counted(records), _trail(part, report, "intake", partition), part.limits,
+                      report, part.keep)  # fmt: skip
     return report
 
 
-def _read(job: Job, role: str, partition: int, bounds: tuple[int, int]) -> Iterator[LogRecord]:
-    """The role's records of the partition in the job's window."""
+def _read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[LogRecord]:
+    """The role's records of the partition in the part's window."""
     low, high = bounds
-    start = low if job.from_ms is None else max(low, _at(job, role, partition, job.from_ms))
-    for record in stream(job.client, job.topics[role], partition, start, high):
-        if job.to_ms is not None and record.timestamp_ms > job.to_ms:
+    start = low if part.from_ms is None else max(low, _at(part, role, partition, part.from_ms))
+    for record in stream(part.client, part.topics[role], partition, start, high):
+        if part.to_ms is not None and record.timestamp_ms > part.to_ms:
             return
         yield record
 
 
-def _trail(job: Job, report: ReplayReport, role: str, partition: int) -> Iterator[Audit]:
-    """The audit records of one input partition, from the job's partition of decisions."""
-    records = _read(job, "decisions", job.partition, job.decisions)
-    topic = job.topics[role]
+def _trail(part: Part, report: ReplayReport, role: str, partition: int) -> Iterator[Audit]:
+    """The audit records of one input partition, from the part's partition of decisions."""
+    records = _read(part, "decisions", part.partition, part.decisions)
+    topic = part.topics[role]
     for audit in audits(records, report):
         if audit.source[0] == topic and audit.source[1] == partition:
             yield audit
 
 
-def _at(job: Job, role: str, partition: int, time_ms: int) -> int:
-    return offset_at(job.client, job.topics[role], partition, time_ms)
+def _at(part: Part, role: str, partition: int, time_ms: int) -> int:
+    return offset_at(part.client, part.topics[role], partition, time_ms)
 
 
 def _counted(records: Iterator[LogRecord]) -> Iterator[LogRecord]:

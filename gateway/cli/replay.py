@@ -17,7 +17,7 @@ from gateway import catalogue
 from gateway.audit import FlipReport, LogRecord, ReplayReport, replay_under_policy
 from gateway.audit.findings import Position
 from gateway.audit.kafka import ReadError, count_records, read_topics
-from gateway.audit.stream import default_processes, jobs, records_in, replay_log
+from gateway.audit.stream import default_processes, parts, records_in, replay_log
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.cli.common import (
     EXIT_INVALID,
@@ -119,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
             f"--partition {wrong[0]}: requests has partitions 0 to {partitions - 1}", EXIT_INVALID
         )
     try:
-        work = jobs(client, topics, limits, asked, from_ms, to_ms, args.show)
-        with progress_bar(sum(records_in(job) for job in work), "replaying") as advance:
+        work = parts(client, topics, limits, asked, from_ms, to_ms, args.show)
+        with progress_bar(sum(records_in(part) for part in work), "replaying") as advance:
             report = replay_log(work, args.processes, advance)
     except ReadError as exc:
         raise CommandError(f"{exc} ({kafka_asked(args.bootstrap)})", EXIT_UNAVAILABLE) from exc
