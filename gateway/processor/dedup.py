@@ -140,6 +140,8 @@ class Dedup:
             self._seal(self._guard.outputs, source, key, kind)
 
         def answer(source: Source, error: GatewayError) -> list[Output]:
+            # What the failed handling did is gone, and so is what its audit record would say.
+            self.what, self.taken, self._jobs_after = None, [], {}
             outputs = handler.refused(source, error, key)
             if claimed:
                 outputs.append(self.ids.decided(source, key))

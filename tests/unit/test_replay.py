@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.audit import LogRecord, replay_under_policy
 from gateway.audit.findings import ReplayReport
@@ -19,6 +20,7 @@ from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source, decision_record, request_id
+from gateway.processor.requests import Requests
 from gateway.processor.trail import digest
 from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.memory_store import Store
@@ -194,3 +196,25 @@ def test_policy_replay_follows_events_to_the_replayed_jobs():
         [first, started, done, second], recorded, policy(keys=["type"]), Limits()
     )
     assert report.replayed == 2 and report.flips == []
+
+
+def test_a_record_the_processor_failed_on_keeps_the_chain_and_replays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = Requests._record_jobs
+
+    def fail_on_the_second(self: Requests, decision: Any, *rest: Any) -> None:
+        if decision.decided_at == T0 + 1:
+            raise ValueError("the handling failed")
+        real(self, decision, *rest)
+
+    monkeypatch.setattr(Requests, "_record_jobs", fail_on_the_second)
+    jobs = [{**JOB, "args": {"user_id": i}} for i in range(3)]
+    log = [rec(REQ, i, T0 + i, job, key_of(job)) for i, job in enumerate(jobs)]
+    trail = processed(log)
+    failed = orjson.loads(trail[1].value or b"")
+    assert failed["outcome"] == "invalid" and failed["error"]["code"] == "internal"
+    assert failed["state"]["before"] == [] and failed["prev"] == orjson.loads(
+        trail[0].value or b"")["digest"]  # fmt: skip
+    report = replayed(log, trail)
+    assert (report.verified, report.different, report.findings) == (3, 0, [])
