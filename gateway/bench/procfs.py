@@ -65,6 +65,20 @@ def peak_rss_bytes(pid: int) -> int:
     return peak
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of a process and its descendants together, now (VmRSS)."""
+    total = 0
+    for member in tree(pid):
+        try:
+            status = Path(f"/proc/{member}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
 def directory_bytes(path: Path) -> int:
     """Bytes the files under `path` take on disk (allocated blocks, as du counts)."""
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())

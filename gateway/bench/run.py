@@ -32,6 +32,7 @@ PACE = 1_000.0
 # Jobs in the view the admin job list is timed on (`--figures listing`).
 LISTING_JOBS = 1_000_000
 LISTING_QUICK = 20_000
+AUDIT_REQUESTS = 300_000  # quick: the round's requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,6 +360,16 @@ def _other_figures(
         done("admin job list: " + "; ".join(
             f"page {n:,} {m:.1f} ms" for n, (m, _, _) in listed.pages_ms.items()
         ))  # fmt: skip
+    if "audit" in plan.figures:
+        from gateway.bench import audit
+
+        size = plan.requests if plan.quick else AUDIT_REQUESTS
+        step(f"replay and explain of {size:,} requests one processor decided")
+        measured = audit.audit(size, 1 if plan.quick else plan.rounds, broker, processes, opts,
+                               step)  # fmt: skip
+        taken, line = measured.figures()
+        figures |= taken
+        done(line)
     if "cold-start" in plan.figures:
         colds = []
         for n in range(1 if plan.quick else plan.rounds):

@@ -344,6 +344,12 @@ def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
 
+def is_decision(value: bytes | None) -> bool:
+    """A decision record, among the audit trail's other records on `decisions` (those of
+    records that are no request start with their kind; a decision with its request id)."""
+    return value is not None and not value.startswith(b'{"kind":')
+
+
 class _Io:
     """The bench's producer of requests and its read_committed reader of decisions."""
 
@@ -389,7 +395,7 @@ class _Io:
         deadline = time.monotonic() + timeout
         while len(values) < count:
             for msg in self.consumer.consume(1000, 0.1):
-                if msg.error() is None:
+                if msg.error() is None and is_decision(msg.value()):
                     values.append(msg.value())
             if progress is not None:
                 progress(len(values))
@@ -407,7 +413,7 @@ class _Io:
 
         def read(wait: float) -> None:
             for msg in self.consumer.consume(1000, wait):
-                if msg.error() is None:
+                if msg.error() is None and is_decision(msg.value()):
                     seen = time.time() * 1000
                     latencies.append(seen - system.request_timestamp_ms(msg))
 

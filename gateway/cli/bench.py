@@ -8,7 +8,7 @@ from pathlib import Path
 from gateway.cli.common import CommandError
 
 SYSTEMS = ("gateway", "passthrough", "redis", "postgres", "http")
-FIGURES = ("fingerprint", "restore", "cold-start", "floor", "listing")
+FIGURES = ("fingerprint", "restore", "cold-start", "floor", "listing", "audit")
 ANSWER_MODES = ("early", "committed")
 # (full run, --quick)
 DEFAULTS = {
@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="other figures to take, comma-separated subset of %(default)s "
                    "('' for none); floor: the processor's loop with an empty decision, "
                    "without and with state; listing: the admin job list's pages on a view of "
-                   "1,000,000 jobs (quick 20,000)")  # fmt: skip
+                   "1,000,000 jobs (quick 20,000); audit: replay and explain of 300,000 "
+                   "requests one processor decided (quick: --requests)")  # fmt: skip
     p.add_argument("--processes", default="1,2,N",
                    help="the gateway's processor processes, one row each, comma-separated; "
                    "N: `gateway process`'s default, one per core, at most the partitions "

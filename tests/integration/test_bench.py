@@ -28,7 +28,7 @@ def test_quick_bench_runs_every_system_and_counts_agree(
     topics_before = _topics(admin)
     done = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "--quick", "--bootstrap", kafka_bootstrap,
-         "--output", str(tmp_path), "--figures", "fingerprint,restore", "--requests", "1000",
+         "--output", str(tmp_path), "--figures", "fingerprint,restore,audit", "--requests", "1000",
          "--restore-keys", "500"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -66,6 +66,7 @@ def test_quick_bench_runs_every_system_and_counts_agree(
     assert result["figures"]["decisions/s, gateway ÷ passthrough"]["value"]["median"] > 0
     assert result["versions"]["redis"] and result["versions"]["postgres"]
     assert result["figures"]["state on disk per key (bytes)"]["value"] > 0
+    assert result["figures"]["replay, 1,000 requests (decisions/s)"]["value"]["median"] > 0
     table = (run / "results.md").read_text()
     assert "| gateway |" in table and "| postgres |" in table
     assert (run / "throughput.png").stat().st_size > 0 and (run / "latency.png").exists()

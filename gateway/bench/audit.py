@@ -1,0 +1,146 @@
+"""The audit figures: replay and explain of a log one processor decided, beside the rate
+at which that processor drained it.
+
+- The workload's requests (30% duplicates) are preloaded on `requests`; one processor is
+  started and drains them: decisions per second from ready to the last decision.
+- Then, round by round, `gateway replay` of the whole log as a user runs it (one process
+  per core): wall time, decisions per second, and the peak of the resident memory of its
+  processes together (sampled every 0.1 s). Every decision must replay identical.
+- Then `gateway explain` of one key, with an index of its own: the first run (which reads
+  `decisions` once to build the index) and a second (which reads the key's records only).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.bench import procfs, report
+from gateway.bench.services import Processes
+from gateway.bench.streams import (
+    BenchError,
+    Broker,
+    Gateway,
+    Options,
+    _Io,
+    drop_namespace,
+    fresh_namespace,
+)
+from gateway.bench.workload import generate
+
+_IDENTICAL = re.compile(rb"decided (\d+) again: (\d+) verified identical \(100\.0%\), 0 different")
+
+
+@dataclass
+class Audit:
+    requests: int
+    drained_per_s: float
+    replay_s: list[float]
+    replay_rss: list[int]
+    explain_first: tuple[float, int]
+    explain_indexed: list[tuple[float, int]]
+
+    def figures(self) -> tuple[dict[str, dict[str, Any]], str]:
+        n = f"{self.requests:,} requests"
+        replay = report.spread(self.requests / s for s in self.replay_s)
+        rss = report.spread(b / 2**20 for b in self.replay_rss)
+        indexed = report.spread(s for s, _ in self.explain_indexed)
+        indexed_rss = report.spread(b / 2**20 for _, b in self.explain_indexed)
+        ratio = report.spread(self.requests / s / self.drained_per_s for s in self.replay_s)
+        drained = report.spread([self.drained_per_s])
+        first = report.spread([self.explain_first[0]])
+        figures = {
+            f"processor drained, {n} (decisions/s)": {
+                "value": drained, "text": report._fmt(drained),
+            },
+            f"replay, {n} (decisions/s)": {"value": replay, "text": report._fmt(replay)},
+            f"replay ÷ processor drained, {n}": {"value": ratio, "text": report._fmt(ratio, 2)},
+            f"replay peak RSS, its processes together, {n} (MiB)": {
+                "value": rss, "text": report._fmt(rss),
+            },
+            f"explain one key, index built, {n} (s)": {
+                "value": indexed, "text": report._fmt(indexed, 2),
+            },
+            f"explain one key, index built, {n}: peak RSS (MiB)": {
+                "value": indexed_rss, "text": report._fmt(indexed_rss),
+            },
+            f"explain one key, first run building the index, {n} (s)": {
+                "value": first, "text": report._fmt(first, 2),
+            },
+        }  # fmt: skip
+        line = (
+            f"audit: {n} drained at {report._fmt(drained)}/s; replayed at "
+            f"{report._fmt(replay)}/s ({report._fmt(ratio, 2)} of that) in "
+            f"{report._fmt(rss)} MiB; explain {report._fmt(indexed, 2)} s indexed, "
+            f"{report._fmt(first, 2)} s building the index"
+        )
+        return figures, line
+
+
+def audit(
+    requests: int,
+    rounds: int,
+    broker: Broker,
+    processes: Processes,
+    opts: Options,
+    show: Callable[[str], None] = lambda _: None,
+) -> Audit:
+    """Decide `requests` with one processor, then replay and explain the log `rounds` times."""
+    namespace, workdir, cat = fresh_namespace("a", "audit", broker, opts.workdir)
+    workload = generate(requests, 0.3, seed=13, tag="audit-")
+    io = _Io(broker.bootstrap, cat)
+    where = ["--bootstrap", broker.bootstrap, "--namespace", namespace]
+    try:
+        io.send(workload.items)
+        system = Gateway()
+        proc = system.start(processes, broker, cat, workdir, opts)
+        try:
+            system.wait_ready(proc, workdir)
+            started = time.monotonic()
+            io.await_decisions(requests, proc, workdir, timeout=max(600.0, requests / 100))
+            drained = requests / (time.monotonic() - started)
+        finally:
+            processes.stop(proc)
+        replay_s: list[float] = []
+        replay_rss: list[int] = []
+        for number in range(1, rounds + 1):
+            show(f"audit: replay {number}/{rounds} of {requests:,} requests")
+            took, rss, out = _measured(["replay", *where], workdir / "replay.log")
+            found = _IDENTICAL.search(out)
+            if found is None or int(found[2]) < requests:
+                raise BenchError(f"replay did not verify every decision:\n{out[-2000:]!r}")
+            replay_s.append(took)
+            replay_rss.append(rss)
+        key = workload.items[len(workload.items) // 2].key
+        explain = ["explain", key, "--index", str(workdir / "audit-index"), *where]
+        show("audit: explain, building its index")
+        first = _measured(explain, workdir / "explain.log")[:2]
+        indexed = [_measured(explain, workdir / "explain.log")[:2] for _ in range(rounds)]
+    finally:
+        io.close()
+        drop_namespace(broker, namespace)
+    return Audit(requests, drained, replay_s, replay_rss, first, indexed)
+
+
+def _measured(arguments: Sequence[str], log: Path) -> tuple[float, int, bytes]:
+    """Run a `gateway` command: its wall time, the peak of its processes' resident memory
+    together, and its output."""
+    started, peak = time.monotonic(), 0
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", *arguments], stdout=out, stderr=subprocess.STDOUT
+        )
+        while proc.poll() is None:
+            peak = max(peak, procfs.tree_rss_bytes(proc.pid))
+            time.sleep(0.1)
+    took = time.monotonic() - started
+    output = log.read_bytes()
+    if proc.returncode != 0:
+        raise BenchError(f"gateway {arguments[0]} exited {proc.returncode}:\n{output[-2000:]!r}")
+    return took, peak, output
