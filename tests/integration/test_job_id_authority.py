@@ -168,6 +168,7 @@ def test_a_minted_id_reused_before_a_sigkill_is_refused_after_it(
         decisions = {
             d["value"]["request_id"]: d["value"]
             for d in reader.poll_until(cat.name("decisions"), 2, timeout=120)
+            if "request_id" in d["value"]
         }
         assert decisions[first.request_id]["job_id"] == first.job_id
         refused = decisions[reuse.request_id]

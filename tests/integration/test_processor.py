@@ -54,7 +54,9 @@ class Stack:
         return found[0]
 
     def decisions(self) -> list[dict[str, Any]]:
-        return [r["value"] for r in self.reader.records.get(self.cat.name("decisions"), [])]
+        """The decisions (the trail's other audit records left out)."""
+        trail = self.reader.records.get(self.cat.name("decisions"), [])
+        return [r["value"] for r in trail if "request_id" in r["value"]]
 
     def records(self, role: str) -> list[dict[str, Any]]:
         return self.reader.records.get(self.cat.name(role), [])

@@ -62,7 +62,7 @@ class Stack:
         return found[0]
 
     def decision(self, request_id: str) -> dict[str, Any]:
-        return self.find("decisions", lambda r: r["value"]["request_id"] == request_id)["value"]
+        return self.find("decisions", lambda r: r["value"].get("request_id") == request_id)["value"]
 
     def reply(self, correlation_id: str) -> dict[str, Any]:
         cid = correlation_id.encode()
