@@ -10,7 +10,7 @@ explanations read decision records and the policies they carry.
 
 from gateway.audit.explain import Explained, explain_decision, explain_event, explain_record
 from gateway.audit.findings import Difference, ReplayReport, compare_records
-from gateway.audit.log import LogRecord, in_log_order
+from gateway.audit.log import LogRecord
 from gateway.audit.whatif import Flip, FlipReport, replay_under_policy
 
 __all__ = [
@@ -24,6 +24,5 @@ __all__ = [
     "explain_decision",
     "explain_event",
     "explain_record",
-    "in_log_order",
     "replay_under_policy",
 ]

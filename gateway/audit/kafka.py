@@ -1,20 +1,20 @@
-"""The edge: read committed records of some topics, from the start to the end seen at start,
-all at once (`read_topics`) or one partition as it streams past (`stream`).
+"""The edge: read the committed records of one partition as they stream past, up to the
+end seen at start.
 
-A read_committed consumer of its own (no group offsets committed) reads every
-partition from its first offset up to the high watermark captured before
-reading, so records appended meanwhile are left for the next run. Control
-records (transaction markers) are never delivered, so a partition is also
-done when the consumer reports its end at or past that watermark.
+A read_committed consumer of its own (no group offsets committed) reads the
+partition from a given offset up to the high watermark captured before reading,
+so records appended meanwhile are left for the next run. Control records
+(transaction markers) are never delivered, so a partition is also done when the
+consumer reports its end at or past that watermark.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from gateway.audit.log import LogRecord
 from gateway.processor.records import headers_of
@@ -27,69 +27,6 @@ STALL_S = 60.0
 
 class ReadError(Exception):
     """The topics could not be read; the message is for the user."""
-
-
-Progress = Callable[[int], None]  # records read since the last call
-
-
-def count_records(client_config: dict[str, str], topics: Sequence[str]) -> int:
-    """An upper bound of the records `read_topics` will read (markers are counted too)."""
-    consumer = _consumer(client_config)
-    try:
-        return sum(high - low for _, low, high in _bounds(consumer, topics))
-    finally:
-        consumer.close()
-
-
-def read_topics(
-    client_config: dict[str, str], topics: Sequence[str], progress: Progress | None = None
-) -> dict[str, list[LogRecord]]:
-    """Every committed record of `topics`, per topic, each partition in offset order."""
-    consumer = _consumer(client_config)
-    out: dict[str, list[LogRecord]] = {t: [] for t in topics}
-    try:
-        ends = {(tp.topic, tp.partition): high for tp, low, high in _bounds(consumer, topics)
-                if high > low}  # fmt: skip
-        if not ends:
-            return out
-        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in ends])
-        pending, last_progress = set(ends), time.monotonic()
-        while pending:
-            if time.monotonic() - last_progress > STALL_S:
-                topic, partition = sorted(pending)[0]
-                raise ReadError(
-                    f"{topic} partition {partition} could not be read up to offset "
-                    f"{ends[(topic, partition)]} in {STALL_S:.0f}s (a transaction left open?)"
-                )
-            read = 0
-            for msg in consumer.consume(1000, timeout=0.5):
-                tp = (msg.topic(), msg.partition())
-                err = msg.error()
-                if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    raise ReadError(f"reading {msg.topic()}: {err.str()}")
-                if tp not in pending:
-                    continue
-                offset = msg.offset() or 0  # every message read here has one
-                if err is None and offset < ends[tp]:
-                    _, timestamp = msg.timestamp()
-                    out[tp[0]].append(
-                        LogRecord(tp[0], tp[1], offset, timestamp, msg.key(), msg.value(),
-                                  headers_of(msg.headers()))
-                    )  # fmt: skip
-                    read += 1
-                    offset += 1  # the position after this record
-                if offset >= ends[tp]:
-                    pending.discard(tp)
-                    consumer.pause([TopicPartition(*tp)])
-            if read:
-                last_progress = time.monotonic()
-                if progress is not None:
-                    progress(read)
-        return out
-    except KafkaException as exc:
-        raise ReadError(f"cannot read {', '.join(topics)}: {exc.args[0].str()}") from exc
-    finally:
-        consumer.close()
 
 
 def partition_bounds(client_config: dict[str, str], topic: str) -> dict[int, tuple[int, int]]:

@@ -7,7 +7,6 @@ the order in which the processor decided and applied its records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gateway.processor.records import Source
@@ -34,8 +33,3 @@ class LogRecord:
     @property
     def position(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
-
-
-def in_log_order(records: Iterable[LogRecord]) -> list[LogRecord]:
-    """One topic's records, each partition in offset order (partitions ascending)."""
-    return sorted(records, key=lambda r: (r.partition, r.offset))

@@ -145,19 +145,19 @@ def replay_part(part: Part) -> ReplayReport:
         store = TrailStore(Path(root) / "state")
         try:
             replay = PartitionReplay(part.partitions, part.limits, store, report, part.keep)
-            requests = _read(part, "requests", part.partition, part.requests)
+            requests = read(part, "requests", part.partition, part.requests)
             replay.run(_counted(requests), _trail(part, report, "requests", part.partition))
         finally:
             store.close()
     for partition, bounds in sorted(part.intake.items()):
-        records = _read(part, "intake", partition, bounds)
+        records = read(part, "intake", partition, bounds)
         replay_intake(_counted(records), _trail(part, report, "intake", partition), part.limits,
                       report, part.keep)  # fmt: skip
     return report
 
 
-def _read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[LogRecord]:
-    """The role's records of the partition in the part's window."""
+def read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[LogRecord]:
+    """The role's records of the partition in the part's window, as they stream."""
     low, high = bounds
     start = low if part.from_ms is None else max(low, _at(part, role, partition, part.from_ms))
     for record in stream(part.client, part.topics[role], partition, start, high):
@@ -168,7 +168,7 @@ def _read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[Log
 
 def _trail(part: Part, report: ReplayReport, role: str, partition: int) -> Iterator[Audit]:
     """The audit records of one input partition, from the part's partition of decisions."""
-    records = _read(part, "decisions", part.partition, part.decisions)
+    records = read(part, "decisions", part.partition, part.decisions)
     topic = part.topics[role]
     for audit in audits(records, report):
         if audit.source[0] == topic and audit.source[1] == partition:

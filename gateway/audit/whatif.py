@@ -9,7 +9,9 @@ processor's own rules (see jobs.py), and every record (ticks too) ends the
 attempts whose lease or timeout its time passed.
 
 A new policy can give two requests that lived on different partitions the
-same key, so partitions (each in log order) are merged by record timestamp.
+same key, so partitions (each in log order, each request beside the decision
+recorded for it: `paired`) are merged by record timestamp as they stream; the
+state kept is each key's entries and the jobs' records, not the log.
 Requests decided invalid at intake are not replayed: they are invalid
 whatever the stored policy. Requests the processor
 re-routed are skipped, as their re-published copies are decided.
@@ -18,15 +20,17 @@ re-routed are skipped, as their re-published copies are decided.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import orjson
 
 from gateway import wire
 from gateway.audit.findings import Position
 from gateway.audit.jobs import JobBook
-from gateway.audit.log import LogRecord, in_log_order
+from gateway.audit.log import LogRecord
 from gateway.core import (
     Entry,
     EventOutcome,
@@ -40,8 +44,6 @@ from gateway.core import (
 from gateway.core.lifecycle import follow
 from gateway.processor.kinds import Kind, kind_of
 from gateway.processor.parsing import Limits, parse_event_record, parse_limited
-
-Recorded = Mapping[Position, Mapping[str, Any]]  # decision records by their source
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,21 +76,45 @@ def with_policy(request: Request, policy: UniquePolicy) -> Request | GatewayErro
     return Request(env, policy, key)
 
 
+Decided = tuple[LogRecord, Mapping[str, Any] | None]  # a record, and its recorded decision
+
+
+def paired(records: Iterable[LogRecord], decisions: Iterable[LogRecord]) -> Iterator[Decided]:
+    """One partition's requests records, each beside the decision recorded for it, from the
+    same partition of `decisions` (its audit trail, in the same order)."""
+    trail = iter(decisions)
+    pending: tuple[int, Mapping[str, Any]] | None = None
+    for record in records:
+        while pending is None or pending[0] < record.offset:
+            found = next(trail, None)
+            if found is None:
+                break
+            value = orjson.loads(found.value or b"{}")
+            source = value.get("source") if isinstance(value, dict) else None
+            if (
+                isinstance(source, dict)
+                and value.get("kind", "request") == "request"
+                and source.get("topic") == record.topic
+                and source.get("partition") == record.partition
+                and isinstance(source.get("offset"), int)
+            ):
+                pending = (source["offset"], value)
+        if pending is not None and pending[0] == record.offset:
+            yield record, pending[1]
+        else:
+            yield record, None
+
+
 def replay_under_policy(
-    requests: Sequence[LogRecord],
-    recorded: Recorded,
-    policy: UniquePolicy,
-    limits: Limits,
+    partitions: Iterable[Iterable[Decided]], policy: UniquePolicy, limits: Limits
 ) -> FlipReport:
-    by_partition: dict[int, list[LogRecord]] = defaultdict(list)
-    for record in in_log_order(requests):
-        by_partition[record.partition].append(record)
+    """Each partition's records (with their decisions), merged by time, under `policy`."""
     state: dict[str, tuple[Entry, ...]] = {}
     # The log's job id -> (this replay's job id, its key), for events to follow.
     jobs: dict[str, tuple[str, str]] = {}
     book = JobBook()
     report = FlipReport()
-    for record in heapq.merge(*by_partition.values(), key=lambda r: r.timestamp_ms):
+    for record, was in heapq.merge(*partitions, key=lambda d: d[0].timestamp_ms):
         for expired in book.expire(record.timestamp_ms):
             _follow(state, expired, record.timestamp_ms, limits)
         kind = kind_of(record.source, record.value)
@@ -101,7 +127,6 @@ def replay_under_policy(
         if kind is Kind.EVENT:
             _apply(record, state, jobs, book, limits)
             continue
-        was = recorded.get(record.position)
         if was is None:
             report.skipped += 1
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gateway import catalogue
 from gateway.audit import FlipReport, LogRecord, ReplayReport, replay_under_policy
 from gateway.audit.findings import Position
-from gateway.audit.kafka import ReadError, count_records, read_topics
-from gateway.audit.stream import default_processes, parts, records_in, replay_log
+from gateway.audit.kafka import ReadError
+from gateway.audit.stream import default_processes, parts, read, records_in, replay_log
+from gateway.audit.whatif import paired
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.cli.common import (
     EXIT_INVALID,
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise CommandError("--processes must be at least 1", EXIT_INVALID)
     if args.policy:
-        return what_if(args, cat, limits, _policy(args.policy))
+        return what_if(args, cat, limits, _policy(args.policy), from_ms, to_ms)
     topics = {role: cat.name(role) for role in ("intake", "requests", "decisions")}
     client = reachable_config(args.bootstrap)
     partitions = cat.by_role("requests").partitions
@@ -128,16 +129,41 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_DIFFERENT if report.differences or report.findings else 0
 
 
-def what_if(args: argparse.Namespace, cat: Catalogue, limits: Limits, policy: UniquePolicy) -> int:
-    roles = ("requests", "decisions")
-    logs = read_log(args.bootstrap, [cat.name(r) for r in roles])
-    requests, decisions = (logs[cat.name(r)] for r in roles)
+def what_if(
+    args: argparse.Namespace,
+    cat: Catalogue,
+    limits: Limits,
+    policy: UniquePolicy,
+    from_ms: int | None,
+    to_ms: int | None,
+) -> int:
+    """Every partition of requests streamed beside its decisions, merged by time."""
+    client = reachable_config(args.bootstrap)
     # The processor's warnings (re-routed requests, events not applied) are the
     # log's history here, not news.
     logging.getLogger("gateway.processor").setLevel(logging.ERROR)
-    recorded = recorded_decisions(decisions)
-    print_flips(replay_under_policy(requests, recorded, policy, limits), args.show)
+    try:
+        work = parts(client, {r: cat.name(r) for r in ("intake", "requests", "decisions")},
+                     limits, range(cat.by_role("requests").partitions),
+                     from_ms, to_ms, args.show)  # fmt: skip
+        with progress_bar(sum(records_in(part) for part in work), "replaying") as advance:
+            logs = [paired(_counted(read(part, "requests", part.partition, part.requests),
+                                    advance),
+                           read(part, "decisions", part.partition, part.decisions))
+                    for part in work]  # fmt: skip
+            report = replay_under_policy(logs, policy, limits)
+    except ReadError as exc:
+        raise CommandError(f"{exc} ({kafka_asked(args.bootstrap)})", EXIT_UNAVAILABLE) from exc
+    print_flips(report, args.show)
     return 0
+
+
+def _counted(records: Iterator[LogRecord], advance: Any) -> Iterator[LogRecord]:
+    """The records, the progress bar advanced every thousand."""
+    for n, record in enumerate(records, 1):
+        yield record
+        if advance is not None and n % 1_000 == 0:
+            advance(1_000)
 
 
 def load_catalogue(namespace: str | None) -> Catalogue:
@@ -145,17 +171,6 @@ def load_catalogue(namespace: str | None) -> Catalogue:
         return catalogue.load(namespace=namespace)
     except CatalogueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
-
-
-def read_log(bootstrap: str | None, topics: Sequence[str]) -> dict[str, list[LogRecord]]:
-    """Read the topics from the broker `bootstrap` names (see reachable_config), with a
-    progress bar on stderr when the read is long."""
-    client = reachable_config(bootstrap)
-    try:
-        with progress_bar(count_records(client, topics)) as advance:
-            return read_topics(client, topics, advance)
-    except ReadError as exc:
-        raise CommandError(f"{exc} ({kafka_asked(bootstrap)})", EXIT_UNAVAILABLE) from exc
 
 
 @contextmanager
@@ -169,25 +184,6 @@ def progress_bar(total: int, what: str = "reading the log") -> Iterator[Any]:
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("read", total=total)
         yield lambda n: bar.advance(task, n)
-
-
-def recorded_decisions(records: Sequence[LogRecord]) -> dict[Position, dict[str, Any]]:
-    """The decision records by their source (other audit records left out); a malformed one
-    is an error, not a skip."""
-    out: dict[Position, dict[str, Any]] = {}
-    for record in records:
-        try:
-            value = orjson.loads(record.value or b"")
-            if value.get("kind", "request") != "request":
-                continue
-            source = value["source"]
-            out[(source["topic"], source["partition"], source["offset"])] = value
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CommandError(
-                f"{record.topic} offset {record.offset} is not a decision record: {exc}",
-                EXIT_INVALID,
-            ) from exc
-    return out
 
 
 def print_report(report: ReplayReport, show: int) -> None:

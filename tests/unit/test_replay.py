@@ -15,6 +15,7 @@ from gateway.audit import LogRecord, replay_under_policy
 from gateway.audit.findings import ReplayReport
 from gateway.audit.replay import PartitionReplay, audits, replay_intake
 from gateway.audit.trail_store import TrailStore
+from gateway.audit.whatif import paired
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
@@ -161,6 +162,21 @@ def test_invalid_intake_records_are_replayed_by_the_router():
     assert changed["error"][1]["code"] == "invalid_request"
 
 
+def beside(
+    records: list[LogRecord], recorded: dict[tuple[str, int, int], dict[str, Any]]
+) -> list[tuple[LogRecord, dict[str, Any] | None]]:
+    """One partition's records, each beside its recorded decision, through `paired`."""
+    decided = [r for r in records if r.position in recorded]
+    decisions = [
+        LogRecord("decisions", 0, n, 0, None, orjson.dumps({
+            **recorded[r.position],
+            "source": {"topic": r.topic, "partition": r.partition, "offset": r.offset},
+        }))
+        for n, r in enumerate(decided)
+    ]  # fmt: skip
+    return list(paired(records, decisions))
+
+
 def policy(**raw: Any) -> UniquePolicy:
     parsed = parse_policy(raw)
     assert isinstance(parsed, UniquePolicy)
@@ -172,13 +188,15 @@ def test_policy_replay_reports_the_decisions_that_flip():
     requests = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
     recorded = recorded_by_core(requests)
     report = replay_under_policy(
-        requests, recorded, policy(keys=["type", "args"], on_conflict="ignore"), Limits()
+        [beside(requests, recorded)], policy(keys=["type", "args"], on_conflict="ignore"), Limits()
     )
     assert report.replayed == 3 and len(report.flips) == 2
     assert report.transitions == {("rejected", "ignored"): 2}
     first_job = recorded[(REQ, 0, 0)]["job_id"]
     assert {f.replayed_job_id for f in report.flips} == {first_job}
-    unchanged = replay_under_policy(requests, recorded, policy(keys=["type", "args"]), Limits())
+    unchanged = replay_under_policy(
+        [beside(requests, recorded)], policy(keys=["type", "args"]), Limits()
+    )
     assert unchanged.flips == []
 
 
@@ -193,7 +211,7 @@ def test_policy_replay_follows_events_to_the_replayed_jobs():
     recorded[second.position] = {**recorded[first.position], "outcome": "accepted"}
     # Under keys [type] the key and the job id change; the completion must follow the job.
     report = replay_under_policy(
-        [first, started, done, second], recorded, policy(keys=["type"]), Limits()
+        [beside([first, started, done, second], recorded)], policy(keys=["type"]), Limits()
     )
     assert report.replayed == 2 and report.flips == []
 
