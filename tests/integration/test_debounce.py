@@ -1,0 +1,112 @@
+"""Debounce under kill -9: a burst sent through the SDK, the processor killed mid-burst
+(inside an open transaction), the rest of the burst sent while it is down, then restarted.
+The committed log holds exactly one job for the burst, at the last request's time plus the
+delay, with the newest payload; the answers given before the kill are the ones committed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from gateway import Client
+from gateway.core import Outcome
+from gateway.core.times import format_rfc3339, parse_rfc3339
+from tests.integration.harness import Processor, Reader, apply_topics, decided
+from tests.integration.test_http_admin import eventually
+from tests.support import free_port_block
+
+pytestmark = pytest.mark.kafka
+DELAY_MS = 30_000
+
+
+def burst(n: int, doc: str) -> dict[str, Any]:
+    return {
+        "type": "search.reindex", "args": [{"doc": doc, "rev": n}], "meta": {"rev": n},
+        "unique": {"keys": ["type", "args"], "args_keys": ["doc"],
+                   "debounce": {"delay": "PT30S", "max_wait": "PT10M", "replace": True}},
+    }  # fmt: skip
+
+
+def test_a_burst_cut_by_kill_9_is_one_job_at_the_right_time_with_the_newest_payload(
+    kafka_bootstrap: str, namespace: str, tmp_path: Any
+) -> None:
+    cat = apply_topics(kafka_bootstrap, namespace)
+    port = free_port_block()
+    # A long transaction: the kill lands inside it, so what was decided before is aborted
+    # and decided again by the restarted processor from the committed state.
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--metrics-port", str(port),
+                     "--commit-interval", "60").start()  # fmt: skip
+    client = Client(kafka_bootstrap, namespace)
+    doc = uuid.uuid4().hex
+    try:
+        early = [client.enqueue(burst(n, doc), wait=True, timeout=90) for n in range(5)]
+        assert [r.outcome for r in early] == [Outcome.ACCEPTED] + [Outcome.UPDATED] * 4
+        assert len({r.job_id for r in early}) == 1
+        eventually(lambda: decided(port), lambda n: n >= 5, seconds=30)
+        proc.kill()  # mid-burst, its transaction open
+        for n in range(5, 10):  # the rest of the burst, while no processor runs
+            client.enqueue(burst(n, doc), wait=False)
+        proc.start()
+        last = client.enqueue(burst(10, doc), wait=True, timeout=120)
+        assert last.outcome is Outcome.UPDATED and last.job_id == early[0].job_id
+    finally:
+        client.close()
+        proc.stop()
+
+    reader = Reader(kafka_bootstrap, [cat.name("decisions"), cat.name("job_states")])
+    try:
+        reader.poll_until(cat.name("decisions"), 11, timeout=60)
+        reader.settle(quiet=3)
+        mine = [r["value"] for r in reader.records.get(cat.name("decisions"), [])
+                if isinstance(r["value"], dict) and r["value"].get("kind") == "request"
+                and r["value"].get("unique_key") == early[0].unique_key]  # fmt: skip
+        states = [
+            r["value"]
+            for r in reader.records.get(cat.name("job_states"), [])
+            if isinstance(r["value"], dict) and r["value"].get("id") == early[0].job_id
+        ]
+    finally:
+        reader.close()
+    # Every request of the burst decided once, committed: one accepted, ten updates.
+    assert len(mine) == 11, [m["outcome"] for m in mine]
+    assert [m["outcome"] for m in mine] == ["accepted"] + ["updated"] * 10
+    assert {m["job_id"] for m in mine} == {early[0].job_id}
+    # The answers given before the kill are the committed ones (the same decisions again).
+    for answer, committed in zip(early, mine[:5], strict=True):
+        assert answer.record.get("debounce") == committed.get("debounce")
+        assert answer.record["decided_at"] == committed["decided_at"]
+    # Exactly one job, at the last request's time plus the delay, with the newest payload.
+    final = states[-1]
+    run_at = parse_rfc3339(mine[-1]["decided_at"]) + DELAY_MS  # type: ignore[operator]
+    assert final["scheduled_at"] == format_rfc3339(run_at) == mine[-1]["debounce"]["run_at"]
+    assert final["args"] == [{"doc": doc, "rev": 10}] and final["meta"] == {"rev": 10}
+    assert final["state"] == "scheduled" and final["created_at"] == mine[0]["decided_at"]
+    assert all(s["id"] == early[0].job_id for s in states)
+    partition = int(mine[0]["source"]["partition"])
+    total = _written(kafka_bootstrap, cat.name("decisions"), partition)
+    print(f"{total} decision records written, aborted ones included, {len(mine)} committed")
+    assert total > len(mine), "the kill found no open transaction"
+
+
+def _written(bootstrap: str, topic: str, partition: int, timeout: float = 60) -> int:
+    """Every record of one partition up to its end, aborted ones too (read_uncommitted)."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"written-{uuid.uuid4().hex}",
+        "isolation.level": "read_uncommitted", "enable.auto.commit": False,
+    })  # fmt: skip
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        count, deadline = 0, time.monotonic() + timeout
+        while consumer.position([TopicPartition(topic, partition)])[0].offset < end:
+            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout}s"
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                count += 1
+        return count
+    finally:
+        consumer.close()
