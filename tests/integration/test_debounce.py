@@ -1,16 +1,15 @@
 """Debounce under kill -9: a burst sent through the SDK, the processor killed mid-burst
 (inside an open transaction), the rest of the burst sent while it is down, then restarted.
 The committed log holds exactly one job for the burst, at the last request's time plus the
-delay, with the newest payload; the answers given before the kill are the ones committed."""
+delay, with the newest payload; the answers given before the kill (early answers, from a
+transaction the kill aborted) are the ones committed by the restarted processor."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from gateway import Client
 from gateway.core import Outcome
@@ -43,16 +42,22 @@ def test_a_burst_cut_by_kill_9_is_one_job_at_the_right_time_with_the_newest_payl
     client = Client(kafka_bootstrap, namespace)
     doc = uuid.uuid4().hex
     try:
+        # The processor takes its partitions a few seconds after it says it is ready.
+        client.enqueue({"type": "warm.up", "args": []}, wait=True, timeout=90)
         early = [client.enqueue(burst(n, doc), wait=True, timeout=90) for n in range(5)]
         assert [r.outcome for r in early] == [Outcome.ACCEPTED] + [Outcome.UPDATED] * 4
         assert len({r.job_id for r in early}) == 1
-        eventually(lambda: decided(port), lambda n: n >= 5, seconds=30)
+        eventually(lambda: decided(port), lambda n: n >= 6, seconds=30)
         proc.kill()  # mid-burst, its transaction open
         for n in range(5, 10):  # the rest of the burst, while no processor runs
             client.enqueue(burst(n, doc), wait=False)
         proc.start()
         last = client.enqueue(burst(10, doc), wait=True, timeout=120)
         assert last.outcome is Outcome.UPDATED and last.job_id == early[0].job_id
+        # The restarted processor decided the whole burst: the first five again, since the
+        # kill aborted the transaction that held them (their records never committed).
+        redecided = decided(port)
+        print(f"restarted, the processor decided {redecided:g} requests")
     finally:
         client.close()
         proc.stop()
@@ -86,27 +91,6 @@ def test_a_burst_cut_by_kill_9_is_one_job_at_the_right_time_with_the_newest_payl
     assert final["args"] == [{"doc": doc, "rev": 10}] and final["meta"] == {"rev": 10}
     assert final["state"] == "scheduled" and final["created_at"] == mine[0]["decided_at"]
     assert all(s["id"] == early[0].job_id for s in states)
-    partition = int(mine[0]["source"]["partition"])
-    total = _written(kafka_bootstrap, cat.name("decisions"), partition)
-    print(f"{total} decision records written, aborted ones included, {len(mine)} committed")
-    assert total > len(mine), "the kill found no open transaction"
-
-
-def _written(bootstrap: str, topic: str, partition: int, timeout: float = 60) -> int:
-    """Every record of one partition up to its end, aborted ones too (read_uncommitted)."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"written-{uuid.uuid4().hex}",
-        "isolation.level": "read_uncommitted", "enable.auto.commit": False,
-    })  # fmt: skip
-    try:
-        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        count, deadline = 0, time.monotonic() + timeout
-        while consumer.position([TopicPartition(topic, partition)])[0].offset < end:
-            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout}s"
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                count += 1
-        return count
-    finally:
-        consumer.close()
+    assert redecided >= 11, (
+        f"the restarted processor decided {redecided}: the kill came after a commit"
+    )
