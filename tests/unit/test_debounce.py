@@ -314,3 +314,43 @@ def test_the_processor_s_records_of_a_burst_decide_identically_after_a_crash() -
 
     first, second = run(), run()
     assert first == second and len({orjson.loads(v)["id"] for v in first[5:]}) == 1
+
+
+# --- answers and the worked example in docs/rules.md ----------------------------------------
+
+
+def test_a_debounce_is_answered_200_with_the_moved_job_and_deduplicated() -> None:
+    from gateway.http.answers import Answer, batch_item, for_result
+    from tests.unit.test_dialect_answers import results
+
+    new, moved = results(job(0), job(1))
+    answer = for_result(moved)
+    assert isinstance(answer, Answer) and answer.status == 200
+    assert answer.body == {"job": moved.job, "deduplicated": True}
+    assert moved.job is not None and moved.job["id"] == new.job_id
+    assert moved.job["args"] == [{"doc": "d1", "rev": 1}]
+    assert batch_item(moved, "r")["deduplicated"] is True
+    assert batch_item(new, "r")["deduplicated"] is False
+    bq = {"dialect": "bullmq", "queue": "paint", "name": "house", "data": {"c": 1},
+          "opts": {"deduplication": {"id": "c", "replace": True}, "delay": 5000}}  # fmt: skip
+    _, replaced = results(bq, {**bq, "data": {"c": 2}})
+    assert replaced.answer == {"job": replaced.job, "deduplicated": True}
+
+
+def test_the_worked_example_of_the_rules_page() -> None:
+    story = Story()
+    at = {n: T0 + n * S for n in (0, 2, 6, 58, 61, 62, 63, 70, 71)}
+    first = story.submit(job(1), at[0])
+    steps = [story.submit(job(n), at[t]) for n, t in ((2, 2), (3, 6), (4, 58), (5, 61))]
+    assert [s.outcome for s in steps] == [Outcome.UPDATED] * 4
+    assert [s.job["scheduled_at"] for s in steps] == [  # type: ignore[index]
+        format_rfc3339(T0 + n * S) for n in (7, 11, 60, 60)
+    ]
+    assert [s.debounced.capped for s in steps] == [False, False, True, True]  # type: ignore[union-attr]
+    assert steps[-1].job["state"] == "available"  # type: ignore[index]
+    story.event(ids(first), at[62], type="job.started")
+    assert story.submit(job(6), at[63]).outcome is Outcome.REJECTED
+    story.event(ids(first), at[70], type="job.completed")
+    again = story.submit(job(7), at[71])
+    assert again.outcome is Outcome.ACCEPTED and ids(again) != ids(first)
+    assert again.job["scheduled_at"] == format_rfc3339(T0 + 76 * S)  # type: ignore[index]
