@@ -354,3 +354,20 @@ def test_the_worked_example_of_the_rules_page() -> None:
     again = story.submit(job(7), at[71])
     assert again.outcome is Outcome.ACCEPTED and ids(again) != ids(first)
     assert again.job["scheduled_at"] == format_rfc3339(T0 + 76 * S)  # type: ignore[index]
+
+
+def test_what_if_a_debounce_policy_turns_a_burst_s_duplicates_into_updates() -> None:
+    from gateway.audit import replay_under_policy
+    from gateway.core import parse_policy
+    from gateway.processor.parsing import Limits
+    from tests.unit.test_replay import JOB, REQ, key_of, rec, recorded_by_core
+
+    key = key_of(JOB)
+    requests = [rec(REQ, i, T0 + i * S, JOB, key) for i in range(4)]
+    recorded = recorded_by_core(requests)
+    assert [r["outcome"] for r in recorded.values()] == ["accepted"] + ["rejected"] * 3
+    debounce = parse_policy({"keys": ["type", "args"], "debounce": {"delay": "PT5S"}})
+    assert isinstance(debounce, UniquePolicy)
+    report = replay_under_policy(requests, recorded, debounce, Limits())
+    assert report.transitions == {("rejected", "updated"): 3}
+    assert {f.replayed_job_id for f in report.flips} == {recorded[(REQ, 0, 0)]["job_id"]}
