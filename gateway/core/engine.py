@@ -37,9 +37,10 @@ Rules, each decided here and only here:
   moves that job instead of meeting on_conflict: its run time becomes the
   request's run time (decision time + delay; BullMQ: its own delay), capped
   at the job's creation (the burst's first request) + max_wait, and under
-  `replace` its args and meta become the request's. The outcome is `updated`
-  and the decision names it (`debounced`); the changed fields are its
-  changes, as for any update, and the updated job is published. A job that
+  `replace` its args and meta become the request's. The outcome is `updated`,
+  and the decision carries what the debounce did (`Decision.debounced`: the
+  record's `debounce`); the changed fields are its changes, as for any
+  update, and the updated job is published. A job that
   no longer waits is a duplicate under on_conflict as before. The first
   request of a burst is accepted to run at decision time + delay. With
   `restart_lock` (BullMQ's extend) the holder's lock restarts at the move,
