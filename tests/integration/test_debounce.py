@@ -94,3 +94,42 @@ def test_a_burst_cut_by_kill_9_is_one_job_at_the_right_time_with_the_newest_payl
     assert redecided >= 11, (
         f"the restarted processor decided {redecided}: the kill came after a commit"
     )
+
+
+def test_over_http_a_burst_answers_the_moved_job_and_get_shows_it(
+    kafka_bootstrap: str, tmp_path: Any
+) -> None:
+    from tests.integration.test_http import running
+
+    doc = uuid.uuid4().hex
+    with running(kafka_bootstrap, tmp_path) as (_, _, _, _, http):
+        first = http.post("/ojs/v1/jobs", json=burst(0, doc))
+        assert first.status_code == 201, first.text
+        job = first.json()["job"]
+        assert job["state"] == "scheduled"
+        for n in (1, 2):
+            moved = http.post("/ojs/v1/jobs", json=burst(n, doc))
+            assert moved.status_code == 200, moved.text
+            body = moved.json()
+            assert body["deduplicated"] is True and body["job"]["id"] == job["id"]
+            assert body["job"]["args"] == [{"doc": doc, "rev": n}]
+        found = http.get(f"/ojs/v1/jobs/{job['id']}").json()["job"]
+        assert found["args"] == [{"doc": doc, "rev": 2}] and found["meta"] == {"rev": 2}
+        assert found["scheduled_at"] == body["job"]["scheduled_at"] > job["scheduled_at"]
+        assert found["state"] == "scheduled"
+        # Not due yet: a worker is handed nothing.
+        fetched = http.post("/ojs/v1/workers/fetch", json={"queues": ["default"], "count": 5})
+        assert job["id"] not in {j["id"] for j in fetched.json().get("jobs", [])}
+        bad = {**burst(3, doc), "unique": {"debounce": {"delay": "PT5S", "max_wait": "PT1S"}}}
+        refused = http.post("/ojs/v1/jobs", json=bad)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"].startswith("unique.debounce.max_wait (PT1S)")
+        bq = {"dialect": "bullmq", "queue": "paint", "name": "house", "data": {"doc": doc},
+              "opts": {"deduplication": {"id": doc, "ttl": 60_000, "extend": True,
+                                         "replace": True}, "delay": 30_000}}  # fmt: skip
+        added = http.post("/ojs/v1/jobs", json=bq)
+        assert added.status_code == 201 and added.json()["deduplicated"] is False
+        again = http.post("/ojs/v1/jobs", json={**bq, "data": {"doc": doc, "n": 2}})
+        assert again.status_code == 200 and again.json()["deduplicated"] is True
+        assert again.json()["job"]["id"] == added.json()["job"]["id"]
+        assert again.json()["job"]["args"] == {"doc": doc, "n": 2}
