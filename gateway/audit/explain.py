@@ -35,6 +35,7 @@ from gateway.core import (
     holds,
     prune,
 )
+from gateway.core.policy import format_period
 from gateway.core.times import parse_rfc3339
 
 Entries = tuple[Entry, ...]
@@ -225,10 +226,18 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
         return f"accepted: job {record.get('job_id')}; no job holds this key{detail}"
     existing = record.get("existing_job_id")
     held = next((e for e in kept if e.job_id == existing), None)
+    debounced = record.get("debounce")
+    if isinstance(debounced, Mapping) and outcome == "updated":
+        return _debounced(record, debounced, held, policy, now)
     if outcome in ("rejected", "ignored", "updated"):
         then = {
             "rejected": "the request is refused",
-            "ignored": "the existing job is returned",
+            "ignored": "the existing job is returned"
+            + (
+                "; its lock restarts from now (the request's extend)"
+                if isinstance(debounced, Mapping) and debounced.get("lock_restarted")
+                else ""
+            ),
             "updated": f"the request updates it: {_changes(record)}; the updated job is published",
         }[outcome]
         if held is None:
@@ -253,6 +262,45 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
             ]
         return f"replaced: {'; '.join(cancelled)}; accepted job {record.get('job_id')} in its place"
     return f"{outcome}: no explanation for this outcome"
+
+
+def _debounced(
+    record: Mapping[str, Any],
+    debounced: Mapping[str, Any],
+    held: Entry | None,
+    policy: UniquePolicy,
+    now: int,
+) -> str:
+    """A debounce: the waiting job that held the key moved to run after this request."""
+    existing = record.get("existing_job_id")
+    why = (
+        f"job {existing} was `{record.get('existing_job_state')}`"
+        if held is None
+        else holds(held, policy, now).why
+    )
+    debounce = policy.debounce
+    when = f"its run time moves to {debounced.get('run_at')}"
+    if debounced.get("capped") and debounce is not None and debounce.max_wait_ms is not None:
+        when += (
+            f", capped by max_wait ({format_period(debounce.max_wait_ms)} from the burst's "
+            f"first request at {debounced.get('burst_start')})"
+        )
+    elif debounce is not None and debounce.delay_ms is not None:
+        when += f" (the request's time + delay {format_period(debounce.delay_ms)})"
+    else:
+        when += " (the request's own run time)"
+    replaced = (
+        "; its args and meta become the request's"
+        if debounce is not None and debounce.replace
+        else ""
+    )
+    lock = "; its lock restarts from now" if debounced.get("lock_restarted") else ""
+    changed = _changes(record) or "nothing changed"
+    return (
+        f"updated (debounced): {why}; it is still waiting, so the request joins its burst "
+        f"(begun {debounced.get('burst_start')}) and no second job is made: {when}"
+        f"{replaced}{lock}; changes: {changed}; the updated job is published"
+    )
 
 
 def _changes(record: Mapping[str, Any]) -> str:
@@ -329,6 +377,20 @@ def describe_policy(policy: Mapping[str, Any]) -> str:
     if isinstance(policy.get("update_fields"), Mapping):
         updates = "; ".join(f"{s}: {_list(f)}" for s, f in policy["update_fields"].items())
         parts.append(f"update {updates}")
+    debounce = policy.get("debounce")
+    if isinstance(debounce, Mapping) and not debounce.get("states"):
+        parts.append("a duplicate restarts the holder's lock (extend)")
+    elif isinstance(debounce, Mapping):
+        told = [f"debounce a job in {_list(debounce.get('states'))}"]
+        delay = debounce.get("delay") or "(the request's own)"
+        told.append(f"delay {delay}")
+        if debounce.get("max_wait"):
+            told.append(f"max_wait {debounce['max_wait']}")
+        if debounce.get("replace"):
+            told.append("replace")
+        if debounce.get("restart_lock"):
+            told.append("restarting the holder's lock")
+        parts.append(" ".join(told))
     return ", ".join(parts)
 
 

@@ -23,7 +23,7 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
 
     The processor adds request_id, decided_at and source.
     """
-    return {
+    fields = {
         "outcome": str(decision.outcome),
         "unique_key": decision.unique_key,
         "job_id": _job_id(decision),
@@ -42,6 +42,9 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
             else None
         ),
     }
+    if decision.debounced is not None:  # only then: other records keep their bytes
+        fields["debounce"] = decision.debounced.to_dict()
+    return fields
 
 
 @lru_cache(maxsize=1024)

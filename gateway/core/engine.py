@@ -31,6 +31,21 @@ Rules, each decided here and only here:
   request's own key is answered as that dialect answers a conflict: ignored
   under on_conflict ignore and update, rejected otherwise, whatever its states
   and period; any other known id is rejected as in OJS.
+- debounce (an OJS extension, BullMQ's deduplication replace/extend): a
+  request whose key is held by a job still waiting (effective state in the
+  debounce's states: scheduled or available for OJS, scheduled for BullMQ)
+  moves that job instead of meeting on_conflict: its run time becomes the
+  request's run time (decision time + delay; BullMQ: its own delay), capped
+  at the job's creation (the burst's first request) + max_wait, and under
+  `replace` its args and meta become the request's. The outcome is `updated`,
+  and the decision carries what the debounce did (`Decision.debounced`: the
+  record's `debounce`); the changed fields are its changes, as for any
+  update, and the updated job is published. A job that
+  no longer waits is a duplicate under on_conflict as before. The first
+  request of a burst is accepted to run at decision time + delay. With
+  `restart_lock` (BullMQ's extend) the holder's lock restarts at the move,
+  or, when the debounce moves no job (extend without replace), whenever the
+  lock absorbs a duplicate.
 - A request without a unique policy is accepted and stores no entry.
 - The accepted job's entry keeps the request's holder rule (Zizq, Faktory,
   BullMQ, sidekiq-unique-jobs, River) and, for dialects whose conflicts
@@ -52,7 +67,7 @@ from gateway.core.errors import GatewayError
 from gateway.core.holder import Holder, bucket_of, holder_for
 from gateway.core.jobs import accepted_job, initial_state, uuid7
 from gateway.core.matching import holds_key
-from gateway.core.policy import OnConflict, UniquePolicy
+from gateway.core.policy import Debounce, OnConflict, UniquePolicy
 from gateway.core.request import OJS, Request
 from gateway.core.states import State
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -83,6 +98,26 @@ class Change:
 
 
 @dataclass(slots=True)  # not frozen: see Change
+class Debounced:
+    """What a debounce did: the job's new run time (None: it moved no job, only restarted
+    the holder's lock), the burst's start (the job's creation), whether max_wait capped
+    the run time, and whether the holder's lock restarted."""
+
+    run_at: int | None
+    burst_start: int | None
+    capped: bool = False
+    lock_restarted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_at": None if self.run_at is None else format_rfc3339(self.run_at),
+            "burst_start": None if self.burst_start is None else format_rfc3339(self.burst_start),
+            "capped": self.capped,
+            "lock_restarted": self.lock_restarted,
+        }
+
+
+@dataclass(slots=True)  # not frozen: see Change
 class Decision:
     outcome: Outcome
     decided_at: int
@@ -102,6 +137,8 @@ class Decision:
     changes: tuple[Change, ...] = ()
     # The holder the accepted job keeps its key by (Zizq, Faktory).
     holder: Holder | None = None
+    # What a debounce did (an updated job, or a holder's restarted lock); None: no debounce.
+    debounced: Debounced | None = None
 
     @property
     def existing_job(self) -> dict[str, Any] | None:
@@ -131,11 +168,14 @@ def decide(
     seed: bytes,
     known: Mapping[str, Any] | None = None,
     at_home: Callable[[bytes], bool] | None = None,
+    records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Decision:
     """Decide one request. `seed` identifies the request (see jobs.uuid7).
 
     `known`: the job already holding the request's id, if any. `at_home`: what an id the
-    decision mints must satisfy (see core/ids.py); None: anything.
+    decision mints must satisfy (see core/ids.py); None: anything. `records`: the job
+    records of the key's entries by id, as stored (a debounce updates the record's
+    fields; see `wants_records`); without one, what the entry knows of its job.
     """
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
@@ -147,6 +187,11 @@ def decide(
     if bucket is not None and request.policy is not None:  # River's by_period
         request = replace(request, policy=replace(request.policy, bucket_start=bucket))
     policy = request.policy
+    debounce = None if policy is None else policy.debounce
+    if debounce is not None and debounce.delay_ms is not None and envelope.scheduled_at is None:
+        # A burst's first request runs a delay after it (OJS's debounce.delay).
+        envelope = replace(envelope, scheduled_at=now_ms + debounce.delay_ms)
+        request = replace(request, envelope=envelope)
     job_id = request.envelope.id
     taken = next((e for e in kept if e.job_id == job_id), None) if job_id else None
     if taken is not None:
@@ -160,11 +205,17 @@ def decide(
     if not matches:
         return _accept(request, kept, now_ms, (seed, at_home))
     existing = _pick(matches)
+    if debounce is not None and effective_state(existing, now_ms) in debounce.states:
+        record = None if records is None else records.get(existing.job_id)
+        return _debounce(request, kept, now_ms, existing, debounce, record)
     match policy.on_conflict:
         case OnConflict.REJECT:
             return _refuse(Outcome.REJECTED, request, kept, now_ms, existing)
         case OnConflict.IGNORE:
-            return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+            ignored = _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+            if debounce is not None and debounce.restart_lock and not debounce.states:
+                return _lock_restarted(ignored, existing, now_ms)
+            return ignored
         case OnConflict.UPDATE:
             return _update(request, kept, now_ms, existing)
         case OnConflict.REPLACE | OnConflict.REPLACE_EXCEPT_SCHEDULE:
@@ -288,6 +339,95 @@ def _update(request: Request, kept: tuple[Entry, ...], now_ms: int, existing: En
         existing_state=state,
         changes=changes,
     )
+
+
+def wants_records(request: Request | GatewayError) -> bool:
+    """Whether deciding `request` may update a job's record (a debounce): the processor then
+    passes `decide` the key's job records."""
+    return (
+        isinstance(request, Request)
+        and request.policy is not None
+        and request.policy.debounce is not None
+        and bool(request.policy.debounce.states)
+    )
+
+
+def _debounce(
+    request: Request,
+    kept: tuple[Entry, ...],
+    now_ms: int,
+    existing: Entry,
+    debounce: Debounce,
+    record: Mapping[str, Any] | None,
+) -> Decision:
+    """The waiting job that holds the key, moved to run after this request (see the rules)."""
+    env = request.envelope
+    run_at = now_ms if env.scheduled_at is None else env.scheduled_at
+    capped = False
+    if debounce.max_wait_ms is not None and run_at > existing.created_at + debounce.max_wait_ms:
+        run_at, capped = existing.created_at + debounce.max_wait_ms, True
+    if record is not None:
+        before = {k: v for k, v in record.items() if k not in ("route", "partition")}
+    else:
+        before = dict(existing.job) if existing.job is not None else _job_of(existing)
+    values: dict[str, Any] = {}
+    if debounce.replace:
+        values.update(args=env.args, meta=env.meta)
+    values["scheduled_at"] = format_rfc3339(run_at)
+    changes = tuple(
+        Change(name, before.get(name), value)
+        for name, value in values.items()
+        if before.get(name) != value
+    )
+    job = {**before, **{c.field: c.after for c in changes}}
+    for change in changes:
+        if change.after is None:
+            job.pop(change.field)
+    state = effective_state(existing, now_ms)
+    updated = _updated_entry(existing, job, state, now_ms)
+    restart = debounce.restart_lock and _has_lock(existing)
+    if restart:
+        assert updated.holder is not None
+        updated = replace(updated, holder=replace(updated.holder, since=now_ms))
+    if existing.job is None:  # the entry keeps a copy only where it kept one (Oban's)
+        updated = replace(updated, job=None)
+    job["state"] = str(effective_state(updated, now_ms))
+    return Decision(
+        Outcome.UPDATED,
+        now_ms,
+        tuple(updated if e is existing else e for e in kept),
+        request.unique_key,
+        request.policy,
+        job=job,
+        existing=existing,
+        existing_state=state,
+        changes=changes,
+        debounced=Debounced(run_at, existing.created_at, capped, restart),
+    )
+
+
+def _has_lock(entry: Entry) -> bool:
+    return entry.holder is not None and entry.holder.expires_at is not None
+
+
+def _lock_restarted(ignored: Decision, existing: Entry, now_ms: int) -> Decision:
+    """An ignored duplicate that restarts the holder's lock (BullMQ's extend alone)."""
+    if existing.holder is None or not _has_lock(existing):
+        return ignored
+    moved = replace(existing, holder=replace(existing.holder, since=now_ms))
+    entries = tuple(moved if e is existing else e for e in ignored.entries)
+    return replace(ignored, entries=entries, debounced=Debounced(None, None, False, True))
+
+
+def _job_of(entry: Entry) -> dict[str, Any]:
+    """What an entry knows of its job, when it keeps no copy and no record is given."""
+    job: dict[str, Any] = {
+        "id": entry.job_id, "type": entry.type, "queue": entry.queue,
+        "max_attempts": entry.max_attempts,
+    }  # fmt: skip
+    if entry.scheduled_at is not None:
+        job["scheduled_at"] = format_rfc3339(entry.scheduled_at)
+    return job
 
 
 def updated_record(job: Mapping[str, Any], decision: Decision) -> dict[str, Any]:

@@ -15,7 +15,10 @@ Every dialect maps onto this value (see core/dialects); beyond OJS it adds:
   named fields of the existing job when it is in a named state;
 - `bucket_start`: River's by_period, the start of the period bucket the
   request falls in (its scheduled time, else its decision time), set by the
-  engine at decision time: a holder meets only a request of its own bucket.
+  engine at decision time: a holder meets only a request of its own bucket;
+- `debounce` (an OJS extension, `unique.debounce`, and BullMQ's
+  `deduplication.replace`/`.extend`): a request whose key a waiting job holds
+  moves that job's run time instead of being refused (see `Debounce`).
 A dialect may leave `type` out of `keys` (Oban without `worker` in fields);
 an OJS policy never does.
 """
@@ -71,8 +74,58 @@ _DIMENSION_ORDER: tuple[Dimension, ...] = tuple(Dimension)
 _STATE_NAMES = frozenset(s.value for s in State)
 _OJS_ON_CONFLICT = tuple(c for c in OnConflict if c is not OnConflict.UPDATE)
 _ON_CONFLICT_NAMES = frozenset(c.value for c in _OJS_ON_CONFLICT)
-_FIELDS = ("keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict")
+_FIELDS = (
+    "keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict", "debounce",
+)  # fmt: skip
+_DEBOUNCE_FIELDS = ("delay", "max_wait", "replace")
+# The states in which an OJS debounce moves the job holding the key: it still waits.
+WAITING_STATES = frozenset({State.SCHEDULED, State.AVAILABLE})
 _MS_PER_DAY = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """Trailing debounce: a request whose key is held by a job in `states` (a waiting one)
+    moves that job's run time to the request's run time (`delay_ms` after the decision;
+    None: the request's own scheduled time, else the decision time, BullMQ's `delay`),
+    capped at `max_wait_ms` after the job's creation (the burst's first request), and
+    with `replace` gives it the request's args and meta. `restart_lock`: a duplicate
+    the holder's lock absorbs restarts that lock (BullMQ's `extend`). Empty `states`:
+    the request never moves a job (BullMQ's `extend` alone)."""
+
+    delay_ms: int | None = None
+    max_wait_ms: int | None = None
+    replace: bool = False
+    states: frozenset[State] = WAITING_STATES
+    restart_lock: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "delay": None if self.delay_ms is None else format_period(self.delay_ms),
+            "delay_ms": self.delay_ms,
+            "max_wait": None if self.max_wait_ms is None else format_period(self.max_wait_ms),
+            "max_wait_ms": self.max_wait_ms,
+            "replace": self.replace,
+            "states": [str(s) for s in ALL_STATES if s in self.states],
+            "restart_lock": self.restart_lock,
+        }
+
+    @staticmethod
+    def from_dict(raw: object) -> Debounce:
+        """Read `to_dict` back. Raises ValueError (a record's policy, checked as stored)."""
+        if not isinstance(raw, Mapping):
+            raise ValueError("debounce must be an object")
+        delay, max_wait = raw.get("delay_ms"), raw.get("max_wait_ms")
+        for value in (delay, max_wait):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError("debounce.delay_ms and .max_wait_ms must be integers")
+        states = raw.get("states", [])
+        if not isinstance(states, list):
+            raise ValueError("debounce.states must be a list")
+        return Debounce(
+            delay, max_wait, raw.get("replace") is True,
+            frozenset(State(s) for s in states), raw.get("restart_lock") is True,
+        )  # fmt: skip
 
 
 # Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
@@ -90,6 +143,8 @@ class UniquePolicy:
     update_fields: tuple[tuple[State, tuple[str, ...]], ...] = ()
     # River's by_period: the request's bucket, resolved at decision time (holder.bucket_of).
     bucket_start: int | None = None
+    # Trailing debounce of a waiting holder (see Debounce); None: none.
+    debounce: Debounce | None = None
 
     def fields_to_update(self, state: State) -> tuple[str, ...]:
         return next((fields for s, fields in self.update_fields if s is state), ())
@@ -116,6 +171,8 @@ class UniquePolicy:
             out["update_fields"] = {str(s): list(f) for s, f in self.update_fields}
         if self.bucket_start is not None:
             out["bucket_start"] = self.bucket_start
+        if self.debounce is not None:
+            out["debounce"] = self.debounce.to_dict()
         return out
 
     @staticmethod
@@ -127,7 +184,7 @@ class UniquePolicy:
         period_ms = fields.pop("period_ms", None)
         try:
             extra = _canonical_extras(fields)
-            ojs_fields = {k: v for k, v in fields.items() if k != "on_conflict"}
+            ojs_fields = {k: v for k, v in fields.items() if k not in ("on_conflict", "debounce")}
             policy = policy_or_raise(ojs_fields, "policy", ojs=False)
             on_conflict = fields.get("on_conflict", "reject")
             if on_conflict not in {c.value for c in OnConflict}:
@@ -163,6 +220,8 @@ def _canonical_extras(fields: dict[str, Any]) -> dict[str, Any]:
             if isinstance(bucket, bool) or not isinstance(bucket, int):
                 raise ValueError("bucket_start must be an integer")
             extra["bucket_start"] = bucket
+        if fields.get("debounce") is not None:
+            extra["debounce"] = Debounce.from_dict(fields.pop("debounce"))
     except ValueError as exc:
         raise invalid_request(f"policy: {exc}") from None
     return extra
@@ -236,7 +295,42 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
         period_ms=period_or_raise(raw.get("period"), f"{field}.period"),
         states=_parse_states(raw.get("states"), f"{field}.states"),
         on_conflict=_parse_on_conflict(raw.get("on_conflict"), f"{field}.on_conflict"),
+        debounce=_parse_debounce(raw.get("debounce"), f"{field}.debounce") if ojs else None,
     )
+
+
+def _parse_debounce(raw: object, field: str) -> Debounce | None:
+    """`unique.debounce`: {"delay" (required), "max_wait", "replace"}; durations as a
+    period is given (ISO 8601 of fixed length, or whole seconds)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise invalid_request(
+            f'{field} must be an object such as {{"delay": "PT5S", "max_wait": "PT1M", '
+            f'"replace": true}}, not {_json_type(raw)}'
+        )
+    for name in raw:
+        if name not in _DEBOUNCE_FIELDS:
+            raise invalid_request(
+                f"{field}.{name} is not a debounce field; allowed fields are delay, max_wait, "
+                "replace"
+            )
+    if raw.get("delay") is None:
+        raise invalid_request(
+            f'{field}.delay is required: how long after each request the job runs, e.g. "PT5S"'
+        )
+    delay = period_or_raise(raw["delay"], f"{field}.delay")
+    max_wait = period_or_raise(raw.get("max_wait"), f"{field}.max_wait")
+    assert delay is not None
+    if max_wait is not None and max_wait < delay:
+        raise invalid_request(
+            f"{field}.max_wait ({format_period(max_wait)}) must be at least {field}.delay "
+            f"({format_period(delay)}): the burst's job could never wait its delay"
+        )
+    replace_args = raw.get("replace", False)
+    if not isinstance(replace_args, bool):
+        raise invalid_request(f"{field}.replace must be true or false, not {_show(replace_args)}")
+    return Debounce(delay, max_wait, replace_args)
 
 
 def _parse_keys(raw: object, field: str, always_type: bool = True) -> tuple[Dimension, ...]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.core.envelope import Envelope, envelope_or_raise
-from gateway.core.errors import DUPLICATE
+from gateway.core.errors import DUPLICATE, invalid_request
 from gateway.core.fingerprint import fingerprint_or_raise
 from gateway.core.holder import HolderRule
 from gateway.core.policy import UniquePolicy, policy_or_raise
@@ -39,6 +39,13 @@ def ojs_request_or_raise(raw: object) -> Request:
     if envelope.unique_field is None:
         return Request(envelope, None, None)
     policy = _policy(envelope.unique, envelope.unique_field)
+    if policy.debounce is not None and (
+        envelope.scheduled_at is not None or envelope.scheduled_in is not None
+    ):
+        raise invalid_request(
+            f"{envelope.unique_field}.debounce sets the job's run time (the decision's time "
+            "plus its delay); drop scheduled_at, or drop the debounce"
+        )
     key = fingerprint_or_raise(
         policy, envelope.type, envelope.queue, envelope.args, envelope.meta,
         envelope.unique_field,

@@ -92,7 +92,7 @@ def batch_item(outcome: Any, request_id: str) -> dict[str, Any]:
         job = dict(outcome.job)
         job.pop("route", None)
         job.pop("partition", None)
-        job["deduplicated"] = outcome.outcome is Outcome.IGNORED
+        job["deduplicated"] = outcome.answer.get("deduplicated") is True  # ignore, debounce
         return job
     if isinstance(outcome, EnqueueResult):  # invalid, decided by the processor
         answer = for_result(outcome)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway import wire
-from gateway.core import Decision, GatewayError, Outcome, Request, decide, stored_job
-from gateway.core.engine import updated_record
+from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide, stored_job
+from gateway.core.engine import updated_record, wants_records
 from gateway.core.lifecycle import cancelled_by_replace
 from gateway.partitioner import partition_for
 from gateway.processor.parsing import dialect_of, parse_limited
@@ -65,9 +65,11 @@ class Requests:
         unique_key = request.unique_key if isinstance(request, Request) else None
         entries = dedup.load_entries(state) if unique_key else ()
         known = dedup.ids.known(state, request) if isinstance(request, Request) else None
+        records = _records(entries, state, dedup) if wants_records(request) else None
         decision = decide(
             entries, request, source.timestamp_ms, dedup.limits.retention_ms,
             seed=source.seed, known=known, at_home=dedup.ids.at_home(source.partition),
+            records=records,
         )  # fmt: skip
         if unique_key:
             dedup.store_entries(state, entries, decision.entries, source.timestamp_ms)
@@ -149,6 +151,17 @@ class Requests:
             cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
             if cancelled is not None:
                 dedup.put_job(state, cancelled, source)
+
+
+def _records(entries: tuple[Entry, ...], state: KeyState, dedup: Dedup) -> dict[str, Any]:
+    """The job records of the key's live entries, for a request that may debounce one."""
+    records = {}
+    for entry in entries:
+        if not entry.terminal:
+            record = dedup.load_job(state, entry.job_id)
+            if record is not None:
+                records[entry.job_id] = record
+    return records
 
 
 def _unclaimed(request: Request, source: Source) -> bool:

@@ -111,7 +111,7 @@ def answer_body(result: EnqueueResult) -> dict[str, Any]:
     `deduplicated`, River with `unique_skipped_as_duplicate`. sidekiq: the jid
     of the pushed job, or null and the existing job when it was not pushed.
     Faktory and OJS: the job, or for a refused request the error (sidekiq's
-    `raise` too); OJS's ignore adds deduplicated.
+    `raise` too); OJS's ignore and debounce add deduplicated.
     """
     if result.outcome is Outcome.INVALID or (
         result.outcome is Outcome.REJECTED and result.error is not None
@@ -140,6 +140,8 @@ def answer_body(result: EnqueueResult) -> dict[str, Any]:
         body = {"jid": None if result.outcome is Outcome.IGNORED else result.job_id, **body}
     elif result.outcome is Outcome.IGNORED:
         body["deduplicated"] = True
+    elif result.outcome is Outcome.UPDATED and result.record.get("debounce") is not None:
+        body["deduplicated"] = True  # the waiting job, moved (OJS's debounce extension)
     return body
 
 

@@ -187,7 +187,7 @@ def test_sidekiq_replace_answers_the_new_jid() -> None:
 
 
 def test_an_option_the_gateway_lacks_answers_400_naming_it() -> None:
-    job = {**BULLMQ, "opts": {"deduplication": {"id": "house", "extend": True}}}
+    job = {**BULLMQ, "opts": {"deduplication": {"id": "house", "keepLastIfActive": True}}}
     decision = decide((), parse_request(job), T0, seed=b"0")
     record = decision_record(decision, Source("requests", 0, 0, T0, {}), "r0", "bullmq")
     refused = EnqueueResult.from_record(record)
@@ -195,7 +195,7 @@ def test_an_option_the_gateway_lacks_answers_400_naming_it() -> None:
     assert isinstance(answer, ApiError) and (answer.status, answer.code) == (
         400, "unsupported_option",
     )  # fmt: skip
-    assert answer.message.startswith("opts.deduplication.extend is not supported yet")
+    assert answer.message.startswith("opts.deduplication.keepLastIfActive is not supported yet")
     assert refused.answer["error"]["code"] == "unsupported_option"
 
 

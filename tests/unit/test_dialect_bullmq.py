@@ -222,10 +222,6 @@ def test_a_removed_job_frees_its_id() -> None:
 @pytest.mark.parametrize(
     ("raw", "option"),
     [
-        (add({"id": "k", "ttl": 5000, "extend": True}), "opts.deduplication.extend"),
-        (add({"id": "k", "ttl": 5000, "replace": True}), "opts.deduplication.replace"),
-        (add({"id": "k", "ttl": 5000, "extend": True, "replace": True}, delay=5000),
-         "opts.deduplication.extend"),
         (add({"id": "k", "keepLastIfActive": True}), "opts.deduplication.keepLastIfActive"),
         (add(keepLastIfActive=True), "opts.keepLastIfActive"),
         (add({"id": "k"}, jobId="j-1"), "opts.jobId with opts.deduplication"),
@@ -250,6 +246,7 @@ def test_options_the_gateway_lacks_are_refused_by_name(raw: dict[str, Any], opti
         (add({"id": "k", "ttl": -1}), "opts.deduplication.ttl must be"),
         (add({"id": "k", "ttl": 1.5}), "opts.deduplication.ttl must be"),
         (add({"id": "k", "extend": "yes"}), "opts.deduplication.extend must be true or false"),
+        (add({"id": "k", "replace": 1}), "opts.deduplication.replace must be true or false"),
         (add({"id": "k"}, parent={"id": "p", "queue": "q"}), "cannot be used together"),
         (add(jobId="42"), "cannot be integers"),
         (add(jobId="a:b"), "cannot contain :"),
@@ -267,3 +264,65 @@ def test_bad_options_are_refused_as_bullmq_refuses_them(raw: dict[str, Any], mes
 def test_job_ids_bullmq_accepts() -> None:
     for job_id in ("house-42", "012", "12abc", "-0", "repeat:key:1"):
         assert parsed(add(jobId=job_id)).unique_key is not None
+
+
+# --- debounce mode (deduplication extend and replace) -------------------------------------------
+
+
+def debounced(i: int, **dedup: Any) -> dict[str, Any]:
+    """The guide's debounce mode: add('house1', {color: `white ${i}`}, {deduplication:
+    {id, ttl: 5000, extend, replace}, delay: 5000})."""
+    raw = add({"id": "customValue", "ttl": 5000, **dedup}, delay=5000)
+    return {**raw, "data": {"color": f"white {i}"}}
+
+
+def test_the_guide_s_debounce_mode_keeps_one_job_with_the_last_data() -> None:
+    story = Story()
+    first = story.submit(debounced(1, extend=True, replace=True), T0)
+    assert first.outcome is Outcome.ACCEPTED
+    for i in range(2, 11):  # nine more within the delay: each replaces the delayed job
+        later = story.submit(debounced(i, extend=True, replace=True), T0 + i * 100)
+        assert later.outcome is Outcome.UPDATED and ids(later) == ids(first)
+        assert later.debounced is not None and later.debounced.lock_restarted
+    [entry] = story.entries[first.unique_key or ""]
+    assert entry.scheduled_at == T0 + 1000 + 5000  # the last add's delay, from the last add
+    assert later.job is not None and later.job["args"] == {"color": "white 10"}
+    assert entry.holder is not None and entry.holder.since == T0 + 1000  # extend: ttl restarted
+
+
+def test_replace_without_extend_keeps_the_ttl_so_a_later_add_makes_a_new_job() -> None:
+    story = Story()
+    first = story.submit(debounced(1, replace=True), T0)
+    moved = story.submit(debounced(2, replace=True), T0 + 4 * S)
+    assert moved.outcome is Outcome.UPDATED and moved.job is not None
+    assert moved.job["scheduled_at"] == format_rfc3339(T0 + 9 * S)
+    # The ttl counts from the first add (BullMQ's KEEPTTL): at 5 s the id is free again.
+    later = story.submit(debounced(3, replace=True), T0 + 5 * S)
+    assert later.outcome is Outcome.ACCEPTED and ids(later) != ids(first)
+
+
+def test_replace_moves_only_a_delayed_job_a_waiting_or_active_one_is_a_duplicate() -> None:
+    story = Story()
+    first = story.submit(add({"id": "k", "replace": True}, delay=1000), T0)
+    # Its delay passed: BullMQ moved it to wait; a duplicate is ignored, the job untouched.
+    waiting = story.submit(add({"id": "k", "replace": True}, delay=1000), T0 + 2 * S)
+    assert waiting.outcome is Outcome.IGNORED and waiting.debounced is None
+    story.event(ids(first), T0 + 3 * S, type="job.started")
+    active = story.submit(add({"id": "k", "replace": True}, delay=1000), T0 + 4 * S)
+    assert active.outcome is Outcome.IGNORED and ids(active) == ids(first)
+
+
+def test_extend_alone_restarts_the_ttl_of_the_holder_on_every_duplicate() -> None:
+    story = Story()
+    first = story.submit(add({"id": "k", "ttl": 5000, "extend": True}), T0)
+    for at in (4 * S, 8 * S, 12 * S):  # each within 5 s of the one before
+        again = story.submit(add({"id": "k", "ttl": 5000, "extend": True}), T0 + at)
+        assert again.outcome is Outcome.IGNORED and ids(again) == ids(first)
+        assert again.debounced is not None and again.debounced.run_at is None
+    after = story.submit(add({"id": "k", "ttl": 5000, "extend": True}), T0 + 17 * S)
+    assert after.outcome is Outcome.ACCEPTED
+    # Without extend the ttl counts from the add: the same adds make a new job at 5 s.
+    story = Story()
+    story.submit(add({"id": "k", "ttl": 5000}), T0)
+    assert story.submit(add({"id": "k", "ttl": 5000}), T0 + 4 * S).outcome is Outcome.IGNORED
+    assert story.submit(add({"id": "k", "ttl": 5000}), T0 + 8 * S).outcome is Outcome.ACCEPTED

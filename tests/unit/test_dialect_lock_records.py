@@ -73,11 +73,6 @@ def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> N
 
 
 REFUSED = [
-    ({**BULLMQ, "opts": {"deduplication": {"id": "h", "ttl": 5000, "extend": True,
-                                           "replace": True}, "delay": 5000}},
-     "opts.deduplication.extend"),
-    ({**BULLMQ, "opts": {"deduplication": {"id": "h", "replace": True}}},
-     "opts.deduplication.replace"),
     ({**BULLMQ, "opts": {"deduplication": {"id": "h", "keepLastIfActive": True}}},
      "opts.deduplication.keepLastIfActive"),
     ({**SIDEKIQ, "lock": "while_executing"}, "lock while_executing"),

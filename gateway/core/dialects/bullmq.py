@@ -16,8 +16,14 @@ the two ways BullMQ keeps a job single, each within the queue:
 
 The job that holds the id decides (BullMQ's Redis key belongs to the first
 job), so a request's own ttl never shortens or lengthens another job's.
-Refused as not supported yet: `deduplication.extend` and `.replace` (debounce:
-a duplicate moves the holder's ttl or replaces the delayed job),
+Debounce mode maps onto the core's debounce (policy.Debounce), after BullMQ's
+`deduplicateJob` script: `deduplication.replace` moves a holder that is still
+delayed (scheduled) to the request's delay from now and gives it the request's
+data (updated, where BullMQ removes the delayed job and adds the new one); a
+holder that no longer waits is a duplicate as before. `deduplication.extend`
+restarts the holder's ttl when a replace moves it, and, without replace,
+whenever the holder absorbs a duplicate (BullMQ's sliding throttle).
+Refused as not supported yet:
 `deduplication.keepLastIfActive` (a successor kept while the job runs),
 `jobId` with `deduplication` (two keys at once), and with `jobId` a
 `removeOnComplete`/`removeOnFail` that keeps jobs by count or age. BullMQ's
@@ -36,7 +42,7 @@ from gateway.core.envelope import Envelope, job_id_or_raise
 from gateway.core.errors import invalid_request, unsupported
 from gateway.core.holder import StatesKind, StatesRule
 from gateway.core.limits import duration_problem
-from gateway.core.policy import Dimension, Judge, OnConflict, UniquePolicy
+from gateway.core.policy import Debounce, Dimension, Judge, OnConflict, UniquePolicy
 from gateway.core.request import Request
 from gateway.core.states import ALL_STATES, TERMINAL_STATES, State
 
@@ -87,11 +93,12 @@ def parse(raw: Mapping[str, Any]) -> Request:
             "opts.jobId with opts.deduplication",
             "each is a key of its own and the gateway checks one key per job; use one",
         )
+    debounce = None
     if job_id is not None:
         rule = StatesRule(StatesKind.BULLMQ, "jobId", _kept_states(opts))
         key_fields: dict[str, Any] = {"queue": envelope.queue, "job_id": job_id}
     elif dedup is not None:
-        dedup_id, ttl = dedup
+        dedup_id, ttl, debounce = dedup
         rule = (
             StatesRule(StatesKind.BULLMQ, "deduplication", SIMPLE_STATES)
             if ttl is None
@@ -106,6 +113,7 @@ def parse(raw: Mapping[str, Any]) -> Request:
         states=rule.states,
         on_conflict=OnConflict.IGNORE,
         judge=Judge.HOLDER,
+        debounce=debounce,
     )
     key = f.namespaced_key(NAMESPACE, key_fields, "opts")
     return Request(envelope, policy, key, BULLMQ, holder_rule=rule)
@@ -163,7 +171,9 @@ def _kept_states(opts: Mapping[str, Any]) -> frozenset[State]:
     return states
 
 
-def _deduplication(opts: Mapping[str, Any]) -> tuple[str, int | None] | None:
+def _deduplication(
+    opts: Mapping[str, Any],
+) -> tuple[str, int | None, Debounce | None] | None:
     dedup = opts.get("deduplication")
     if dedup is None:
         return None
@@ -180,15 +190,28 @@ def _deduplication(opts: Mapping[str, Any]) -> tuple[str, int | None] | None:
         raise invalid_request("opts.deduplication.id must be provided: a non-empty string")
     if opts.get("parent") is not None:
         raise invalid_request("opts.deduplication and opts.parent cannot be used together")
-    for option, why in _LACKING:
+    for option in ("extend", "replace", "keepLastIfActive"):
         value = dedup.get(option)
         if value is not None and not isinstance(value, bool):
             raise invalid_request(f"opts.deduplication.{option} must be true or false")
-        if value:
-            raise unsupported(f"opts.deduplication.{option}", why)
-    ttl = dedup.get("ttl")
+    if dedup.get("keepLastIfActive"):
+        raise unsupported("opts.deduplication.keepLastIfActive", _KEEP_LAST)
+    ttl = _ttl(dedup.get("ttl"))
+    extend = bool(dedup.get("extend")) and ttl is not None  # BullMQ extends a ttl only
+    if dedup.get("replace"):
+        # Debounce: a delayed holder moves to this request's delay, with its data.
+        debounce = Debounce(replace=True, states=frozenset({State.SCHEDULED}),
+                            restart_lock=extend)  # fmt: skip
+    elif extend:
+        debounce = Debounce(states=frozenset(), restart_lock=True)
+    else:
+        debounce = None
+    return dedup_id, ttl, debounce
+
+
+def _ttl(ttl: Any) -> int | None:
     if ttl is None or ttl == 0:
-        return dedup_id, None
+        return None
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
         raise invalid_request(
             "opts.deduplication.ttl must be a whole number of milliseconds; 0 or none "
@@ -197,14 +220,10 @@ def _deduplication(opts: Mapping[str, Any]) -> tuple[str, int | None] | None:
     problem = duration_problem(ttl, "opts.deduplication.ttl")
     if problem is not None:
         raise invalid_request(problem)
-    return dedup_id, ttl
+    return ttl
 
 
-_LACKING = (
-    ("extend", "a duplicate would restart the ttl of the job holding the id (debounce); "
-               "the gateway keeps the holder's ttl as it was set"),
-    ("replace", "a duplicate would replace the delayed job holding the id with itself "
-                "(debounce); the gateway ignores a duplicate"),
-    ("keepLastIfActive", "the newest duplicate would be kept while the job runs and added "
-                         "when it finishes; the gateway does not keep a successor"),
-)  # fmt: skip
+_KEEP_LAST = (
+    "the newest duplicate would be kept while the job runs and added when it finishes; "
+    "the gateway does not keep a successor"
+)
