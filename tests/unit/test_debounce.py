@@ -360,7 +360,7 @@ def test_what_if_a_debounce_policy_turns_a_burst_s_duplicates_into_updates() -> 
     from gateway.audit import replay_under_policy
     from gateway.core import parse_policy
     from gateway.processor.parsing import Limits
-    from tests.unit.test_replay import JOB, REQ, key_of, rec, recorded_by_core
+    from tests.unit.test_replay import JOB, REQ, beside, key_of, rec, recorded_by_core
 
     key = key_of(JOB)
     requests = [rec(REQ, i, T0 + i * S, JOB, key) for i in range(4)]
@@ -368,6 +368,6 @@ def test_what_if_a_debounce_policy_turns_a_burst_s_duplicates_into_updates() -> 
     assert [r["outcome"] for r in recorded.values()] == ["accepted"] + ["rejected"] * 3
     debounce = parse_policy({"keys": ["type", "args"], "debounce": {"delay": "PT5S"}})
     assert isinstance(debounce, UniquePolicy)
-    report = replay_under_policy(requests, recorded, debounce, Limits())
+    report = replay_under_policy([beside(requests, recorded)], debounce, Limits())
     assert report.transitions == {("rejected", "updated"): 3}
     assert {f.replayed_job_id for f in report.flips} == {recorded[(REQ, 0, 0)]["job_id"]}
