@@ -31,6 +31,9 @@ from gateway.processor.parsing import Limits
 
 Bounds = tuple[int, int]  # a partition's first offset and end offset
 PROGRESS_EVERY = 1_000  # records between a worker's progress reports
+# How far a processor's clock (which stamps audit records) may run behind the brokers'
+# (which stamp inputs) for a window to find every audit record of its inputs.
+CLOCK_SKEW_MS = 5 * 60_000
 
 
 @dataclass(frozen=True)
@@ -157,11 +160,17 @@ def replay_part(part: Part) -> ReplayReport:
 
 
 def read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[LogRecord]:
-    """The role's records of the partition in the part's window, as they stream."""
+    """An input's records of the partition in the part's window, as they stream; for
+    `decisions`, from a little before the window (an audit record is stamped by its
+    writer's clock, after its input) and on to the end: the replay stops reading it when
+    the window's inputs end."""
     low, high = bounds
-    start = low if part.from_ms is None else max(low, _at(part, role, partition, part.from_ms))
+    since = part.from_ms
+    if since is not None and role == "decisions":
+        since -= CLOCK_SKEW_MS
+    start = low if since is None else max(low, _at(part, role, partition, since))
     for record in stream(part.client, part.topics[role], partition, start, high):
-        if part.to_ms is not None and record.timestamp_ms > part.to_ms:
+        if part.to_ms is not None and role != "decisions" and record.timestamp_ms > part.to_ms:
             return
         yield record
 

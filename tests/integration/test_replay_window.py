@@ -6,6 +6,7 @@ decided again with no difference."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from gateway.core.times import format_rfc3339
 from gateway.sdk import Client, EnqueueResult
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, apply_topics
@@ -38,11 +40,13 @@ def test_a_replay_whose_start_is_gone_verifies_what_remains(
     cat = apply_topics(kafka_bootstrap, namespace)
     proc = Processor(kafka_bootstrap, namespace, tmp_path, "1").start()
     client = Client(kafka_bootstrap, namespace)
-    decided = 0
+    decided, second_round = 0, ""
     try:
         # Three rounds over the same keys: duplicates, and between rounds some jobs run
         # and finish (the key is free again) or fail for good.
         for round_ in range(3):
+            if round_ == 1:
+                second_round = format_rfc3339(int(time.time() * 1000))
             answers = client.enqueue_many(
                 [job(n, "ignore" if n % 3 else "reject") for n in range(KEYS)], wait=True
             )
@@ -65,6 +69,14 @@ def test_a_replay_whose_start_is_gone_verifies_what_remains(
     assert whole.returncode == 0, whole.stdout + whole.stderr
     assert "verified identical (100.0%), 0 different" in whole.stdout, whole.stdout
     assert "could not verify" not in whole.stdout
+
+    # A window from the second round on, of one partition: its keys start from the state
+    # their first records in it carry.
+    window = gateway("replay", *where, "--from", second_round, "--partition", "0")
+    assert window.returncode == 0, window.stdout + window.stderr
+    assert re.search(r"decided [1-9]\d* again: \d+ verified identical \(100.0%\), 0 different",
+                     window.stdout), window.stdout  # fmt: skip
+    assert "problems" not in window.stdout
 
     remaining = _delete_first_half(kafka_bootstrap, [cat.name("requests"), cat.name("decisions")])
     window = gateway("replay", *where)
