@@ -112,9 +112,12 @@ def test_within_its_window_a_key_admits_each_item_with_one_body_only(attempts, c
 @settings(max_examples=200)
 @given(
     record=st.recursive(
-        st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(), st.booleans()),
-        lambda inner: st.dictionaries(st.text(max_size=4), inner, max_size=3)
-        | st.lists(inner, max_size=3),
+        st.one_of(
+            st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(), st.booleans()
+        ),
+        lambda inner: (
+            st.dictionaries(st.text(max_size=4), inner, max_size=3) | st.lists(inner, max_size=3)
+        ),
         max_leaves=10,
     ),
     replays=st.integers(0, 1000),
@@ -176,7 +179,9 @@ class Idempotent(Gateway):
         return [o for o in self.sent if o.role == "jobs"]
 
 
-@pytest.mark.parametrize("job", [keyed(1), plain(1), {**plain(1), "id": "019b0a4c-1f00-7000-8000-0000000000aa"}])
+@pytest.mark.parametrize(
+    "job", [keyed(1), plain(1), {**plain(1), "id": "019b0a4c-1f00-7000-8000-0000000000aa"}]
+)
 def test_a_retry_gets_the_original_answer_byte_for_byte_and_no_new_job(job) -> None:
     gateway = Idempotent()
     first = gateway.ask(job, "order-1")
@@ -239,7 +244,9 @@ def test_a_batch_is_answered_as_a_whole_and_another_batch_under_its_key_refused(
     replies = gateway.replies()
     assert [replies[c] for c in first] == [replies[c] for c in again]
     assert len(gateway.jobs()) == 3
-    changed = [gateway.ask(job, "b", f"{i}/3") for i, job in enumerate([keyed(1), plain(9), keyed(3)])]
+    changed = [
+        gateway.ask(job, "b", f"{i}/3") for i, job in enumerate([keyed(1), plain(9), keyed(3)])
+    ]
     smaller = [gateway.ask(job, "b", f"{i}/2") for i, job in enumerate(batch[:2])]
     single = gateway.ask(keyed(1), "b")
     gateway.run()
