@@ -107,10 +107,10 @@ async def enqueue_batch(
     for outcome, item_id in zip(outcomes, ids, strict=True):
         if isinstance(outcome, EnqueueResult):
             await _settled(binding, outcome)
-        first = idem is not None and isinstance(outcome, EnqueueResult)
-        item = answers.batch_item(outcome, outcome.request_id if first else item_id)
+        kept = idem is not None and isinstance(outcome, EnqueueResult)
+        item = answers.batch_item(outcome, outcome.request_id if kept else item_id)
         # Under a key, a job's state as it was when decided: the same answer every time.
-        at = _decided_ms(outcome) if first else None
+        at = _decided_ms(outcome) if kept else None
         items.append(shown(item, at) if "state" in item and "error" not in item else item)
     return Answer(201, {"jobs": items, "count": len(items)})
 

@@ -70,19 +70,13 @@ class Idempotency:
             return
         item = Item.parse(source.header(wire.IDEMPOTENCY_ITEM_HEADER))
         problem = key_problem(idem, "the idempotency_key header")
-        if problem is None and isinstance(item, GatewayError):
-            problem = item
+        if isinstance(item, GatewayError) or problem is not None:
+            self._refuse(source, problem or item, request, value)  # type: ignore[arg-type]
+            return
         digest = value_digest(value)
         before = Admission.load(state.get_bytes(ADMISSION))
         now = source.timestamp_ms
-        verdict = problem or admit(
-            idem,
-            before,
-            item,
-            digest,
-            now,
-            dedup.limits.idempotency_ms,  # type: ignore[arg-type]
-        )
+        verdict = admit(idem, before, item, digest, now, dedup.limits.idempotency_ms)
         if not isinstance(verdict, Admitted):
             self._refuse(source, verdict, request, value)
             return
@@ -91,7 +85,7 @@ class Idempotency:
         if route is None:  # neither key nor id: the same id on every attempt
             if job_id is None:
                 job_id = uuid7(now, None, source.seed)
-                admission = with_job_id(admission, item, job_id)  # type: ignore[arg-type]
+                admission = with_job_id(admission, item, job_id)
             value = orjson.dumps({**orjson.loads(value or b"{}"), "id": job_id})
             route = job_id
         if admission != before:
