@@ -24,9 +24,10 @@ from typing import Any
 import orjson
 
 from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.limits import MAX_IDEMPOTENCY_KEY_CHARS
 
 IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
-MAX_KEY_CHARS = 256
+MAX_KEY_CHARS = MAX_IDEMPOTENCY_KEY_CHARS
 # How long a key's first answer is kept: OJS asks for at least 24 hours.
 DEFAULT_IDEMPOTENCY_MS = 24 * 3600 * 1000
 # Fields of a request that are not part of the body compared: each attempt has its own.
