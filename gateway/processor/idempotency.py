@@ -91,6 +91,8 @@ class Idempotency:
         if admission != before:
             ttl = timedelta(milliseconds=max(admission.until_ms - now, 1))
             state.set_bytes(ADMISSION, admission.dump(), ttl=ttl)
+            # For its audit record (`kind: forwarded`): what the key admitted, sent where.
+            dedup.what = {"idempotency_key": idem, "item": item.dump() or None, "route": route}
         checked = wire.IDEMPOTENCY_CHECKED_HEADER
         headers = [(k, v) for k, v in source.headers.items() if k != checked]
         headers.append((checked, digest.encode()))
@@ -107,7 +109,10 @@ class Idempotency:
             return False
         again = Answer(got.digest, got.until_ms, got.record, got.replays + 1)
         state.set_bytes(name, again.dump(), ttl=self._ttl(got.until_ms, source))
-        self.dedup.what = {"idempotency_key": idem, "answered_again": got.replays + 1}
+        first = orjson.loads(got.record).get("request_id")
+        self.dedup.what = {
+            "idempotency_key": idem, "answered_again": got.replays + 1, "answer_of": first,
+        }  # fmt: skip
         reply_to = source.header(wire.REPLY_TO_HEADER)
         if reply_to:
             correlation = source.headers.get(wire.CORRELATION_ID_HEADER, b"")

@@ -200,7 +200,13 @@ def test_a_retry_gets_the_original_answer_byte_for_byte_and_no_new_job(job) -> N
     assert len(gateway.jobs()) == 1 and len(gateway.accepted()) == 1
     # The retry leaves an audit record of its own: the answer it was given again.
     trail = [orjson.loads(o.value or b"") for o in gateway.sent if o.role == "decisions"]
-    assert any((t.get("what") or {}).get("answered_again") == 1 for t in trail)
+    [again_record] = [t for t in trail if (t.get("what") or {}).get("answered_again")]
+    assert again_record["what"] == {
+        "idempotency_key": "order-1", "answered_again": 1, "answer_of": "r1",
+    }  # fmt: skip
+    # And the home's, once: what the key admitted and where it went.
+    [admitted] = [t for t in trail if (t.get("what") or {}).get("item", 0) is None]
+    assert admitted["kind"] == "forwarded" and admitted["what"]["idempotency_key"] == "order-1"
 
 
 def test_a_rejected_duplicate_is_answered_again_as_it_was() -> None:
