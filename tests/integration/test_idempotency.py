@@ -30,14 +30,18 @@ def _post(base: str, path: str, body: Any, headers: dict[str, str]) -> httpx.Res
     return httpx.post(f"{base}{path}", json=body, headers=headers, timeout=60)
 
 
+@pytest.mark.parametrize("runtimes", ["1", "2"])
 def test_a_retry_after_a_kill_gets_the_original_bytes_on_any_worker_and_no_second_job(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, runtimes: str
 ) -> None:
+    """With two processor runtimes, a key's home and its requests' routes are partitions
+    of either: the retry crosses from one to the other through the log."""
     namespace = f"t{uuid.uuid4().hex[:10]}"
     cat = apply_topics(kafka_bootstrap, namespace)
     # Transactions of seconds: the kill lands before the first answers' commit, so the
     # successor decides them again from the log, then answers the retries.
-    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--commit-interval", "5").start()
+    proc = Processor(kafka_bootstrap, namespace, tmp_path, "1", "--commit-interval", "5",
+                     "--processes", runtimes).start()  # fmt: skip
     port = free_port_block()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
