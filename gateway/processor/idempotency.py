@@ -79,7 +79,9 @@ class Idempotency:
         verdict = admit(idem, before, item, digest, now, dedup.limits.idempotency_ms)
         if not isinstance(verdict, Admitted):
             self._refuse(source, verdict, request, value)
+            dedup.metrics.idempotent.labels("reused").inc()
             return
+        dedup.metrics.idempotent.labels("admitted").inc()
         admission, job_id = verdict.admission, verdict.job_id
         route = request.envelope.id or wire.route(request)
         if route is None:  # neither key nor id: the same id on every attempt
@@ -107,6 +109,7 @@ class Idempotency:
         got = answered(held, digest, source.timestamp_ms)
         if got is None:
             return False
+        self.dedup.metrics.idempotent.labels("answered_again").inc()
         again = Answer(got.digest, got.until_ms, got.record, got.replays + 1)
         state.set_bytes(name, again.dump(), ttl=self._ttl(got.until_ms, source))
         first = orjson.loads(got.record).get("request_id")

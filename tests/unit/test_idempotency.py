@@ -207,6 +207,9 @@ def test_a_retry_gets_the_original_answer_byte_for_byte_and_no_new_job(job) -> N
     # And the home's, once: what the key admitted and where it went.
     [admitted] = [t for t in trail if (t.get("what") or {}).get("item", 0) is None]
     assert admitted["kind"] == "forwarded" and admitted["what"]["idempotency_key"] == "order-1"
+    counted = gateway.dedup.metrics.registry.get_sample_value
+    for result, count in (("admitted", 2), ("answered_again", 1)):
+        assert counted("gateway_idempotent_requests_total", {"result": result}) == count
 
 
 def test_a_rejected_duplicate_is_answered_again_as_it_was() -> None:
@@ -233,6 +236,8 @@ def test_the_same_key_with_another_body_is_refused_naming_it(other) -> None:
     assert reply["outcome"] == "invalid" and reply["error"]["code"] == IDEMPOTENCY_KEY_REUSED
     assert "order-1" in reply["error"]["message"]
     assert len(gateway.jobs()) == 1
+    counted = gateway.dedup.metrics.registry.get_sample_value
+    assert counted("gateway_idempotent_requests_total", {"result": "reused"}) == 1
 
 
 def test_after_its_window_a_key_is_new() -> None:
