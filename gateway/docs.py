@@ -39,6 +39,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_ERROR_BYTES", "one error of a failed attempt, as serialised (bytes)"),
     ("MAX_HEADERS_BYTES", "the headers of an input record together (bytes)"),
     ("MAX_ID_BYTES", "a request_id, job id or worker_id (characters)"),
+    ("MAX_IDEMPOTENCY_KEY_CHARS", "an idempotency key (printable characters)"),
     ("MAX_JOB_RECORD_BYTES", "a job record as stored and published (bytes)"),
     ("MAX_RECORD_BYTES", "any record the processor writes: key, value and headers (bytes)"),
     ("MAX_DEPTH", "nesting of JSON values (levels)"),

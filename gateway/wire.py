@@ -51,6 +51,23 @@ ID_CLAIMED = b"claimed"
 CLAIMED_ID_HEADER = "claimed_id"
 
 
+# On `requests`: the caller's idempotency key (core/idempotency.py), and for a batch's item
+# which one it is ("i/n"; absent: a single request). Such a request is keyed by
+# `idempotency_home(key)` and checked there first, then sent on to its route marked
+# `idempotency_checked` (its body's digest); only the gateway sets that mark: the router
+# drops a producer's own. The HTTP binding takes the key as the `Idempotency-Key` header.
+IDEMPOTENCY_KEY_HEADER = "idempotency_key"
+IDEMPOTENCY_ITEM_HEADER = "idempotency_item"
+IDEMPOTENCY_CHECKED_HEADER = "idempotency_checked"
+HTTP_IDEMPOTENCY_KEY = "Idempotency-Key"
+IDEMPOTENCY_KEY_PREFIX = b"\x00idem\x00"
+
+
+def idempotency_home(key: str) -> bytes:
+    """The record key of an idempotency key's home: apart from every route (NUL first)."""
+    return IDEMPOTENCY_KEY_PREFIX + key.encode()
+
+
 def queue_key(name: str) -> bytes:
     return QUEUE_KEY_PREFIX + name.encode()
 

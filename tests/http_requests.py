@@ -27,13 +27,16 @@ def request(
     raw: bytes | None = None,
     query: str = "",
     method: str = "POST",
+    headers: dict[str, str] | None = None,
     **path_params: str,
 ) -> Request:
-    """A request with `body` as JSON (or `raw` bytes; neither: no body at all)."""
+    """A request with `body` as JSON (or `raw` bytes; neither: no body at all), and
+    `headers` besides its content type and length."""
     data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
-    headers = [(b"content-type", b"application/json")]
+    sent_headers = [(b"content-type", b"application/json")]
+    sent_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if body is not None or raw is not None:
-        headers.append((b"content-length", str(len(data)).encode()))
+        sent_headers.append((b"content-length", str(len(data)).encode()))
     sent = False
 
     async def receive() -> dict[str, Any]:
@@ -45,7 +48,7 @@ def request(
 
     scope = {
         "type": "http", "method": method, "path": "/", "query_string": query.encode(),
-        "headers": headers, "path_params": path_params,
+        "headers": sent_headers, "path_params": path_params,
     }  # fmt: skip
     return Request(scope, receive)
 

@@ -56,6 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="return once Kafka has the request; print its request_id and unique_key",
     )  # fmt: skip
     p.add_argument(
+        "--idempotency-key", metavar="KEY",
+        help="name the request (1 to 256 printable characters): sent again with the same key "
+        "and job within the processor's --idempotency-seconds, it prints the first decision "
+        "record again and makes no new job; with another job, invalid idempotency_key_reused "
+        "(default: none)",
+    )  # fmt: skip
+    p.add_argument(
         "--timeout", type=float, default=30.0,
         help="seconds to wait for the decision (default %(default)s)",
     )  # fmt: skip
@@ -63,19 +70,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gateway.core.idempotency import key_problem
     from gateway.sdk import Client, ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
     from gateway.sdk.prepare import prepare
 
     job = _job(args)
     # An invalid job is refused before Kafka is asked anything.
     problem = job if isinstance(job, GatewayError) else prepare(job)
+    if args.idempotency_key is not None and not isinstance(problem, GatewayError):
+        problem = key_problem(args.idempotency_key, "--idempotency-key") or problem
     if isinstance(problem, GatewayError):
         return _invalid(problem)
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     try:
         # librdkafka's connection logs would bury the one line we print.
         with Client(bootstrap, args.namespace, log_level=0) as client:
-            answer = client.enqueue(job, wait=not args.no_wait, timeout=args.timeout)
+            answer = client.enqueue(
+                job, wait=not args.no_wait, timeout=args.timeout,
+                idempotency_key=args.idempotency_key,
+            )  # fmt: skip
     except InvalidJob as exc:
         return _invalid(exc.error)
     except EnqueueTimeout as exc:

@@ -17,6 +17,7 @@ from gateway.cli.common import (
 )
 from gateway.config import COMMITTED_LINGER_MS, DEFAULT_LINGER_MS, MAX_LINGER_MS
 from gateway.core import DEFAULT_RETENTION_MS
+from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.processor.parsing import Limits
 
 
@@ -76,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "states (default %(default)s = 7 days)",
     )  # fmt: skip
     p.add_argument(
+        "--idempotency-seconds", type=int, default=DEFAULT_IDEMPOTENCY_MS // 1000,
+        help="how long a request's idempotency key gives its first answer again, and "
+        "refuses another request (default %(default)s = 24 hours)",
+    )  # fmt: skip
+    p.add_argument(
         "--commit-interval", type=float, default=0.1,
         help="seconds between transaction commits (default %(default)s)",
     )  # fmt: skip
@@ -112,7 +118,9 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
     early = args.answers == "early"
     linger_ms = linger_ms_of(args)
     try:
-        limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
+        limits = Limits(
+            args.max_request_bytes, args.retention_seconds * 1000, args.idempotency_seconds * 1000
+        )
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     try:

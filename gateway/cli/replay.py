@@ -29,6 +29,7 @@ from gateway.cli.common import (
     reachable_config,
 )
 from gateway.core import DEFAULT_RETENTION_MS, GatewayError, UniquePolicy, parse_policy
+from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.core.times import parse_rfc3339
 from gateway.processor.parsing import Limits
 
@@ -94,6 +95,10 @@ def add_log_arguments(p: argparse.ArgumentParser) -> None:
         "--retention-seconds", type=int, default=DEFAULT_RETENTION_MS // 1000,
         help="the processor's --retention-seconds (default %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--idempotency-seconds", type=int, default=DEFAULT_IDEMPOTENCY_MS // 1000,
+        help="the processor's --idempotency-seconds (default %(default)s)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
     if args.retention_seconds < 1:
         raise CommandError("--retention-seconds must be positive", EXIT_INVALID)
     try:
-        limits = Limits(args.max_request_bytes, args.retention_seconds * 1000)
+        limits = Limits(
+            args.max_request_bytes, args.retention_seconds * 1000, args.idempotency_seconds * 1000
+        )
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
     from_ms = _time(args.from_time, "--from") if args.from_time else None

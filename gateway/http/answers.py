@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core import DUPLICATE, INTERNAL, INVALID_REQUEST, OJS, PAYLOAD_TOO_LARGE, Outcome
+from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
@@ -13,7 +14,8 @@ from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
 JOBS_PATH = "/ojs/v1/jobs"
 # Error codes the processor may decide `invalid` with, and their statuses. A record
 # the processor failed on (`internal`, kept on dead_letters) is our fault: OJS's 500.
-_INVALID_STATUS = {PAYLOAD_TOO_LARGE: 413, INTERNAL: 500}
+# The same idempotency key with another request is OJS's 422: understood, but refused.
+_INVALID_STATUS = {PAYLOAD_TOO_LARGE: 413, INTERNAL: 500, IDEMPOTENCY_KEY_REUSED: 422}
 _HTTP_CODE = {INTERNAL: errors.INTERNAL_ERROR}
 
 

@@ -25,6 +25,9 @@ class ApiError:
     message: str
     retryable: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+    # The request id the envelope names instead of the call's: the original request's,
+    # for an answer given again under an idempotency key.
+    request_id: str | None = None
 
     def envelope(self, request_id: str) -> dict[str, Any]:
         """The OJS error envelope."""
@@ -34,6 +37,6 @@ class ApiError:
                 "message": self.message,
                 "retryable": self.retryable,
                 "details": self.details,
-                "request_id": request_id,
+                "request_id": self.request_id or request_id,
             }
         }

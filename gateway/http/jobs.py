@@ -9,10 +9,12 @@ once its own view has read the committed record).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request as HttpRequest
 
+from gateway import wire
 from gateway.core import (
     INVALID_REQUEST,
     GatewayError,
@@ -22,7 +24,9 @@ from gateway.core import (
     parse_request,
     stored_job,
 )
+from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_problem
 from gateway.core.retry import with_ojs_retry
+from gateway.core.times import parse_rfc3339
 from gateway.http import answers, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -32,6 +36,11 @@ from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 
 
 async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer | ApiError:
+    """Under an `Idempotency-Key`, a retry gets the first answer again (the decision record
+    the processor kept for the key), so the same body: see docs/http.md."""
+    idem = _header_key(request)
+    if isinstance(idem, ApiError):
+        return idem
     job = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(job, ApiError):
         return job
@@ -39,23 +48,34 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
         job = {**job, "request_id": request_id}
     try:
         result = await binding.client.enqueue(
-            job, wait=True, timeout=binding.settings.decision_timeout
+            job, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
         )
     except ClientError as exc:
         return answers.for_client_error(exc)
     await _settled(binding, result)
-    return answers.for_result(result)
+    answer = answers.for_result(result)
+    if idem is not None and isinstance(answer, ApiError):
+        return _as_first(answer, result, idem)
+    return answer
 
 
 async def enqueue_batch(
     request: HttpRequest, binding: Binding, request_id: str
 ) -> Answer | ApiError:
-    """Validate every job first (one invalid: nothing is enqueued), then enqueue them all."""
+    """Validate every job first (one invalid: nothing is enqueued), then enqueue them all.
+    Under an idempotency key (the `Idempotency-Key` header, or OJS's `idempotency_key` in
+    the body), the whole batch's first answers, or 422 if the key named another batch."""
+    header = _header_key(request)
+    if isinstance(header, ApiError):
+        return header
     body = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(body, ApiError):
         return body
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
         return ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
+    idem = _batch_key(header, body)
+    if isinstance(idem, ApiError):
+        return idem
     problems = []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
@@ -73,18 +93,25 @@ async def enqueue_batch(
     jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
     try:
         outcomes: list[Any] = await binding.client.enqueue_many(
-            jobs, wait=True, timeout=binding.settings.decision_timeout
+            jobs, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
         )
     except EnqueueTimeout as exc:
         outcomes = exc.results
     except ClientError as exc:
         return answers.for_client_error(exc)
+    if idem is not None:
+        reused = _reused(outcomes, idem)
+        if reused is not None:
+            return reused
     items = []
     for outcome, item_id in zip(outcomes, ids, strict=True):
         if isinstance(outcome, EnqueueResult):
             await _settled(binding, outcome)
-        item = answers.batch_item(outcome, item_id)
-        items.append(shown(item) if "state" in item and "error" not in item else item)
+        kept = idem is not None and isinstance(outcome, EnqueueResult)
+        item = answers.batch_item(outcome, outcome.request_id if kept else item_id)
+        # Under a key, a job's state as it was when decided: the same answer every time.
+        at = _decided_ms(outcome) if kept else None
+        items.append(shown(item, at) if "state" in item and "error" not in item else item)
     return Answer(201, {"jobs": items, "count": len(items)})
 
 
@@ -116,13 +143,15 @@ async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer |
 INTERNAL_FIELDS = ("route", "partition")
 
 
-def shown(job: dict[str, Any]) -> dict[str, Any]:
+def shown(job: dict[str, Any], now_ms: int | None = None) -> dict[str, Any]:
     """A job as OJS shows it, with what the client sent given back in the shape it sent:
-    a due scheduled or retryable job is available; `retry` is the OJS retry object (ISO
-    8601 intervals, or the `_ms` integers if the client sent those under options.retry);
-    `unique` is the policy as sent (top-level or under options); `errors` lists every
-    failed attempt's error kept (oldest first), else the last one; no internal fields."""
-    state = str(job_effective_state(job, time.time_ns() // 1_000_000))
+    a due scheduled or retryable job is available (due at `now_ms`, else now); `retry` is
+    the OJS retry object (ISO 8601 intervals, or the `_ms` integers if the client sent
+    those under options.retry); `unique` is the policy as sent (top-level or under
+    options); `errors` lists every failed attempt's error kept (oldest first), else the
+    last one; no internal fields."""
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    state = str(job_effective_state(job, now))
     out = {k: v for k, v in job.items() if k not in INTERNAL_FIELDS} | {"state": state}
     raw_options = job.get("options")
     options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
@@ -156,6 +185,64 @@ async def _settled(binding: Binding, result: EnqueueResult) -> None:
     elif result.outcome is Outcome.UPDATED:
         changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
         await transitions.wait_for_view(binding, decided, changed)
+
+
+def _header_key(request: HttpRequest) -> str | None | ApiError:
+    """The `Idempotency-Key` header, if sent; a bad one is 400 naming it."""
+    key = request.headers.get(wire.HTTP_IDEMPOTENCY_KEY)
+    if key is None:
+        return None
+    problem = key_problem(key, f"the {wire.HTTP_IDEMPOTENCY_KEY} header")
+    return key if problem is None else ApiError(400, problem.code, problem.message)
+
+
+def _batch_key(header: str | None, body: dict[str, Any]) -> str | None | ApiError:
+    """A batch's idempotency key: the header's or the body's (OJS bulk `idempotency_key`),
+    which must agree when both are sent."""
+    if "idempotency_key" not in body:
+        return header
+    key = body["idempotency_key"]
+    problem = key_problem(key, "idempotency_key")
+    if problem is not None:
+        return ApiError(400, problem.code, problem.message)
+    if header is not None and header != key:
+        return ApiError(
+            400, INVALID_REQUEST,
+            f"the {wire.HTTP_IDEMPOTENCY_KEY} header and the body's idempotency_key differ; "
+            "send one key",
+        )  # fmt: skip
+    return str(key)
+
+
+def _as_first(answer: ApiError, result: EnqueueResult, key: str) -> ApiError:
+    """A refusal under an idempotency key names the request it answers (the first one, for
+    an answer given again), and a reused key names the key."""
+    details = {"idempotency_key": key} if answer.code == IDEMPOTENCY_KEY_REUSED else None
+    return replace(answer, request_id=result.request_id, details=details or answer.details)
+
+
+def _reused(outcomes: list[Any], key: str) -> ApiError | None:
+    """A batch under a key that named another batch: 422, naming the key and the items."""
+    items = [
+        {"index": index, "code": o.error.code, "message": o.error.message}
+        for index, o in enumerate(outcomes)
+        if isinstance(o, EnqueueResult) and o.error is not None
+        and o.error.code == IDEMPOTENCY_KEY_REUSED
+    ]  # fmt: skip
+    if not items:
+        return None
+    return ApiError(
+        422, IDEMPOTENCY_KEY_REUSED,
+        f"idempotency key {key!r} was used with another batch within its window (items "
+        f"{', '.join(str(i['index']) for i in items)} differ, or the number of jobs does); "
+        "send the same batch to get its answers, or use a new key",
+        details={"idempotency_key": key, "errors": items},
+    )  # fmt: skip
+
+
+def _decided_ms(outcome: EnqueueResult) -> int | None:
+    decided = outcome.record.get("decided_at")
+    return parse_rfc3339(decided) if isinstance(decided, str) else None
 
 
 def _item_request_id(job: Any, request_id: str, index: int) -> str:

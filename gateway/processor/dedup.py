@@ -36,6 +36,7 @@ from gateway.core.limits import headers_refusal
 from gateway.processor.commands import CRON, Commands
 from gateway.processor.due import time_passed
 from gateway.processor.events import Events
+from gateway.processor.idempotency import Idempotency
 from gateway.processor.ids import Ids
 from gateway.processor.kinds import Kind, kind_of
 from gateway.processor.metrics import Metrics
@@ -102,6 +103,7 @@ class Dedup:
         self.limits = limits
         self.commands = Commands(self)
         self.ids = Ids(self)
+        self.idempotency = Idempotency(self)
         self.events = Events(self)
         self._handlers: dict[Kind, Handler] = {
             Kind.REQUEST: Requests(self), Kind.EVENT: self.events, Kind.TICK: _Ticks(),

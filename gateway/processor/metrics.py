@@ -70,6 +70,14 @@ class Metrics:
             "Reports of a job under one id from a route other than the one holding its claim "
             "(two routes holding one id: only records forged past its home can do this)",
         )
+        self.idempotent = self._define(
+            Counter,
+            "gateway_idempotent_requests",
+            "Requests with an idempotency key, by what became of them: admitted at the key's "
+            "home, answered_again at their route (no new decision), or reused (refused: the "
+            "key named another request)",
+            ["result"],
+        )
         self.refused_inputs = self._define(
             Counter,
             "gateway_refused_inputs",

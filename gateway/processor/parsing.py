@@ -24,6 +24,7 @@ from gateway.core import (
     parse_request_json,
     requested_dialect,
 )
+from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.core.limits import MAX_REQUEST_BYTES
 
 
@@ -33,6 +34,8 @@ class Limits:
     # the topics' max.message.bytes; a deployment may ask for less.
     max_request_bytes: int = MAX_REQUEST_BYTES
     retention_ms: int = DEFAULT_RETENTION_MS
+    # How long an idempotency key's first answer is given again (core/idempotency.py).
+    idempotency_ms: int = DEFAULT_IDEMPOTENCY_MS
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_request_bytes <= MAX_REQUEST_BYTES:
@@ -40,6 +43,8 @@ class Limits:
                 f"--max-request-bytes must be from 1 to {MAX_REQUEST_BYTES}: a larger request "
                 "could make records larger than the topics take"
             )
+        if self.idempotency_ms < 1:
+            raise ValueError("--idempotency-seconds must be positive")
 
 
 def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError:

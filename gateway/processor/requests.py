@@ -51,6 +51,10 @@ class Requests:
         """Decide a request (True), or send it where it must go first (False)."""
         dedup = self.dedup
         request = parse_limited(value, dedup.limits)
+        idem = dedup.idempotency.key_of(source) if isinstance(request, Request) else None
+        if idem is not None and dedup.idempotency.unchecked(source):
+            dedup.idempotency.at_home(request, value, key, source, state, idem)  # type: ignore[arg-type]
+            return False
         if isinstance(request, Request) and _unclaimed(request, source):
             home = str(request.envelope.id).encode()
             if key == home and dedup.ids.home(home) == source.partition:
@@ -62,6 +66,8 @@ class Requests:
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
             self._reroute(request, value, key, source)
             return False
+        if idem is not None and dedup.idempotency.replayed(source, key, state, idem):
+            return True
         unique_key = request.unique_key if isinstance(request, Request) else None
         entries = dedup.load_entries(state) if unique_key else ()
         known = dedup.ids.known(state, request) if isinstance(request, Request) else None
@@ -81,6 +87,8 @@ class Requests:
             dedup.emit(output, source)
             if output.role == "jobs":
                 encoded = output.value
+            elif output.role == "decisions" and idem is not None and output.value is not None:
+                dedup.idempotency.keep(source, state, idem, output.value)
         self._record_jobs(decision, state, source, encoded)
         dedup.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
         if log.isEnabledFor(logging.DEBUG):

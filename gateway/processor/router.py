@@ -58,8 +58,17 @@ class Router:
         # The request keeps the id it was given on intake, wherever it is decided. Only
         # the gateway vouches for an id: a producer's own id_claim header is dropped.
         headers = {**source.headers, wire.REQUEST_ID_HEADER: req_id.encode()}
-        for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER):
+        for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER,
+                     wire.IDEMPOTENCY_CHECKED_HEADER):  # fmt: skip
             headers.pop(name, None)
+        idem = source.header(wire.IDEMPOTENCY_KEY_HEADER)
+        if idem is not None:
+            # Checked at the key's home first, which gives an id to a job without one, the
+            # same on every attempt (processor/idempotency.py).
+            home = wire.idempotency_home(idem)
+            self.emit(Output(value or b"", home, role="requests",
+                             headers=list(headers.items())), source)  # fmt: skip
+            return
         # A client id is claimed at its home first (core/ids.py): keyed by the id.
         route = request.envelope.id or wire.route(request)
         if route is None:  # neither a key nor an id: it gets its id here

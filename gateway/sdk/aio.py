@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from gateway.sdk.client import DEFAULT_MANY_TIMEOUT, DEFAULT_TIMEOUT, Client, Event, Job
+from gateway.sdk.client import (
+    DEFAULT_MANY_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    Client,
+    Event,
+    Idempotency,
+    Job,
+    naming,
+)
 from gateway.sdk.errors import ClientError
 from gateway.sdk.prepare import Outgoing
 from gateway.sdk.result import EnqueueResult, EventAck, Sent
@@ -35,39 +43,67 @@ class AsyncClient:
         self._client = Client(bootstrap, namespace, **kafka_settings)
 
     @overload
-    async def enqueue(self, job: Job, wait: Literal[False] = ..., timeout: float = ...) -> Sent: ...
+    async def enqueue(
+        self,
+        job: Job,
+        wait: Literal[False] = ...,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
+    ) -> Sent: ...
     @overload
     async def enqueue(
-        self, job: Job, wait: Literal[True], timeout: float = ...
+        self,
+        job: Job,
+        wait: Literal[True],
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> EnqueueResult: ...
     @overload
-    async def enqueue(self, job: Job, wait: bool, timeout: float = ...) -> EnqueueResult | Sent: ...
+    async def enqueue(
+        self, job: Job, wait: bool, timeout: float = ..., idempotency_key: str | None = ...
+    ) -> EnqueueResult | Sent: ...
 
     async def enqueue(
-        self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT
-    ) -> EnqueueResult | Sent:
-        [answer] = await self._call([job], wait, timeout)
+        self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT,
+        idempotency_key: str | None = None,
+    ) -> EnqueueResult | Sent:  # fmt: skip
+        [answer] = await self._call(
+            [job], wait, timeout, idempotency=naming(idempotency_key, False)
+        )
         if isinstance(answer, ClientError):
             raise answer
         return answer  # type: ignore[no-any-return]
 
     @overload
     async def enqueue_many(
-        self, jobs: Sequence[Job], wait: Literal[False] = ..., timeout: float = ...
+        self,
+        jobs: Sequence[Job],
+        wait: Literal[False] = ...,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> list[Sent | ClientError]: ...
     @overload
     async def enqueue_many(
-        self, jobs: Sequence[Job], wait: Literal[True], timeout: float = ...
+        self,
+        jobs: Sequence[Job],
+        wait: Literal[True],
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> list[EnqueueResult | ClientError]: ...
     @overload
     async def enqueue_many(
-        self, jobs: Sequence[Job], wait: bool, timeout: float = ...
+        self,
+        jobs: Sequence[Job],
+        wait: bool,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> list[EnqueueResult | Sent | ClientError]: ...
 
     async def enqueue_many(
-        self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT
-    ) -> list[Any]:
-        return await self._call(jobs, wait, timeout)
+        self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT,
+        idempotency_key: str | None = None,
+    ) -> list[Any]:  # fmt: skip
+        return await self._call(jobs, wait, timeout, idempotency=naming(idempotency_key, True))
 
     async def publish_event(
         self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
@@ -98,17 +134,20 @@ class AsyncClient:
         await self.close()
 
     async def _call(
-        self, items: Sequence[Any], wait: bool, timeout: float, kind: Any = None
-    ) -> list[Any]:
+        self, items: Sequence[Any], wait: bool, timeout: float, kind: Any = None,
+        idempotency: Idempotency | None = None,
+    ) -> list[Any]:  # fmt: skip
         deadline = time.monotonic() + timeout
         client = self._client
         if len(items) > _PREPARED_ON_LOOP:
-            ticket = await asyncio.to_thread(client._submit, items, wait, deadline, kind)
+            ticket = await asyncio.to_thread(
+                client._submit, items, wait, deadline, kind, idempotency
+            )
         else:
             # A thread hop costs more CPU than checking and producing a few items (it was
             # about half of `gateway serve`'s CPU per enqueue). Only what would wait (the
             # first topic check, a full local queue) goes to a thread.
-            call = client._prepare(items, kind)
+            call = client._prepare(items, kind, idempotency)
             if not client._send(call, wait, deadline, block=False):
                 await asyncio.to_thread(client._send, call, wait, deadline, True)
             ticket = call.ticket

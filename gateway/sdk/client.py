@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from gateway import catalogue, config, wire
 from gateway.core import GatewayError
+from gateway.core.idempotency import key_problem
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.randomness import random_hex
 from gateway.sdk.errors import (
@@ -39,7 +40,7 @@ from gateway.sdk.errors import (
     InvalidEvent,
     InvalidJob,
 )
-from gateway.sdk.prepare import Outgoing, prepare, prepare_event
+from gateway.sdk.prepare import Outgoing, idempotent, prepare, prepare_event
 from gateway.sdk.result import EnqueueResult, EventAck, Sent
 from gateway.sdk.ticket import Ticket
 
@@ -139,51 +140,91 @@ class Client:
     # -- public API -----------------------------------------------------------
 
     @overload
-    def enqueue(self, job: Job, wait: Literal[False] = ..., timeout: float = ...) -> Sent: ...
+    def enqueue(
+        self,
+        job: Job,
+        wait: Literal[False] = ...,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
+    ) -> Sent: ...
     @overload
-    def enqueue(self, job: Job, wait: Literal[True], timeout: float = ...) -> EnqueueResult: ...
+    def enqueue(
+        self,
+        job: Job,
+        wait: Literal[True],
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
+    ) -> EnqueueResult: ...
     @overload
-    def enqueue(self, job: Job, wait: bool, timeout: float = ...) -> EnqueueResult | Sent: ...
+    def enqueue(
+        self, job: Job, wait: bool, timeout: float = ..., idempotency_key: str | None = ...
+    ) -> EnqueueResult | Sent: ...
 
     def enqueue(
-        self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT
-    ) -> EnqueueResult | Sent:
+        self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT,
+        idempotency_key: str | None = None,
+    ) -> EnqueueResult | Sent:  # fmt: skip
         """Send one job. Raises InvalidJob before sending anything if the job is invalid.
 
         With `wait`, return the committed decision; else return once Kafka has
         acknowledged the request. Raises EnqueueTimeout after `timeout` seconds.
+
+        `idempotency_key` (1 to 256 printable characters): a retry with the same key and
+        the same job, within the processor's window (24 hours by default), gets the first
+        one's decision again, the same record, and makes no new job; the same key with
+        another job is decided `invalid` with `idempotency_key_reused`.
         """
         deadline = time.monotonic() + timeout
-        [answer] = self._wait_for(self._submit([job], wait, deadline), wait, deadline)
+        ticket = self._submit([job], wait, deadline, idempotency=naming(idempotency_key, False))
+        [answer] = self._wait_for(ticket, wait, deadline)
         if isinstance(answer, ClientError):
             raise answer
         return answer  # type: ignore[no-any-return]
 
     @overload
     def enqueue_many(
-        self, jobs: Sequence[Job], wait: Literal[False] = ..., timeout: float = ...
+        self,
+        jobs: Sequence[Job],
+        wait: Literal[False] = ...,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> list[Sent | ClientError]: ...
     @overload
     def enqueue_many(
-        self, jobs: Sequence[Job], wait: Literal[True], timeout: float = ...
+        self,
+        jobs: Sequence[Job],
+        wait: Literal[True],
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> list[EnqueueResult | ClientError]: ...
     @overload
     def enqueue_many(
-        self, jobs: Sequence[Job], wait: bool, timeout: float = ...
+        self,
+        jobs: Sequence[Job],
+        wait: bool,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
     ) -> list[EnqueueResult | Sent | ClientError]: ...
 
     def enqueue_many(
-        self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT
-    ) -> list[Any]:
+        self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT,
+        idempotency_key: str | None = None,
+    ) -> list[Any]:  # fmt: skip
         """Send many jobs at once; one answer per job, in input order.
 
         An invalid job is not sent: its answer is the InvalidJob that `enqueue`
         would raise, and the other jobs go ahead. A job Kafka refused gets a
         DeliveryFailed. Raises EnqueueTimeout (with the answers that did
         arrive) if some are still missing after `timeout` seconds.
+
+        `idempotency_key` names the whole call: retried with the same key and the same
+        jobs, in the same order, it gets every job's first decision again; with other jobs,
+        or another number of them, each job it had named before is decided `invalid` with
+        `idempotency_key_reused` (see `enqueue`).
         """
         deadline = time.monotonic() + timeout
-        return self._wait_for(self._submit(jobs, wait, deadline), wait, deadline)
+        ticket = self._submit(jobs, wait, deadline, idempotency=naming(idempotency_key, True))
+        return self._wait_for(ticket, wait, deadline)
 
     def publish_event(
         self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
@@ -249,20 +290,34 @@ class Client:
     # -- the two halves of a call, shared with AsyncClient ------------------------
 
     def _submit(
-        self, items: Sequence[Any], wait: bool, deadline: float, kind: _Kind | None = None
-    ) -> Ticket:
+        self, items: Sequence[Any], wait: bool, deadline: float, kind: _Kind | None = None,
+        idempotency: Idempotency | None = None,
+    ) -> Ticket:  # fmt: skip
         """Validate every item, then produce the valid ones; answers fill the ticket."""
-        call = self._prepare(items, kind)
+        call = self._prepare(items, kind, idempotency)
         self._send(call, wait, deadline, block=True)
         return call.ticket
 
-    def _prepare(self, items: Sequence[Any], kind: _Kind | None) -> _Call:
+    def _prepare(
+        self, items: Sequence[Any], kind: _Kind | None, idempotency: Idempotency | None = None
+    ) -> _Call:
         """Check every item (jobs unless `kind` says otherwise); an invalid one's answer is
-        filled in at once."""
+        filled in at once. Jobs under an idempotency key (its key, and whether they are a
+        batch) are keyed by the key's home; a bad key raises InvalidJob, nothing sent."""
         kind = kind or self._jobs
         call = _Call(kind, Ticket(len(items)), deque())
+        if idempotency is not None:
+            problem = key_problem(idempotency.key, "idempotency_key")
+            if problem is not None:
+                raise InvalidJob(problem)
         for index, item in enumerate(items):
-            verdict = kind.prepare(item)
+            if idempotency is None:
+                verdict = kind.prepare(item)
+            else:
+                verdict = prepare(item, mint_id=False)
+                if not isinstance(verdict, GatewayError):
+                    of = f"{index}/{len(items)}" if idempotency.batch else None
+                    verdict = idempotent(verdict, idempotency.key, of)
             if isinstance(verdict, GatewayError):
                 call.ticket.fill(index, kind.invalid(verdict))
             else:
@@ -472,6 +527,19 @@ class Client:
         except (KeyError, TypeError, ValueError) as exc:
             answer = ClientError(INVALID_REPLY, f"the reply is not a reply record: {exc!r}")
         ticket.fill(index, answer)
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """What an enqueue call is named by: the caller's key, for one job or a batch."""
+
+    key: str
+    batch: bool
+
+
+def naming(key: str | None, batch: bool) -> Idempotency | None:
+    """What a call under `key` (None: no key) is named by."""
+    return None if key is None else Idempotency(key, batch)
 
 
 def _librdkafka_name(name: str) -> str:

@@ -7,7 +7,7 @@ computed here is the key the processor computes.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -38,7 +38,9 @@ class Outgoing:
     partition: int | None = None
 
 
-def prepare(job: Any) -> Outgoing | GatewayError:
+def prepare(job: Any, mint_id: bool = True) -> Outgoing | GatewayError:
+    """The job's record; without `mint_id`, a job with neither key nor id is sent without
+    one (the home of its idempotency key gives it one, the same on every attempt)."""
     try:
         value = orjson.dumps(job)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
@@ -51,13 +53,22 @@ def prepare(job: Any) -> Outgoing | GatewayError:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
     route = request.envelope.id or wire.route(request)
-    if route is not None:
-        return Outgoing(value, route.encode(), request_id, key)
+    if route is not None or not mint_id:
+        return Outgoing(value, None if route is None else route.encode(), request_id, key)
     # A job without a key is routed by its id, so it is given one here (see wire.route),
     # fresh. Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
     route = new_job_id()
     value = orjson.dumps({**job, "id": route})
     return Outgoing(value, route.encode(), request_id, key)
+
+
+def idempotent(out: Outgoing, key: str, item: str | None) -> Outgoing:
+    """`out` under an idempotency key: keyed by the key's home, where it is checked first;
+    `item`: which of a batch's items it is ("i/n"), None for a single request."""
+    headers = [*out.headers, (wire.IDEMPOTENCY_KEY_HEADER, key.encode())]
+    if item is not None:
+        headers.append((wire.IDEMPOTENCY_ITEM_HEADER, item.encode()))
+    return replace(out, key=wire.idempotency_home(key), headers=tuple(headers))
 
 
 def new_job_id() -> str:

@@ -51,6 +51,13 @@ def test_enqueue_and_explain_ask_the_running_gateway_up(
         explained = _gateway(env, "explain", job_id)
         assert explained.returncode == 0, explained.stderr
         assert ": 1 audit record\n" in explained.stdout
+        # Under an idempotency key: the first decision again, then a reused key refused.
+        keyed = ("enqueue", "--type", "cli.idem", "--idempotency-key", "cli-1")
+        first, again = _gateway(env, *keyed), _gateway(env, *keyed)
+        assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+        assert again.stdout == first.stdout
+        other = _gateway(env, "enqueue", "--type", "cli.other", "--idempotency-key", "cli-1")
+        assert other.returncode == 2 and "idempotency_key_reused" in other.stdout, other
     finally:
         up.interrupt()
     assert not (tmp_path / "home" / "up.json").exists()

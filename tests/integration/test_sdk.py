@@ -309,3 +309,30 @@ def test_one_client_id_under_two_keys_is_one_job_however_they_race(stack: Stack)
         assert outcomes == ["accepted", "rejected"], (job_id, pair)
         refused = next(r for r in pair if r.outcome is Outcome.REJECTED)
         assert refused.error is not None and refused.error.code == "duplicate"
+
+
+def test_an_idempotency_key_answers_every_client_with_the_first_record(stack: Stack):
+    """Two clients (sync and asyncio), one key: the same record, one job; another job under
+    the key is decided invalid, idempotency_key_reused; a batch likewise, as a whole."""
+    tag = uuid.uuid4().hex
+    job = {"type": "sdk.idem", "args": [tag]}  # no key, no id: given one at the key's home
+    batch = [{"type": "sdk.idem", "args": [tag, n]} for n in range(3)]
+    first = stack.client.enqueue(job, wait=True, idempotency_key=f"{tag}-one")
+    many = stack.client.enqueue_many(batch, wait=True, idempotency_key=f"{tag}-many")
+
+    async def again() -> tuple[EnqueueResult, list[Any]]:
+        async with AsyncClient(stack.bootstrap, stack.namespace) as other:
+            one = await other.enqueue(job, wait=True, timeout=60, idempotency_key=f"{tag}-one")
+            more = await other.enqueue_many(batch, True, 60, idempotency_key=f"{tag}-many")
+            return one, more
+
+    one, more = asyncio.run(again())
+    assert first.outcome is Outcome.ACCEPTED and one.record == first.record
+    assert [r.record for r in more] == [r.record for r in many]
+    assert len({r.job_id for r in many}) == 3
+    refused = stack.client.enqueue({**job, "args": [tag, "x"]}, wait=True,
+                                   idempotency_key=f"{tag}-one")  # fmt: skip
+    assert refused.outcome is Outcome.INVALID and refused.error is not None
+    assert refused.error.code == "idempotency_key_reused" and f"{tag}-one" in refused.error.message
+    fewer = stack.client.enqueue_many(batch[:2], wait=True, idempotency_key=f"{tag}-many")
+    assert {r.error.code for r in fewer} == {"idempotency_key_reused"}

@@ -232,3 +232,46 @@ def test_a_send_that_would_wait_stops_and_leaves_the_rest_for_a_blocking_send():
         assert len(call.ticket.correlation_ids) == 1
     finally:
         client.close(timeout=0)
+
+
+# -- idempotency keys ---------------------------------------------------------------
+
+
+class Recording(Untouchable):
+    """Stands in for the producer and keeps what would be produced."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes, dict[str, bytes]]] = []
+
+    def produce(self, _topic: str, value: bytes, key: bytes, **kwargs: object) -> None:
+        self.sent.append((value, key, dict(kwargs["headers"])))  # type: ignore[call-overload]
+        kwargs["on_delivery"](None, None)  # type: ignore[operator]
+
+    def list_topics(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("unused: the topics count as checked")
+
+
+def test_a_job_under_an_idempotency_key_goes_to_the_keys_home_without_a_minted_id(
+    offline: Client,
+):
+    producer = offline._producer = Recording()  # type: ignore[assignment]
+    offline._ready.add(offline._topics["requests"])
+    plain = {"type": "report.build", "args": []}
+    offline.enqueue(plain, idempotency_key="order-17")
+    offline.enqueue_many([plain, JOB], idempotency_key="batch-3")
+    [(value, key, headers), *batch] = producer.sent
+    assert key == b"\x00idem\x00order-17" and "id" not in orjson.loads(value)
+    assert headers["idempotency_key"] == b"order-17" and "idempotency_item" not in headers
+    assert [(k, h["idempotency_item"]) for _, k, h in batch] == [
+        (b"\x00idem\x00batch-3", b"0/2"), (b"\x00idem\x00batch-3", b"1/2"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["", "k" * 257, "line\nbreak"])
+def test_a_bad_idempotency_key_raises_before_anything_is_sent(offline: Client, key: str):
+    offline._producer = Untouchable()  # type: ignore[assignment]
+    with pytest.raises(InvalidJob) as caught:
+        offline.enqueue(JOB, idempotency_key=key)
+    assert caught.value.code == "invalid_request" and "idempotency_key" in caught.value.message
+    with pytest.raises(InvalidJob):
+        offline.enqueue_many([JOB], idempotency_key=key)

@@ -27,6 +27,11 @@ def run(
         (b"", ("--type", "t", "--args", "{x"), "invalid_request: --args is not valid JSON"),
         (b"", ("--type", "t", "--unique", '{"keys": ["meta"]}'), "invalid_request: unique.meta"),
         (b"", ("--args", "[]"), "invalid_request: --args, --unique and --queue need --type"),
+        (
+            b"",
+            ("--type", "t", "--idempotency-key", "k" * 257),
+            "invalid_request: --idempotency-key must be 1 to 256 characters",
+        ),
     ],
 )
 def test_an_invalid_job_exits_2_naming_the_problem(monkeypatch, capsys, stdin, argv, line):

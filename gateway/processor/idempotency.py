@@ -1,0 +1,150 @@
+"""Idempotency keys in the dedup stage: core/idempotency.py's two records, kept in state.
+
+A request with an `idempotency_key` header is keyed by the key's home
+(`wire.idempotency_home`) by whoever produces it (the SDK, the router). There, under that
+key's state, the stage admits it (`core.idempotency.admit`): the digest of its body is
+checked against what the key admitted before, and a request the key was not given for is
+answered `idempotency_key_reused` at once. An admitted one goes on to its route, marked
+`idempotency_checked` with its digest; a job without key or id is given its id here, the
+same one on every attempt, so every attempt travels the same way. At the route, an
+admitted request whose item the route already answered gets that decision record again,
+byte for byte, with no new decision; else it is decided, and its decision record kept.
+Both records expire `Limits.idempotency_ms` after they were written, in event time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import orjson
+
+from gateway import wire
+from gateway.core import GatewayError, Outcome, Request, uuid7
+from gateway.core.idempotency import (
+    Admission,
+    Admitted,
+    Answer,
+    Item,
+    admit,
+    answered,
+    key_problem,
+    value_digest,
+    with_job_id,
+)
+from gateway.partitioner import partition_for
+from gateway.processor.parsing import dialect_of
+from gateway.processor.records import Output, Source, refused_request
+
+if TYPE_CHECKING:
+    from gateway.processor.dedup import Dedup, KeyState
+
+ADMISSION = "idempotency"
+ANSWER = "idem/"  # + item + "/" + key: an answer kept at the route
+
+
+class Idempotency:
+    def __init__(self, dedup: Dedup) -> None:
+        self.dedup = dedup
+
+    @staticmethod
+    def key_of(source: Source) -> str | None:
+        """The request's idempotency key, if it has one."""
+        return source.header(wire.IDEMPOTENCY_KEY_HEADER)
+
+    @staticmethod
+    def unchecked(source: Source) -> bool:
+        return wire.IDEMPOTENCY_CHECKED_HEADER not in source.headers
+
+    def at_home(
+        self, request: Request, value: bytes | None, key: bytes | None, source: Source,
+        state: KeyState, idem: str,
+    ) -> None:  # fmt: skip
+        """Admit the request under its key, at the key's home (sent there first if this is
+        not it), or refuse it."""
+        dedup = self.dedup
+        home = wire.idempotency_home(idem)
+        if key != home or partition_for(home, dedup.partitions) != source.partition:
+            dedup.emit(Output(value or b"", home, "requests",
+                              headers=list(source.headers.items())), source)  # fmt: skip
+            return
+        item = Item.parse(source.header(wire.IDEMPOTENCY_ITEM_HEADER))
+        problem = key_problem(idem, "the idempotency_key header")
+        if isinstance(item, GatewayError) or problem is not None:
+            self._refuse(source, problem or item, request, value)  # type: ignore[arg-type]
+            return
+        digest = value_digest(value)
+        before = Admission.load(state.get_bytes(ADMISSION))
+        now = source.timestamp_ms
+        verdict = admit(idem, before, item, digest, now, dedup.limits.idempotency_ms)
+        if not isinstance(verdict, Admitted):
+            self._refuse(source, verdict, request, value)
+            dedup.metrics.idempotent.labels("reused").inc()
+            return
+        dedup.metrics.idempotent.labels("admitted").inc()
+        admission, job_id = verdict.admission, verdict.job_id
+        route = request.envelope.id or wire.route(request)
+        if route is None:  # neither key nor id: the same id on every attempt
+            if job_id is None:
+                job_id = uuid7(now, None, source.seed)
+                admission = with_job_id(admission, item, job_id)
+            value = orjson.dumps({**orjson.loads(value or b"{}"), "id": job_id})
+            route = job_id
+        if admission != before:
+            ttl = timedelta(milliseconds=max(admission.until_ms - now, 1))
+            state.set_bytes(ADMISSION, admission.dump(), ttl=ttl)
+            # For its audit record (`kind: forwarded`): what the key admitted, sent where.
+            dedup.what = {"idempotency_key": idem, "item": item.dump() or None, "route": route}
+        checked = wire.IDEMPOTENCY_CHECKED_HEADER
+        headers = [(k, v) for k, v in source.headers.items() if k != checked]
+        headers.append((checked, digest.encode()))
+        dedup.emit(Output(value or b"", route.encode(), "requests", headers=headers), source)
+
+    def replayed(self, source: Source, key: bytes | None, state: KeyState, idem: str) -> bool:
+        """At the route: a request whose item was answered here within the window gets that
+        answer again (True), with no new decision; its audit record shows the answer read."""
+        name = _answer_name(source, idem)
+        held = Answer.load(state.get_bytes(name))
+        digest = source.header(wire.IDEMPOTENCY_CHECKED_HEADER) or ""
+        got = answered(held, digest, source.timestamp_ms)
+        if got is None:
+            return False
+        self.dedup.metrics.idempotent.labels("answered_again").inc()
+        again = Answer(got.digest, got.until_ms, got.record, got.replays + 1)
+        state.set_bytes(name, again.dump(), ttl=self._ttl(got.until_ms, source))
+        first = orjson.loads(got.record).get("request_id")
+        self.dedup.what = {
+            "idempotency_key": idem, "answered_again": got.replays + 1, "answer_of": first,
+        }  # fmt: skip
+        reply_to = source.header(wire.REPLY_TO_HEADER)
+        if reply_to:
+            correlation = source.headers.get(wire.CORRELATION_ID_HEADER, b"")
+            self.dedup.emit(Output(
+                got.record, key or source.seed, topic=reply_to,
+                headers=[(wire.CORRELATION_ID_HEADER, correlation)],
+            ), source)  # fmt: skip
+        return True
+
+    def keep(self, source: Source, state: KeyState, idem: str, record: bytes) -> None:
+        """At the route: the decision record an admitted request got, for its retries."""
+        digest = source.header(wire.IDEMPOTENCY_CHECKED_HEADER) or ""
+        until = source.timestamp_ms + self.dedup.limits.idempotency_ms
+        answer = Answer(digest, until, record)
+        state.set_bytes(_answer_name(source, idem), answer.dump(), ttl=self._ttl(until, source))
+
+    @staticmethod
+    def _ttl(until_ms: int, source: Source) -> timedelta:
+        return timedelta(milliseconds=max(until_ms - source.timestamp_ms, 1))
+
+    def _refuse(
+        self, source: Source, error: GatewayError, request: Request, value: bytes | None
+    ) -> None:
+        dialect = dialect_of(request, value)
+        for output in refused_request(source, error, dialect, request.envelope.raw):
+            self.dedup.emit(output, source)
+        self.dedup.metrics.decided(Outcome.INVALID, dialect, source.timestamp_ms)
+
+
+def _answer_name(source: Source, idem: str) -> str:
+    item = source.header(wire.IDEMPOTENCY_ITEM_HEADER) or "-"
+    return f"{ANSWER}{item}/{idem}"
