@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.audit.explain import explain_record
 from gateway.audit.findings import ReplayReport
 from gateway.audit.log import LogRecord
 from gateway.audit.replay import PartitionReplay, audits
@@ -204,6 +205,13 @@ def test_a_retry_gets_the_original_answer_byte_for_byte_and_no_new_job(job) -> N
     assert again_record["what"] == {
         "idempotency_key": "order-1", "answered_again": 1, "answer_of": "r1",
     }  # fmt: skip
+    assert (
+        explain_record(again_record)
+        .reason[0]
+        .startswith(
+            "answered again: idempotency key 'order-1' was answered for request r1 with the same body"
+        )
+    )
     # And the home's, once: what the key admitted and where it went.
     [admitted] = [t for t in trail if (t.get("what") or {}).get("item", 0) is None]
     assert admitted["kind"] == "forwarded" and admitted["what"]["idempotency_key"] == "order-1"
