@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -97,11 +98,17 @@ def test_a_minted_id_reused_at_once_is_refused_on_any_serve(gateway: Any) -> Non
             body = reuse.json()
             assert body["error"]["code"] == "duplicate"
             assert body["error"]["details"]["existing_job_id"] == job_id
-    # Every first job is still the one its id shows, on every serve.
+    # Every first job is still the one its id shows, on every serve, once committed (a serve
+    # that did not answer it learns of it from job_states: the commit interval here is 2 s).
     for url in urls:
         with httpx.Client(base_url=url, timeout=60) as http:
             for job_id, first, *_ in results:
-                shown = http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]
+                deadline = time.monotonic() + 30
+                while (got := http.get(f"/ojs/v1/jobs/{job_id}")).status_code == 404:
+                    assert time.monotonic() < deadline, (url, job_id, got.text)
+                    time.sleep(0.2)
+                assert got.status_code == 200, (url, job_id, got.status_code, got.text)
+                shown = got.json()["job"]
                 assert (shown["type"], shown["args"]) == (first["type"], first["args"])
 
 
