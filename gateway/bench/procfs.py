@@ -53,30 +53,26 @@ def cpu_seconds(pid: int | None, children: bool = True) -> float | None:
 
 def peak_rss_bytes(pid: int) -> int:
     """The largest resident set of any process in the tree (VmHWM)."""
-    peak = 0
-    for member in tree(pid):
-        try:
-            status = Path(f"/proc/{member}/status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                peak = max(peak, int(line.split()[1]) * 1024)
-    return peak
+    return max(_status_bytes(pid, "VmHWM:"), default=0)
 
 
 def tree_rss_bytes(pid: int) -> int:
     """The resident memory of a process and its descendants together, now (VmRSS)."""
-    total = 0
+    return sum(_status_bytes(pid, "VmRSS:"))
+
+
+def _status_bytes(pid: int, field: str) -> list[int]:
+    """A memory field of /proc/<pid>/status, in bytes, for each live process of the tree."""
+    found = []
     for member in tree(pid):
         try:
             status = Path(f"/proc/{member}/status").read_text()
         except OSError:
             continue
         for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-    return total
+            if line.startswith(field):
+                found.append(int(line.split()[1]) * 1024)
+    return found
 
 
 def directory_bytes(path: Path) -> int:
