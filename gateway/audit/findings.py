@@ -14,6 +14,7 @@ Position = tuple[str, int, int]  # topic, partition, offset
 BEFORE_TRAIL = "decided before the oldest audit record read (retention, or before --from)"
 INPUT_GONE = "its input record is gone (retention, or before --from)"
 TOO_LARGE = "it read a value too large for its audit record to carry"
+TRUNCATED = "it touched more than its audit record could carry (the replay started afresh after it)"
 NO_STATE = "its audit record was written before audit records carried their state (< 0.4)"
 UNREADABLE = "its audit record is not JSON"
 

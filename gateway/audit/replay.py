@@ -44,6 +44,7 @@ from gateway.audit.findings import (
     INPUT_GONE,
     NO_STATE,
     TOO_LARGE,
+    TRUNCATED,
     UNREADABLE,
     Position,
     ReplayReport,
@@ -170,6 +171,13 @@ class PartitionReplay:
             return
         if audit is None and not self.started:
             self.report.unverifiable[BEFORE_TRAIL] += 1
+            return
+        state = None if audit is None else audit.value.get("state")
+        if isinstance(state, dict) and state.get("truncated"):
+            self.report.unverifiable[TRUNCATED] += 1
+            self.store.forget()
+            self.tainted.clear()
+            self.started = self.sealed = True
             return
         seeded = True
         if audit is not None:

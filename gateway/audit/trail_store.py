@@ -27,6 +27,12 @@ FLUSH_EVERY = 4_096
 
 class TrailStore:
     def __init__(self, path: Path) -> None:
+        self._path = path
+        self._db = self._open()
+        self._pending: dict[bytes, bytes] = {}
+        self.now_ms = self.time_ms = 0
+
+    def _open(self) -> Rdict:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.set_write_buffer_size(16 << 20)  # a replay runs one store per process
@@ -35,9 +41,14 @@ class TrailStore:
         table = BlockBasedOptions()
         table.set_bloom_filter(10, False)
         options.set_block_based_table_factory(table)
-        self._db = Rdict(str(path), options)
-        self._pending: dict[bytes, bytes] = {}
-        self.now_ms = self.time_ms = 0
+        return Rdict(str(self._path), options)
+
+    def forget(self) -> None:
+        """Know nothing again (what follows seeds the store afresh)."""
+        self._pending.clear()
+        self._db.close()
+        Rdict.destroy(str(self._path))
+        self._db = self._open()
 
     def at(self, timestamp_ms: int) -> None:
         """Before each record: its time stamps writes, and moves the partition's time on."""

@@ -16,7 +16,9 @@ or report) gets one of its own. Either way the record gains:
             due:    [schedule, route, item] of what its time made due, in the order it
                     took them: a replay whose window starts after they were scheduled
                     takes them too;
-            after:  a digest of everything it wrote (value and expiry), in order.
+            after:  a digest of everything it wrote (value and expiry), in order;
+            truncated: only on a record too large to carry the rest (its lists are then
+                    empty): how many of each it had.
     prev    the digest of the partition's previous audit record (null: the first);
     digest  blake2b-128 of the record's bytes up to `,"digest"`: with `prev`, a chain in
             which a missing, reordered or altered record shows.
@@ -179,7 +181,17 @@ def seal(
         outputs.append(audit)
     body = audit.value or b"{}"
     room = MAX_RECORD_BYTES - len(body) - _SLACK
-    section = orjson.dumps(state_section(staged, due, jobs_after, source.timestamp_ms, room))
+    state = state_section(staged, due, jobs_after, source.timestamp_ms, room)
+    section = orjson.dumps(state)
+    if len(body) + len(section) > MAX_RECORD_BYTES - _SLACK:
+        # A record that touched very many routes (a tick that tombstones thousands of jobs):
+        # its audit record must still fit, so it says how much it touched and what it wrote,
+        # and a replay starts afresh after it (replay.py).
+        section = orjson.dumps({
+            "routes": [], "before": [], "jobs": [], "due": [],
+            "truncated": {name: len(state[name]) for name in ("routes", "before", "jobs", "due")},
+            "after": state["after"],
+        })  # fmt: skip
     prev = head.get_bytes(HEAD)
     body = b"%b%b,\"state\":%b,\"prev\":%b}" % (
         body[:-1], decided, section, b"null" if prev is None else b'"%b"' % prev,

@@ -12,18 +12,21 @@ import orjson
 import pytest
 
 from gateway.audit import LogRecord, replay_under_policy
-from gateway.audit.findings import ReplayReport
+from gateway.audit.findings import TRUNCATED, ReplayReport
 from gateway.audit.replay import PartitionReplay, audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.whatif import paired
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
+from gateway.core.limits import MAX_RECORD_BYTES
 from gateway.processor.dedup import Dedup
+from gateway.processor.kinds import Kind
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source, decision_record, request_id
+from gateway.processor.records import Output, Source, decision_record, record_size, request_id
 from gateway.processor.requests import Requests
-from gateway.processor.trail import digest
-from gateway.wire import JOB_EVENT, KIND_HEADER
+from gateway.processor.total import DELETED, Staged
+from gateway.processor.trail import CHAIN_KEY, digest, intact, seal
+from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
 
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
@@ -236,3 +239,38 @@ def test_a_record_the_processor_failed_on_keeps_the_chain_and_replays(
         trail[0].value or b"")["digest"]  # fmt: skip
     report = replayed(log, trail)
     assert (report.verified, report.different, report.findings) == (3, 0, [])
+
+
+def test_an_audit_record_too_large_to_carry_its_state_is_truncated_and_still_fits() -> None:
+    staged: dict[bytes, Staged] = {}
+    for n in range(20_000):  # a tick that touched twenty thousand routes
+        state = Staged(Store().state(b"r"))
+        state.reads[f"job/{n:036d}"] = (b'{"state":"completed","pad":"' + b"x" * 80 + b'"}', None)
+        state.writes[f"job/{n:036d}"] = (DELETED, None)
+        staged[f"route-{n:060d}".encode()] = state
+    head = Staged(Store().state(CHAIN_KEY))
+    tick = Source(REQ, 0, 7, T0, {KIND_HEADER: TICK})
+    outputs: list[Output] = []
+    seal(outputs, staged, head, tick, TICK_KEY, Kind.TICK, None, [], {})
+    [audit] = outputs
+    record = orjson.loads(audit.value or b"")
+    assert record_size(audit) < MAX_RECORD_BYTES and intact(audit.value or b"")
+    assert record["state"]["truncated"] == {
+        "routes": 20_000, "before": 20_000, "jobs": 20_000, "due": 0,
+    }  # fmt: skip
+    assert record["state"]["routes"] == [] and record["state"]["before"] == []
+
+
+def test_after_a_truncated_audit_record_a_replay_starts_afresh_with_no_false_finding() -> None:
+    key = key_of(JOB)
+    log = [rec(REQ, i, T0 + i, JOB, key) for i in range(3)]
+    trail = processed(log)
+    second = orjson.loads(trail[1].value or b"")
+    counts = {n: len(second["state"][n]) for n in ("routes", "before", "jobs", "due")}
+    truncated = {"routes": [], "before": [], "jobs": [], "due": [], "truncated": counts,
+                 "after": second["state"]["after"]}  # fmt: skip
+    shortened = _resealed(trail[1], state=truncated)
+    after = _resealed(trail[2], prev=orjson.loads(shortened.value or b"")["digest"])
+    report = replayed(log, [trail[0], shortened, after])
+    assert (report.verified, report.different, report.findings) == (2, 0, [])
+    assert report.unverifiable == {TRUNCATED: 1}
