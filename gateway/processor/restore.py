@@ -42,7 +42,14 @@ class Restoring:
 
 
 def behind(consumer: Any, topic: str, partition: int, store: PartitionStore) -> Restoring | None:
-    """The restore `store` needs to reach its changelog's end, or None if it is there."""
+    """The restore `store` needs to reach its changelog's end, or None if it is there.
+
+    The end is the log's high watermark, asked of a read_uncommitted `consumer`: a
+    read_committed one answers the last stable offset, which lags a commit until the
+    coordinator has written its markers. A store would then be taken for up to date while
+    its predecessor's last commit (on a revoke, just before this assignment) was still
+    being marked, and decide without it. The restore reads read_committed up to this end,
+    so it waits for those markers (or for an open transaction to end)."""
     low, high = _watermarks(consumer, TopicPartition(topic, partition))
     # Changelogs are written in transactions, so a log ends with a commit's marker, which the
     # store never sees: a store at the record before it is at the end (a stopped processor's
@@ -79,6 +86,11 @@ class Restorer:
                 **({"statistics.interval.ms": 1_000, "stats_cb": stats_cb} if stats_cb else {}),
             }
         )
+        # Asks where each changelog ends (see `behind`), never reads one.
+        self._ends = Consumer({
+            **client_config, "group.id": f"{group}-restore", "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        })  # fmt: skip
         self.pending: dict[tuple[str, int], Restoring] = {}
         self._started = 0.0
         self._records = 0
@@ -88,7 +100,7 @@ class Restorer:
         behind_now = {
             (r.topic, r.partition): r
             for topic, partition, store in stores
-            if (r := behind(self._consumer, topic, partition, store)) is not None
+            if (r := behind(self._ends, topic, partition, store)) is not None
         }
         if behind_now:
             if not self.pending:
@@ -135,6 +147,7 @@ class Restorer:
 
     def close(self) -> None:
         self._consumer.close()
+        self._ends.close()
 
     def _assign(self) -> None:
         """Read exactly the pending partitions, each from where its store is."""

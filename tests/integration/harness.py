@@ -308,7 +308,16 @@ class DuplicateLoad:
         for d in decisions:
             if d["outcome"] == "accepted":
                 accepted[d["unique_key"]] = accepted.get(d["unique_key"], 0) + 1
-        assert set(accepted) == keys and set(accepted.values()) == {1}
+        twice = {k: n for k, n in accepted.items() if n != 1}
+        shown = [
+            (d["unique_key"][:8], d["source"], d["decided_at"], d["request_id"], d["job_id"])
+            for d in decisions
+            if d["outcome"] == "accepted" and d["unique_key"] in twice
+        ][:6]
+        assert set(accepted) == keys and not twice, (
+            f"{len(keys - set(accepted))} keys never accepted, {len(set(accepted) - keys)} "
+            f"unknown, accepted more than once: {shown}"
+        )
         job_keys = [j["unique_key"] for j in jobs]
         assert len(job_keys) == len(keys) and set(job_keys) == keys, "extra or missing jobs"
         return {"requests": len(self.sent), "decisions": len(decisions), "jobs": len(jobs)}
