@@ -36,6 +36,7 @@ from gateway.core import (
     prune,
 )
 from gateway.core.policy import format_period
+from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import parse_rfc3339
 
 Entries = tuple[Entry, ...]
@@ -66,8 +67,13 @@ def explain_record(record: Mapping[str, Any]) -> Explained:
     if kind == "event":
         result = event_result(record)
         head = f"event {what.get('outcome')} job {what.get('job_id')}"
-        told = explain_event(result, _job_before(record, result.job_id))
-        return Explained(kind, at, head, dict(what), [told])
+        told = [explain_event(result, _job_before(record, result.job_id))]
+        if what.get("released"):
+            told.append(
+                f"job {result.job_id} was the last job its key's successor waited for: "
+                f"successor {what['released']} is enqueued"
+            )
+        return Explained(kind, at, head, dict(what), told)
     moves = job_moves(record)
     head = kind if not what else f"{kind} {orjson.dumps(what).decode()}"
     if "answered_again" in what:  # an idempotent retry (processor/idempotency.py)
@@ -227,6 +233,9 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
             "so nothing can duplicate it"
         )
     kept = prune(prior, now)
+    job = record.get("job")
+    if isinstance(job, Mapping) and job.get("state") == "pending" and job.get(SUCCESSOR_OF):
+        return _kept_last(record, job, prior, now)
     if outcome == "accepted":
         reasons = [holds(e, policy, now).why for e in kept]
         detail = f" against this request: {'; '.join(reasons)}" if reasons else ""
@@ -269,6 +278,23 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
             ]
         return f"replaced: {'; '.join(cancelled)}; accepted job {record.get('job_id')} in its place"
     return f"{outcome}: no explanation for this outcome"
+
+
+def _kept_last(
+    record: Mapping[str, Any], job: Mapping[str, Any], prior: Entries, now: int
+) -> str:
+    """A request kept as its key's successor (core/successor.py)."""
+    followed = job[SUCCESSOR_OF]
+    state = _state_before(followed, prior, now, None, record)
+    told = (
+        f"{record.get('outcome')} (kept as the successor): job {followed} ({state}) holds "
+        f"the key and has not finished, so the request is kept as job {record.get('job_id')}, "
+        "pending, off the queue until that job finishes, then enqueued"
+    )
+    older = record.get("cancelled_job_ids") or []
+    if older:
+        told += f"; it replaces the older successor {', '.join(older)}, cancelled"
+    return told
 
 
 def _debounced(
@@ -398,6 +424,8 @@ def describe_policy(policy: Mapping[str, Any]) -> str:
         if debounce.get("restart_lock"):
             told.append("restarting the holder's lock")
         parts.append(" ".join(told))
+    if policy.get("keep_last_if_active"):
+        parts.append("keep the last request while the job runs")
     return ", ".join(parts)
 
 

@@ -46,6 +46,9 @@ Rules, each decided here and only here:
   `restart_lock` (BullMQ's extend) the holder's lock restarts at the move,
   or, when the debounce moves no job (extend without replace), whenever the
   lock absorbs a duplicate.
+- keep_last_if_active (an OJS extension, BullMQ's keepLastIfActive): a request
+  whose key a running job holds becomes the key's one pending successor,
+  replacing an older one, before debounce and on_conflict (core/successor.py).
 - A request without a unique policy is accepted and stores no entry.
 - The accepted job's entry keeps the request's holder rule (Zizq, Faktory,
   BullMQ, sidekiq-unique-jobs, River) and, for dialects whose conflicts
@@ -61,6 +64,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, assert_never
 
+from gateway.core import successor
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
 from gateway.core.envelope import resolved
 from gateway.core.errors import GatewayError
@@ -202,6 +206,8 @@ def decide(
         return _accept(request, kept, now_ms, (seed, at_home))
 
     matches = [e for e in kept if holds_key(e, policy, now_ms)]
+    if policy.keep_last and (followed := successor.followed(kept, matches, now_ms)) is not None:
+        return _succeed(request, kept, now_ms, (seed, at_home), followed, retention_ms)
     if not matches:
         return _accept(request, kept, now_ms, (seed, at_home))
     existing = _pick(matches)
@@ -264,6 +270,30 @@ def _replace(
         existing_state=effective_state(existing, now_ms),
         cancelled=tuple(to_cancel),
     )
+
+
+def _succeed(
+    request: Request,
+    kept: tuple[Entry, ...],
+    now_ms: int,
+    mint: Mint,
+    followed: Entry,
+    retention_ms: int,
+) -> Decision:
+    """The request kept as the successor of `followed`, replacing an older successor."""
+    previous = successor.pending(kept)
+    after = [e.moved_to(State.CANCELLED, now_ms) if e is previous else e for e in kept]
+    accepted = _accept(request, after, now_ms, mint)
+    assert accepted.job is not None
+    job, entry = successor.as_successor(accepted.job, accepted.entries[-1], followed.job_id)
+    entries = prune((*accepted.entries[:-1], entry), now_ms, retention_ms)
+    kept_as = replace(accepted, job=job, entries=entries)
+    if previous is None:
+        return kept_as
+    return replace(
+        kept_as, outcome=Outcome.REPLACED, existing=previous, existing_state=State.PENDING,
+        cancelled=(previous,),
+    )  # fmt: skip
 
 
 def entry_of(job: Mapping[str, Any]) -> Entry:

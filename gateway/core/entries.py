@@ -55,6 +55,8 @@ class Entry:
     holder: Holder | None = None
     # The job as published, kept where a conflict may update it (Oban's replace).
     job: Mapping[str, Any] | None = None
+    # A pending successor, kept while the key's job runs (successor.py).
+    successor: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -87,6 +89,8 @@ class Entry:
             out["holder"] = self.holder.to_dict()
         if self.job is not None:
             out["job"] = dict(self.job)
+        if self.successor:
+            out["successor"] = True
         return out
 
     @staticmethod
@@ -104,6 +108,7 @@ class Entry:
                 max_attempts=_typed(raw.get("max_attempts", DEFAULT_MAX_ATTEMPTS), int),
                 holder=_holder(raw.get("holder")),
                 job=_optional(raw.get("job"), dict),
+                successor=raw.get("successor") is True,
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed stored entry {raw!r}: {exc!r}") from None

@@ -18,7 +18,10 @@ Every dialect maps onto this value (see core/dialects); beyond OJS it adds:
   engine at decision time: a holder meets only a request of its own bucket;
 - `debounce` (an OJS extension, `unique.debounce`, and BullMQ's
   `deduplication.replace`/`.extend`): a request whose key a waiting job holds
-  moves that job's run time instead of being refused (see `Debounce`).
+  moves that job's run time instead of being refused (see `Debounce`);
+- `keep_last` (an OJS extension, `unique.keep_last_if_active`, and BullMQ's
+  `deduplication.keepLastIfActive`): a request whose key a running job holds
+  becomes the key's one pending successor (see core/successor.py).
 A dialect may leave `type` out of `keys` (Oban without `worker` in fields);
 an OJS policy never does.
 """
@@ -76,6 +79,7 @@ _OJS_ON_CONFLICT = tuple(c for c in OnConflict if c is not OnConflict.UPDATE)
 _ON_CONFLICT_NAMES = frozenset(c.value for c in _OJS_ON_CONFLICT)
 _FIELDS = (
     "keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict", "debounce",
+    "keep_last_if_active",
 )  # fmt: skip
 _DEBOUNCE_FIELDS = ("delay", "max_wait", "replace")
 # The states in which an OJS debounce moves the job holding the key: it still waits.
@@ -145,6 +149,8 @@ class UniquePolicy:
     bucket_start: int | None = None
     # Trailing debounce of a waiting holder (see Debounce); None: none.
     debounce: Debounce | None = None
+    # Keep the newest request while the key's job runs, as its successor (successor.py).
+    keep_last: bool = False
 
     def fields_to_update(self, state: State) -> tuple[str, ...]:
         return next((fields for s, fields in self.update_fields if s is state), ())
@@ -173,6 +179,8 @@ class UniquePolicy:
             out["bucket_start"] = self.bucket_start
         if self.debounce is not None:
             out["debounce"] = self.debounce.to_dict()
+        if self.keep_last:
+            out["keep_last_if_active"] = True
         return out
 
     @staticmethod
@@ -222,6 +230,8 @@ def _canonical_extras(fields: dict[str, Any]) -> dict[str, Any]:
             extra["bucket_start"] = bucket
         if fields.get("debounce") is not None:
             extra["debounce"] = Debounce.from_dict(fields.pop("debounce"))
+        if "keep_last_if_active" in fields:
+            extra["keep_last"] = fields.pop("keep_last_if_active") is True
     except ValueError as exc:
         raise invalid_request(f"policy: {exc}") from None
     return extra
@@ -296,7 +306,16 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
         states=_parse_states(raw.get("states"), f"{field}.states"),
         on_conflict=_parse_on_conflict(raw.get("on_conflict"), f"{field}.on_conflict"),
         debounce=_parse_debounce(raw.get("debounce"), f"{field}.debounce") if ojs else None,
+        keep_last=_flag(raw.get("keep_last_if_active"), f"{field}.keep_last_if_active"),
     )
+
+
+def _flag(raw: object, field: str) -> bool:
+    if raw is None:
+        return False
+    if not isinstance(raw, bool):
+        raise invalid_request(f"{field} must be true or false, not {_show(raw)}")
+    return raw
 
 
 def _parse_debounce(raw: object, field: str) -> Debounce | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State
+from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State, successor
 from gateway.core.jobs import job_route
 from gateway.core.lifecycle import follow, on_key
 from gateway.processor.parsing import parse_event_record
@@ -24,6 +24,7 @@ from gateway.processor.records import (
     event_summary,
     job_state_tombstone,
     refused_event,
+    released_output,
 )
 
 if TYPE_CHECKING:
@@ -54,10 +55,14 @@ class Events:
         result, after = on_key(
             job, entries, event, source.timestamp_ms, dedup.limits.retention_ms, paused
         )  # fmt: skip
+        released = None
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
-            self.follow(result.job, result, state, source, (entries, after) if keyed else None)
+            moved = (entries, after) if keyed else None
+            released = self.follow(result.job, result, state, source, moved)
         # The job as the event left it: explain tells the next attempt and the error by it.
         dedup.what = {"job_id": result.job_id, **event_summary(result), "job": result.job}
+        if released is not None:
+            dedup.what["released"] = released  # the key's successor, now enqueued
         reply = event_reply(result, route_of(job, event), source)
         if reply is not None:
             dedup.emit(reply, source)
@@ -82,10 +87,11 @@ class Events:
         state: KeyState,
         source: Source,
         entries: Moved | None = None,
-    ) -> None:
+    ) -> str | None:
         """Store the moved job (a deleted one goes, with its tombstone at once); its key's
-        entries follow (`entries`; None: the core moved the job alone, an expiry); a cancel
-        tells the worker."""
+        entries follow (`entries`; None: the core moved the job alone, an expiry), and the
+        key's successor is released if the job was the last it waited for; a cancel tells
+        the worker. Returns the released successor's id."""
         dedup = self.dedup
         if result.deleted:
             # Its id stays claimed until its scheduled tombstone (it was terminal, so one is
@@ -95,16 +101,31 @@ class Events:
             dedup.emit(job_state_tombstone(str(job["id"])), source)
         else:
             dedup.put_job(state, job, source)
-        unique_key = job.get("unique_key")
+        unique_key, released = job.get("unique_key"), None
         if isinstance(unique_key, str):
             if entries is None:
                 before = dedup.load_entries(state)
                 entries = before, follow(
                     before, job, result, source.timestamp_ms, dedup.limits.retention_ms
                 )  # fmt: skip
-            dedup.store_entries(state, *entries, source.timestamp_ms)
+            after, released = successor.release(entries[1], source.timestamp_ms)
+            dedup.store_entries(state, entries[0], after, source.timestamp_ms)
+            if released is not None:
+                self._release(released, unique_key, state, source)
         if result.state is State.CANCELLED:
             dedup.emit(cancellation(job, str(result.previous_state), unique_key), source)
+        return None if released is None else released.job_id
+
+    def _release(self, entry: Entry, unique_key: str, state: KeyState, source: Source) -> None:
+        """The key's successor, released as its job finished: stored, and published on
+        `jobs` as a new job is, now that a worker may take it."""
+        dedup = self.dedup
+        record = dedup.load_job(state, entry.job_id)
+        if record is None:  # never: a successor's record lives as long as its entry
+            return
+        job = successor.released_job(record, entry, source.timestamp_ms)
+        dedup.put_job(state, job, source)
+        dedup.emit(released_output(job, unique_key), source)
 
 
 def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str | None:

@@ -21,6 +21,7 @@ from gateway.core import (
     EventResult,
     GatewayError,
     Outcome,
+    State,
     audit_fields,
     cancellations,
     decide,
@@ -128,8 +129,10 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
     job: bytes | None = None
     if decision.job is not None:
         job = _json(decision.job)
-        route = route_key(decision.unique_key, str(decision.job["id"])).encode()
-        outputs.append(Output(job, route, role="jobs", headers=key_header))
+        # A new job is born pending only as a key's successor, which waits off `jobs`.
+        if decision.outcome is Outcome.UPDATED or decision.job["state"] != State.PENDING:
+            route = route_key(decision.unique_key, str(decision.job["id"])).encode()
+            outputs.append(Output(job, route, role="jobs", headers=key_header))
     if decision.error is not None:
         envelope = rejection(decision.error, req_id, source, _duplicate_details(decision))
         outputs.append(Output(_json(envelope), key, role="rejections"))
@@ -150,6 +153,15 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
             headers=[(wire.CORRELATION_ID_HEADER, correlation)],
         ))  # fmt: skip
     return outputs
+
+
+def released_output(job: dict[str, Any], unique_key: str) -> Output:
+    """A key's successor on `jobs`, released as its job finished: as a new job is."""
+    published = {k: v for k, v in job.items() if k not in ("route", "partition")}
+    key = unique_key.encode()
+    return Output(
+        _json(published), key, role="jobs", headers=[(wire.UNIQUE_KEY_HEADER, key)]
+    )
 
 
 def refused_request(

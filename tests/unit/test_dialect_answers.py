@@ -187,7 +187,7 @@ def test_sidekiq_replace_answers_the_new_jid() -> None:
 
 
 def test_an_option_the_gateway_lacks_answers_400_naming_it() -> None:
-    job = {**BULLMQ, "opts": {"deduplication": {"id": "house", "keepLastIfActive": True}}}
+    job = {**BULLMQ, "opts": {"deduplication": {"id": "house"}, "jobId": "house-1"}}
     decision = decide((), parse_request(job), T0, seed=b"0")
     record = decision_record(decision, Source("requests", 0, 0, T0, {}), "r0", "bullmq")
     refused = EnqueueResult.from_record(record)
@@ -195,14 +195,14 @@ def test_an_option_the_gateway_lacks_answers_400_naming_it() -> None:
     assert isinstance(answer, ApiError) and (answer.status, answer.code) == (
         400, "unsupported_option",
     )  # fmt: skip
-    assert answer.message.startswith("opts.deduplication.keepLastIfActive is not supported yet")
+    assert answer.message.startswith("opts.jobId with opts.deduplication is not supported yet")
     assert refused.answer["error"]["code"] == "unsupported_option"
 
 
 @pytest.mark.parametrize(
     "job",
     [
-        {**BULLMQ, "opts": {"deduplication": {"id": "h", "keepLastIfActive": True}}},
+        {**BULLMQ, "opts": {"deduplication": {"id": "h"}, "jobId": "h-1"}},
         {**SIDEKIQ, "lock_limit": 2},
         {**RIVER, "unique_opts": {"by_args": True, "by_state": ["available", "pending",
                                                                   "running", "scheduled"]}},

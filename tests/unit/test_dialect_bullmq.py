@@ -222,8 +222,6 @@ def test_a_removed_job_frees_its_id() -> None:
 @pytest.mark.parametrize(
     ("raw", "option"),
     [
-        (add({"id": "k", "keepLastIfActive": True}), "opts.deduplication.keepLastIfActive"),
-        (add(keepLastIfActive=True), "opts.keepLastIfActive"),
         (add({"id": "k"}, jobId="j-1"), "opts.jobId with opts.deduplication"),
         (add(jobId="j-1", removeOnComplete=100), "opts.removeOnComplete"),
         (add(jobId="j-1", removeOnFail={"age": 3600}), "opts.removeOnFail"),

@@ -73,8 +73,8 @@ def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> N
 
 
 REFUSED = [
-    ({**BULLMQ, "opts": {"deduplication": {"id": "h", "keepLastIfActive": True}}},
-     "opts.deduplication.keepLastIfActive"),
+    ({**BULLMQ, "opts": {"deduplication": {"id": "h"}, "jobId": "h-1"}},
+     "opts.jobId with opts.deduplication"),
     ({**SIDEKIQ, "lock": "while_executing"}, "lock while_executing"),
     ({**SIDEKIQ, "lock": "until_and_while_executing"}, "lock until_and_while_executing"),
     ({**SIDEKIQ, "lock_limit": 3}, "lock_limit above 1"),

@@ -23,9 +23,11 @@ data (updated, where BullMQ removes the delayed job and adds the new one); a
 holder that no longer waits is a duplicate as before. `deduplication.extend`
 restarts the holder's ttl when a replace moves it, and, without replace,
 whenever the holder absorbs a duplicate (BullMQ's sliding throttle).
-Refused as not supported yet:
-`deduplication.keepLastIfActive` (a successor kept while the job runs),
-`jobId` with `deduplication` (two keys at once), and with `jobId` a
+`deduplication.keepLastIfActive` maps onto the core's successor rule
+(core/successor.py): a duplicate while the holder is active is kept as its
+pending successor, the newest one winning, and enqueued when the holder
+finishes; the ttl is ignored then, as BullMQ ignores it.
+Refused as not supported yet: `jobId` with `deduplication` (two keys at once), and with `jobId` a
 `removeOnComplete`/`removeOnFail` that keeps jobs by count or age. BullMQ's
 own refusals are kept: `debounce` (removed in BullMQ), `deduplication` with
 `parent`, integer or `:` job ids. Other opts travel with the job unread.
@@ -70,11 +72,9 @@ def parse(raw: Mapping[str, Any]) -> Request:
             "opts.debounce has been removed from BullMQ; use opts.deduplication instead"
         )
     if opts.get("keepLastIfActive") is not None:
-        raise unsupported(
-            "opts.keepLastIfActive",
-            "a BullMQ deduplication option (deduplication.keepLastIfActive), which keeps "
-            "the newest duplicate while the job runs and adds it when the job finishes; "
-            "the gateway does not keep a successor",
+        raise invalid_request(
+            "opts.keepLastIfActive is a BullMQ deduplication option: give it as "
+            "opts.deduplication.keepLastIfActive"
         )
     attempts = f.optional_int({"opts.attempts": opts.get("attempts")}, "opts.attempts", 0)
     envelope = Envelope(
@@ -93,12 +93,12 @@ def parse(raw: Mapping[str, Any]) -> Request:
             "opts.jobId with opts.deduplication",
             "each is a key of its own and the gateway checks one key per job; use one",
         )
-    debounce = None
+    debounce, keep_last = None, False
     if job_id is not None:
         rule = StatesRule(StatesKind.BULLMQ, "jobId", _kept_states(opts))
         key_fields: dict[str, Any] = {"queue": envelope.queue, "job_id": job_id}
     elif dedup is not None:
-        dedup_id, ttl, debounce = dedup
+        dedup_id, ttl, debounce, keep_last = dedup
         rule = (
             StatesRule(StatesKind.BULLMQ, "deduplication", SIMPLE_STATES)
             if ttl is None
@@ -114,6 +114,7 @@ def parse(raw: Mapping[str, Any]) -> Request:
         on_conflict=OnConflict.IGNORE,
         judge=Judge.HOLDER,
         debounce=debounce,
+        keep_last=keep_last,
     )
     key = f.namespaced_key(NAMESPACE, key_fields, "opts")
     return Request(envelope, policy, key, BULLMQ, holder_rule=rule)
@@ -173,7 +174,7 @@ def _kept_states(opts: Mapping[str, Any]) -> frozenset[State]:
 
 def _deduplication(
     opts: Mapping[str, Any],
-) -> tuple[str, int | None, Debounce | None] | None:
+) -> tuple[str, int | None, Debounce | None, bool] | None:
     dedup = opts.get("deduplication")
     if dedup is None:
         return None
@@ -194,9 +195,9 @@ def _deduplication(
         value = dedup.get(option)
         if value is not None and not isinstance(value, bool):
             raise invalid_request(f"opts.deduplication.{option} must be true or false")
-    if dedup.get("keepLastIfActive"):
-        raise unsupported("opts.deduplication.keepLastIfActive", _KEEP_LAST)
-    ttl = _ttl(dedup.get("ttl"))
+    keep_last = dedup.get("keepLastIfActive") is True
+    # BullMQ ignores the ttl then: the id is held while the job exists, whatever its age.
+    ttl = None if keep_last else _ttl(dedup.get("ttl"))
     extend = bool(dedup.get("extend")) and ttl is not None  # BullMQ extends a ttl only
     if dedup.get("replace"):
         # Debounce: a delayed holder moves to this request's delay, with its data.
@@ -206,7 +207,7 @@ def _deduplication(
         debounce = Debounce(states=frozenset(), restart_lock=True)
     else:
         debounce = None
-    return dedup_id, ttl, debounce
+    return dedup_id, ttl, debounce, keep_last
 
 
 def _ttl(ttl: Any) -> int | None:
@@ -223,7 +224,3 @@ def _ttl(ttl: Any) -> int | None:
     return ttl
 
 
-_KEEP_LAST = (
-    "the newest duplicate would be kept while the job runs and added when it finishes; "
-    "the gateway does not keep a successor"
-)

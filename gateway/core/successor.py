@@ -1,0 +1,97 @@
+"""Keep the last while running: a key's one pending successor.
+
+`unique.keep_last_if_active` (an OJS extension) and BullMQ's
+`deduplication.keepLastIfActive`. The work a request asks for while the key's
+job runs is not lost: the request becomes the key's successor, a job in state
+`pending` that no worker is offered and that is kept off `jobs`, and it is
+enqueued when the job it follows finishes, however it finishes (completed,
+discarded, cancelled, expired). Rules, each decided here and only here:
+
+- A request with the option meets the rule when a job matching it is active,
+  or when the key already has a pending successor (its job has not finished:
+  it may be retrying, or back in the queue after a lost lease). The rule comes
+  before the policy's debounce and on_conflict.
+- The first such request is accepted as the successor (state pending); a newer
+  one replaces it: the older successor is cancelled and the newer one, with
+  its own payload, is the successor now (outcome `replaced`). Latest data wins.
+- The successor is released when no other live job holds the key (every job
+  it followed is terminal): it becomes available, or scheduled if its own
+  scheduled time is still ahead, in the same transaction as the move that
+  finished its job. So at most one job of the key runs at a time, and at most
+  two live jobs hold it: the running one and its successor.
+- A successor leaves `pending` only so: a job event may cancel it, nothing
+  else moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gateway.core.entries import Entry, effective_state
+from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.jobs import initial_state
+from gateway.core.states import State
+from gateway.core.times import format_rfc3339
+
+SUCCESSOR_OF = "successor_of"  # the job record's field: the job its successor follows
+
+
+def followed(kept: Iterable[Entry], matches: Iterable[Entry], now_ms: int) -> Entry | None:
+    """The job a keep-last request would follow (see the rules), else None: an active
+    match, else, when the key has a pending successor, the live job it waits for."""
+    active = next((e for e in matches if effective_state(e, now_ms) is State.ACTIVE), None)
+    if active is not None:
+        return active
+    kept = tuple(kept)
+    if pending(kept) is None:
+        return None
+    return next((e for e in reversed(kept) if not e.terminal and not e.successor), None)
+
+
+def pending(entries: Iterable[Entry]) -> Entry | None:
+    """The key's pending successor, if it has one."""
+    return next((e for e in entries if e.successor and e.state is State.PENDING), None)
+
+
+def as_successor(job: dict[str, Any], entry: Entry, holder_id: str) -> tuple[dict[str, Any], Entry]:
+    """An accepted job and its entry, made the successor of `holder_id`: pending until
+    released, so neither enqueued nor offered."""
+    job = {**job, "state": str(State.PENDING), SUCCESSOR_OF: holder_id}
+    job.pop("enqueued_at", None)
+    kept_copy = None if entry.job is None else job  # the entry keeps a copy where it did
+    return job, replace(entry, state=State.PENDING, successor=True, job=kept_copy)
+
+
+def release(entries: tuple[Entry, ...], now_ms: int) -> tuple[tuple[Entry, ...], Entry | None]:
+    """The key's entries after its successor is released, and the released entry; the
+    entries as they were and None while another live job still holds the key."""
+    successor = pending(entries)
+    if successor is None or any(not e.terminal and not e.successor for e in entries):
+        return entries, None
+    state = initial_state(successor.scheduled_at, now_ms)
+    released = replace(successor.moved_to(state, now_ms), successor=False)
+    return tuple(released if e is successor else e for e in entries), released
+
+
+def released_job(job: Mapping[str, Any], entry: Entry, now_ms: int) -> dict[str, Any]:
+    """A successor's record once released (`entry`: its entry from `release`)."""
+    out = {**job, "state": str(entry.state)}
+    if entry.state is State.AVAILABLE:
+        out["enqueued_at"] = format_rfc3339(now_ms)
+    return out
+
+
+def held_back(entries: Iterable[Entry], job_id: str, target: State | None) -> GatewayError | None:
+    """Why an event may not move a pending successor to `target` (None: it may)."""
+    if target is State.CANCELLED:
+        return None
+    successor = pending(entries)
+    if successor is None or successor.job_id != job_id:
+        return None
+    return GatewayError(
+        INVALID_REQUEST,
+        f"job {job_id} is the pending successor of its unique key's running job: it is "
+        "enqueued when that job finishes, and may only be cancelled before",
+    )
