@@ -280,9 +280,7 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
     return f"{outcome}: no explanation for this outcome"
 
 
-def _kept_last(
-    record: Mapping[str, Any], job: Mapping[str, Any], prior: Entries, now: int
-) -> str:
+def _kept_last(record: Mapping[str, Any], job: Mapping[str, Any], prior: Entries, now: int) -> str:
     """A request kept as its key's successor (core/successor.py)."""
     followed = job[SUCCESSOR_OF]
     state = _state_before(followed, prior, now, None, record)

@@ -159,9 +159,7 @@ def released_output(job: dict[str, Any], unique_key: str) -> Output:
     """A key's successor on `jobs`, released as its job finished: as a new job is."""
     published = {k: v for k, v in job.items() if k not in ("route", "partition")}
     key = unique_key.encode()
-    return Output(
-        _json(published), key, role="jobs", headers=[(wire.UNIQUE_KEY_HEADER, key)]
-    )
+    return Output(_json(published), key, role="jobs", headers=[(wire.UNIQUE_KEY_HEADER, key)])
 
 
 def refused_request(

@@ -29,8 +29,9 @@ def job(n: int, **unique: Any) -> dict[str, Any]:
 
 
 def bullmq(n: int, **dedup: Any) -> dict[str, Any]:
+    dedup = {"id": "site", "keepLastIfActive": True, **dedup}
     return {"dialect": "bullmq", "queue": "deploy", "name": "deploy", "data": {"commit": n},
-            "opts": {"deduplication": {"id": "site", "keepLastIfActive": True, **dedup}}}  # fmt: skip
+            "opts": {"deduplication": dedup}}  # fmt: skip
 
 
 class Deploys(Log):
@@ -85,9 +86,7 @@ def test_the_last_request_while_the_job_runs_is_enqueued_when_it_finishes(how: s
         validator("decision.json").validate(decision)
 
 
-def test_a_retrying_job_keeps_its_successor_waiting_and_a_newer_request_still_replaces_it() -> (
-    None
-):
+def test_a_retrying_job_keeps_its_successor_waiting_and_a_newer_request_still_replaces_it() -> None:
     log = Deploys()
     first = log.request(job(1), T0)
     key = first["unique_key"]
@@ -209,7 +208,13 @@ def test_any_story_runs_one_job_at_a_time_and_never_loses_the_newest_request(
     if newest is not None:
         # The newest kept request is a job that ran, runs, waits, or was cancelled by hand.
         assert log.states()[newest] in (
-            "pending", "available", "active", "retryable", "completed", "discarded", "cancelled"
+            "pending",
+            "available",
+            "active",
+            "retryable",
+            "completed",
+            "discarded",
+            "cancelled",
         )
     trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
              for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip

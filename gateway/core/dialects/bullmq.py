@@ -222,5 +222,3 @@ def _ttl(ttl: Any) -> int | None:
     if problem is not None:
         raise invalid_request(problem)
     return ttl
-
-
