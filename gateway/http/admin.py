@@ -24,6 +24,7 @@ from starlette.requests import Request
 from gateway import wire
 from gateway.core import INVALID_REQUEST, State
 from gateway.core.job_filter import JobFilter
+from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import errors, queue_stats
 from gateway.http.admin_jobs import matching, page_of, paged, query_filter
@@ -198,9 +199,17 @@ def _ms(stamp: object) -> int:
 
 
 async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """The keys live jobs hold (a job with a unique key that has not finished), by state."""
+    """The keys live jobs hold (a job with a unique key that has not finished), by state;
+    a key's pending successor names the job it follows (`successor_of`)."""
     held = [job for job in matching(binding.view, JobFilter(live=True)) if job.get("unique_key")]
-    return _listed(request, held, lambda j: {
-        "key": j["unique_key"], "job_id": j["id"], "type": j.get("type"),
-        "queue": j.get("queue"), "state": j.get("state"),
-    })  # fmt: skip
+    return _listed(request, held, _held)
+
+
+def _held(job: dict[str, Any]) -> dict[str, Any]:
+    item = {
+        "key": job["unique_key"], "job_id": job["id"], "type": job.get("type"),
+        "queue": job.get("queue"), "state": job.get("state"),
+    }  # fmt: skip
+    if job.get("state") == State.PENDING and SUCCESSOR_OF in job:
+        item[SUCCESSOR_OF] = job[SUCCESSOR_OF]
+    return item

@@ -56,6 +56,12 @@ def test_the_newest_request_while_a_job_runs_runs_once_after_it_across_a_kill_9(
             successor = newest.json()["job"]
             assert successor["state"] == "pending"
             assert fetch(http) == []  # pending: nothing to offer while the job runs
+            held = eventually(
+                lambda: http.get("/ojs/v1/unique-jobs?per_page=1000").json()["items"],
+                lambda items: any(i["job_id"] == successor["id"] for i in items), seconds=30,
+            )  # fmt: skip
+            [shown] = [i for i in held if i["job_id"] == successor["id"]]
+            assert (shown["state"], shown["successor_of"]) == ("pending", running)
             acked = http.post("/ojs/v1/workers/ack", json={"job_id": running})
             assert acked.status_code == 200, acked.text
             taken = eventually(lambda: fetch(http), bool, seconds=90)
