@@ -22,6 +22,7 @@ from gateway.core import (
     JobEvent,
     expire_job,
     job_deadline,
+    successor,
 )
 from gateway.core.lifecycle import on_key
 from gateway.core.queues import QueueCommand, newer, parse_queue_command, queue_state
@@ -62,6 +63,15 @@ class JobBook:
         result, after = on_key(job, entries, event, now_ms, retention_ms, paused)
         self._keep(result)
         return result, after
+
+    def released(self, entries: tuple[Entry, ...], now_ms: int) -> tuple[Entry, ...]:
+        """A key's entries after a move of one of its jobs, its successor released as the
+        processor releases it (core/successor.py), the successor's record moved too."""
+        after, released = successor.release(entries, now_ms)
+        job = None if released is None else self.jobs.get(released.job_id)
+        if released is not None and job is not None:
+            self.jobs[released.job_id] = successor.released_job(job, released, now_ms)
+        return after
 
     def expire(self, now_ms: int) -> list[EventResult]:
         """The attempts a record at `now_ms` ends, failed as the processor fails them."""

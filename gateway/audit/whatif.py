@@ -116,7 +116,7 @@ def replay_under_policy(
     report = FlipReport()
     for record, was in heapq.merge(*partitions, key=lambda d: d[0].timestamp_ms):
         for expired in book.expire(record.timestamp_ms):
-            _follow(state, expired, record.timestamp_ms, limits)
+            _follow(state, book, expired, record.timestamp_ms, limits)
         kind = kind_of(record.source, record.value)
         if kind in (Kind.TICK, Kind.ID_REPORT):
             continue
@@ -177,11 +177,15 @@ def _apply(
         event, entries, record.timestamp_ms, limits.retention_ms, record.partition
     )  # fmt: skip
     if result.outcome is EventOutcome.APPLIED and result.job is not None:
-        state[event.unique_key] = after
+        state[event.unique_key] = book.released(after, record.timestamp_ms)
 
 
 def _follow(
-    state: dict[str, tuple[Entry, ...]], result: EventResult, now_ms: int, limits: Limits
+    state: dict[str, tuple[Entry, ...]],
+    book: JobBook,
+    result: EventResult,
+    now_ms: int,
+    limits: Limits,
 ) -> None:
     """The moved job's key's entries follow it, as the processor's do."""
     job = result.job
@@ -189,4 +193,5 @@ def _follow(
         return
     key = job.get("unique_key")
     if isinstance(key, str):
-        state[key] = follow(state.get(key, ()), job, result, now_ms, limits.retention_ms)
+        moved = follow(state.get(key, ()), job, result, now_ms, limits.retention_ms)
+        state[key] = book.released(moved, now_ms)

@@ -241,3 +241,28 @@ def test_replay_reproduces_it_and_explain_tells_each_step() -> None:
     assert f"it replaces the older successor {kept['job_id']}, cancelled" in text
     assert f"successor {newer['job_id']} is enqueued" in text
     assert "keep the last request while the job runs" in text
+
+
+def test_what_if_follows_the_successor_as_the_processor_does() -> None:
+    from gateway.audit import replay_under_policy
+    from gateway.audit.whatif import paired
+    from gateway.core import UniquePolicy, parse_policy
+    from gateway.processor.parsing import Limits
+
+    log = Deploys()
+    first = log.request(job(1), T0)
+    log.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+    log.request(job(2), T0 + 2 * S)
+    log.finish(first, T0 + 3 * S, "completed")
+    log.request(job(3), T0 + 4 * S)  # the released successor waits: rejected
+    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
+             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
+
+    def what_if(**unique: Any) -> Any:
+        policy = parse_policy({"keys": ["type"], **unique})
+        assert isinstance(policy, UniquePolicy)
+        return replay_under_policy([paired(log.log, trail)], policy, Limits())
+
+    assert what_if(keep_last_if_active=True).flips == []
+    # Without it the request while the job runs is refused, and the next one takes the key.
+    assert what_if().transitions == {("accepted", "rejected"): 1, ("rejected", "accepted"): 1}
