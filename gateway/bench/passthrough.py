@@ -94,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     producer.begin_transaction()
     while not stopping:
         for msg in consumer.consume(500, 0.01):
-            if msg.error() is not None:
+            error = msg.error()
+            if error is not None:
                 # librdkafka retries what it can (a topic just created, not yet in the
                 # metadata, is such an error); only a fatal one ends the run.
-                if msg.error().fatal():
-                    raise SystemExit(f"consume failed: {msg.error()}")
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    print(f"consume error: {msg.error()}", flush=True)
+                if error.fatal():
+                    raise SystemExit(f"consume failed: {error}")
+                if error.code() != KafkaError._PARTITION_EOF:
+                    print(f"consume error: {error}", flush=True)
                 continue
             owed += args.records_per_input
             count = max(1, int(owed))

@@ -365,9 +365,9 @@ def _other_figures(
 
         size = plan.requests if plan.quick else AUDIT_REQUESTS
         step(f"replay and explain of {size:,} requests one processor decided")
-        measured = audit.audit(size, 1 if plan.quick else plan.rounds, broker, processes, opts,
-                               step)  # fmt: skip
-        taken, line = measured.figures()
+        audited = audit.audit(size, 1 if plan.quick else plan.rounds, broker, processes, opts,
+                              step)  # fmt: skip
+        taken, line = audited.figures()
         figures |= taken
         done(line)
     if "cold-start" in plan.figures:

@@ -154,7 +154,7 @@ class Gateway(StreamSystem):
 
     def request_timestamp_ms(self, msg: Message) -> int:
         # Decision time is the request record's broker timestamp.
-        return parse_rfc3339(orjson.loads(msg.value())["decided_at"]) or 0
+        return parse_rfc3339(orjson.loads(msg.value() or b"{}").get("decided_at", "")) or 0
 
     def outcome(self, value: bytes) -> str:
         return str(orjson.loads(value)["outcome"])
@@ -245,7 +245,8 @@ def drop_namespace(broker: Broker, namespace: str) -> None:
     by the third round), and a cluster given with --bootstrap is left as it was found."""
     ours = (f"{namespace}.", f"changelog__{namespace}.")
     # librdkafka's info lines (a purged queue at close) go to its logger, not the console.
-    client = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": KAFKA_LOGGER})
+    config: dict[str, Any] = {"bootstrap.servers": broker.bootstrap, "logger": KAFKA_LOGGER}
+    client = AdminClient(config)
     try:
         names = [t for t in client.list_topics(timeout=30).topics if t.startswith(ours)]
         for future in client.delete_topics(names, operation_timeout=30).values():
@@ -282,8 +283,9 @@ def run_round(
         deadline = launched + DECIDE_TIMEOUT_S
         while len(values) < len(inputs):
             for msg in io.consumer.consume(1000, 0.05):
-                if msg.error() is None:
-                    values.append(msg.value())
+                value = msg.value()
+                if msg.error() is None and value is not None:
+                    values.append(value)
             if not started and len(values) >= mark:
                 started, at_mark = time.monotonic(), len(values)
                 cpu_process = procfs.cpu_seconds(proc.pid)
@@ -395,8 +397,9 @@ class _Io:
         deadline = time.monotonic() + timeout
         while len(values) < count:
             for msg in self.consumer.consume(1000, 0.1):
-                if msg.error() is None and is_decision(msg.value()):
-                    values.append(msg.value())
+                value = msg.value()
+                if msg.error() is None and value is not None and is_decision(value):
+                    values.append(value)
             if progress is not None:
                 progress(len(values))
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -470,10 +473,10 @@ def _count_committed(bootstrap: str, namespace: str, cat: Catalogue) -> int:
         count, deadline = 0, time.monotonic() + 120
         while todo and time.monotonic() < deadline:
             for msg in consumer.consume(5000, 0.5):
-                where = (msg.topic(), msg.partition())
-                if msg.error() is None:
+                where, error = (msg.topic(), msg.partition()), msg.error()
+                if error is None:
                     count += 1
-                elif msg.error().code() == KafkaError._PARTITION_EOF:  # read to the stable end
+                elif error.code() == KafkaError._PARTITION_EOF:  # read to the stable end
                     todo.discard(where)
         if todo:
             raise BenchError(f"could not read to the end of {sorted(todo)}")

@@ -371,7 +371,10 @@ class Client:
     ) -> bool:
         """Produce one item; False (and nothing registered) if the local queue is full
         and the caller would rather not wait."""
-        headers = [(wire.REQUEST_ID_HEADER, out.request_id.encode()), *kind.headers, *out.headers]
+        headers: list[tuple[str, str | bytes | None]] = [
+            (wire.REQUEST_ID_HEADER, out.request_id.encode()), *kind.headers, *out.headers,
+        ]  # fmt: skip
+        correlation_id = None
         if wait:
             correlation_id = random_hex()
             headers += [
@@ -396,21 +399,19 @@ class Client:
                 return True
             except BufferError:
                 if not block:
-                    self._forget(ticket, headers)
+                    self._forget(ticket, correlation_id)
                     return False
                 time.sleep(0.01)  # the local queue is full; the I/O thread drains it
             except KafkaException as exc:
                 on_delivery(exc.args[0], None)
                 return True
 
-    def _forget(self, ticket: Ticket, headers: list[tuple[str, bytes]]) -> None:
+    def _forget(self, ticket: Ticket, correlation_id: str | None) -> None:
         """Undo the registration of a reply that will not come: it was never produced."""
-        for name, value in headers:
-            if name == wire.CORRELATION_ID_HEADER:
-                correlation_id = value.decode()
-                ticket.correlation_ids.remove(correlation_id)
-                with self._lock:
-                    self._pending.pop(correlation_id, None)
+        if correlation_id is not None:
+            ticket.correlation_ids.remove(correlation_id)
+            with self._lock:
+                self._pending.pop(correlation_id, None)
 
     def _on_ack(
         self, ticket: Ticket, index: int, sent: Sent, err: KafkaError | None, _: Message | None
@@ -425,7 +426,7 @@ class Client:
         with self._lock:
             entry = self._pending.pop(correlation_id, None)
         if entry is not None:
-            ticket, index, _ = entry
+            ticket, index, _sent = entry
             ticket.fill(index, DeliveryFailed(err.str()))
 
     # -- getting ready: topics exist, reply positions resolved -----------------------
@@ -512,11 +513,14 @@ class Client:
                 log.exception("the SDK's I/O thread failed on a record; continuing")
 
     def _on_reply(self, msg: Message) -> None:
-        if msg.error() is not None:
-            log.warning("reading replies failed", extra={"error": msg.error().str()})
+        error = msg.error()
+        if error is not None:
+            log.warning("reading replies failed", extra={"error": error.str()})
             return
-        headers = dict(msg.headers() or [])
-        correlation_id = (headers.get(wire.CORRELATION_ID_HEADER) or b"").decode(errors="replace")
+        correlation = dict(msg.headers() or []).get(wire.CORRELATION_ID_HEADER)
+        correlation_id = (
+            correlation.decode(errors="replace") if isinstance(correlation, bytes) else ""
+        )
         with self._lock:
             entry = self._pending.pop(correlation_id, None)
         if entry is None:

@@ -121,8 +121,8 @@ def test_under_a_key_a_batch_item_shows_the_state_it_had_when_decided() -> None:
     decided = 1_700_000_000_000
     job = {**JOB, "id": JOB_ID, "state": "scheduled",
            "scheduled_at": format_rfc3339(decided + 60_000)}  # fmt: skip
-    record = {"job_id": JOB_ID, "job": job, "decided_at": format_rfc3339(decided),
-              "source": {"partition": 0}}  # fmt: skip
+    record: dict[str, Any] = {"job_id": JOB_ID, "job": job, "source": {"partition": 0},
+                              "decided_at": format_rfc3339(decided)}  # fmt: skip
     client = Client(result("accepted", **record))
     req = request({"jobs": [JOB], "idempotency_key": "k"})
     answer = call(jobs.enqueue_batch, req, bound(client=client, view=View()))

@@ -283,7 +283,7 @@ def test_a_forged_checked_mark_on_intake_is_dropped() -> None:
     gateway = Idempotent()
     gateway.ask(keyed(1), "k")
     gateway.run()
-    forged = gateway.ask(keyed(2), "k", **{IDEMPOTENCY_CHECKED_HEADER: b"whatever"})
+    forged = gateway.ask(keyed(2), "k", None, **{IDEMPOTENCY_CHECKED_HEADER: b"whatever"})
     gateway.run()
     assert orjson.loads(gateway.replies()[forged])["error"]["code"] == IDEMPOTENCY_KEY_REUSED
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ def test_invalid_intake_records_are_replayed_by_the_router():
 
 def beside(
     records: list[LogRecord], recorded: dict[tuple[str, int, int], dict[str, Any]]
-) -> list[tuple[LogRecord, dict[str, Any] | None]]:
+) -> list[tuple[LogRecord, Mapping[str, Any] | None]]:
     """One partition's records, each beside its recorded decision, through `paired`."""
     decided = [r for r in records if r.position in recorded]
     decisions = [

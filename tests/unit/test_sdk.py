@@ -243,7 +243,9 @@ class Recording(Untouchable):
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, bytes, dict[str, bytes]]] = []
 
-    def produce(self, _topic: str, value: bytes, key: bytes, **kwargs: object) -> None:
+    def produce(self, *args: object, **kwargs: object) -> None:
+        _topic, value, key = args
+        assert isinstance(value, bytes) and isinstance(key, bytes)
         self.sent.append((value, key, dict(kwargs["headers"])))  # type: ignore[call-overload]
         kwargs["on_delivery"](None, None)  # type: ignore[operator]
 
