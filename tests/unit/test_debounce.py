@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.audit import LogRecord
 from gateway.core import (
     Entry,
     GatewayError,
@@ -30,7 +29,6 @@ from gateway.core.times import format_rfc3339
 from tests.support import payload, validator
 from tests.unit.test_dialect_records import Log, schema
 from tests.unit.test_dialects import Story, ids
-from tests.unit.test_replay import replayed
 
 T0 = 1_770_000_000_000
 S = 1000
@@ -272,10 +270,7 @@ def test_replay_reproduces_a_burst_and_explain_tells_the_debounce() -> None:
     assert [r["debounce"]["capped"] for r in records[1:6]] == [False, False, False, True, True]
     for record in records:
         validator("decision.json").validate(record)
-    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
-             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
-    report = replayed(log.log, trail)
-    assert (report.verified, report.differences, report.findings) == (len(trail), [], [])
+    log.replays_identically()
     text = log.explained()
     assert (
         f"updated (debounced): job {first['job_id']} is `scheduled`, in the states [scheduled, "

@@ -67,6 +67,17 @@ class Log:
         record = LogRecord(REQ, 0, len(self.log), at, key.encode(), orjson.dumps(value), headers)
         self._handle(record)
 
+    def trail(self) -> list[LogRecord]:
+        """The audit records the processor wrote, as the decisions topic holds them."""
+        return [LogRecord("decisions", 0, i, 0, o.key, o.value)
+                for i, o in enumerate(self.outputs("decisions"))]  # fmt: skip
+
+    def replays_identically(self) -> None:
+        """Replay verifies every audit record: no difference and no finding."""
+        trail = self.trail()
+        report = replayed(self.log, trail)
+        assert (report.verified, report.differences, report.findings) == (len(trail), [], [])
+
     def explained(self) -> str:
         """Every audit record the processor wrote, told one by one."""
         told = [explain_record(payload(o.value)) for o in self.outputs("decisions")]
@@ -177,10 +188,7 @@ def test_replay_reproduces_dialect_decisions_holders_and_updates() -> None:
     outcomes = [r["outcome"] for r in log.recorded().values() if r["kind"] == "request"]
     assert outcomes == ["accepted", "ignored", "accepted", "ignored", "accepted", "updated",
                         "accepted", "rejected", "accepted"]  # fmt: skip
-    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
-             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
-    report = replayed(log.log, trail)
-    assert (report.verified, report.differences, report.findings) == (len(trail), [], [])
+    log.replays_identically()
     assert first["outcome"] == "accepted"
 
 

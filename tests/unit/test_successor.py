@@ -13,11 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.audit import LogRecord
 from gateway.core import GatewayError, parse_request
 from tests.support import payload, validator
 from tests.unit.test_dialect_records import Log, schema
-from tests.unit.test_replay import replayed
 
 T0 = 1_770_000_000_000
 S = 1000
@@ -48,6 +46,12 @@ class Deploys(Log):
     def published(self) -> list[dict[str, Any]]:
         return [payload(o.value) for o in self.outputs("jobs")]
 
+    def running(self) -> dict[str, Any]:
+        """The key's first job, accepted at T0 and taken by a worker at T0 + 1 s."""
+        first = self.request(job(1), T0)
+        self.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+        return first
+
     def finish(self, decision: dict[str, Any], at: int, how: str) -> None:
         key = decision["unique_key"]
         if how == "completed":
@@ -62,8 +66,7 @@ class Deploys(Log):
 @pytest.mark.parametrize("how", ["completed", "discarded", "cancelled"])
 def test_the_last_request_while_the_job_runs_is_enqueued_when_it_finishes(how: str) -> None:
     log = Deploys()
-    first = log.request(job(1), T0)
-    log.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+    first = log.running()
     kept = log.request(job(2), T0 + 2 * S)
     newer = log.request(job(3), T0 + 3 * S)
     assert (kept["outcome"], newer["outcome"]) == ("accepted", "replaced")
@@ -88,9 +91,8 @@ def test_the_last_request_while_the_job_runs_is_enqueued_when_it_finishes(how: s
 
 def test_a_retrying_job_keeps_its_successor_waiting_and_a_newer_request_still_replaces_it() -> None:
     log = Deploys()
-    first = log.request(job(1), T0)
+    first = log.running()
     key = first["unique_key"]
-    log.event(first["job_id"], key, T0 + S, type="job.started")
     kept = log.request(job(2), T0 + 2 * S)
     log.event(first["job_id"], key, T0 + 3 * S, type="job.failed", error={"message": "x"})
     assert log.states()[first["job_id"]] == "retryable"
@@ -116,9 +118,8 @@ def test_a_waiting_job_is_a_duplicate_as_before_and_the_released_one_holds_the_k
 
 def test_a_pending_successor_may_only_be_cancelled() -> None:
     log = Deploys()
-    first = log.request(job(1), T0)
+    first = log.running()
     key = first["unique_key"]
-    log.event(first["job_id"], key, T0 + S, type="job.started")
     kept = log.request(job(2), T0 + 2 * S)
     log.event(kept["job_id"], key, T0 + 3 * S, type="job.enqueued")
     assert log.states()[kept["job_id"]] == "pending"
@@ -132,8 +133,7 @@ def test_a_pending_successor_may_only_be_cancelled() -> None:
 
 def test_a_successor_with_its_own_delay_is_scheduled_when_released() -> None:
     log = Deploys()
-    first = log.request(job(1), T0)
-    log.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+    first = log.running()
     later = log.request({**job(2), "scheduled_at": "+PT1H"}, T0 + 2 * S)
     log.finish(first, T0 + 3 * S, "completed")
     assert log.states()[later["job_id"]] == "scheduled"
@@ -216,23 +216,16 @@ def test_any_story_runs_one_job_at_a_time_and_never_loses_the_newest_request(
             "discarded",
             "cancelled",
         )
-    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
-             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
-    report = replayed(log.log, trail)
-    assert (report.differences, report.findings) == ([], [])
+    log.replays_identically()
 
 
 def test_replay_reproduces_it_and_explain_tells_each_step() -> None:
     log = Deploys()
-    first = log.request(job(1), T0)
-    log.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+    first = log.running()
     kept = log.request(job(2), T0 + 2 * S)
     newer = log.request(job(3), T0 + 3 * S)
     log.finish(first, T0 + 4 * S, "completed")
-    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
-             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
-    report = replayed(log.log, trail)
-    assert (report.verified, report.differences, report.findings) == (len(trail), [], [])
+    log.replays_identically()
     text = log.explained()
     assert (
         f"accepted (kept as the successor): job {first['job_id']} (active) holds the key and "
@@ -250,13 +243,11 @@ def test_what_if_follows_the_successor_as_the_processor_does() -> None:
     from gateway.processor.parsing import Limits
 
     log = Deploys()
-    first = log.request(job(1), T0)
-    log.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+    first = log.running()
     log.request(job(2), T0 + 2 * S)
     log.finish(first, T0 + 3 * S, "completed")
     log.request(job(3), T0 + 4 * S)  # the released successor waits: rejected
-    trail = [LogRecord("decisions", 0, i, 0, o.key, o.value)
-             for i, o in enumerate(log.outputs("decisions"))]  # fmt: skip
+    trail = log.trail()
 
     def what_if(**unique: Any) -> Any:
         policy = parse_policy({"keys": ["type"], **unique})
