@@ -184,6 +184,7 @@ def decide(
     kept = prune(entries, now_ms, retention_ms)
     if isinstance(request, GatewayError):
         return Decision(Outcome.INVALID, now_ms, kept, error=request)
+    delay_ms = request.envelope.scheduled_in  # a successor's counts from its release
     envelope = resolved(request.envelope, now_ms)  # relative times: instants from now on
     if envelope is not request.envelope:
         request = replace(request, envelope=envelope)
@@ -207,7 +208,8 @@ def decide(
 
     matches = [e for e in kept if holds_key(e, policy, now_ms)]
     if policy.keep_last and (followed := successor.followed(kept, matches, now_ms)) is not None:
-        return _succeed(request, kept, now_ms, (seed, at_home), followed, retention_ms)
+        kept_for = (followed.job_id, delay_ms)
+        return _succeed(request, kept, now_ms, (seed, at_home), kept_for, retention_ms)
     if not matches:
         return _accept(request, kept, now_ms, (seed, at_home))
     existing = _pick(matches)
@@ -277,15 +279,16 @@ def _succeed(
     kept: tuple[Entry, ...],
     now_ms: int,
     mint: Mint,
-    followed: Entry,
+    kept_for: tuple[str, int | None],
     retention_ms: int,
 ) -> Decision:
-    """The request kept as the successor of `followed`, replacing an older successor."""
+    """The request kept as the successor of a job (`kept_for`: its id, and the request's
+    relative run time), replacing an older successor."""
     previous = successor.pending(kept)
     after = [e.moved_to(State.CANCELLED, now_ms) if e is previous else e for e in kept]
     accepted = _accept(request, after, now_ms, mint)
     assert accepted.job is not None
-    job, entry = successor.as_successor(accepted.job, accepted.entries[-1], followed.job_id)
+    job, entry = successor.as_successor(accepted.job, accepted.entries[-1], *kept_for)
     entries = prune((*accepted.entries[:-1], entry), now_ms, retention_ms)
     kept_as = replace(accepted, job=job, entries=entries)
     if previous is None:

@@ -55,8 +55,10 @@ class Entry:
     holder: Holder | None = None
     # The job as published, kept where a conflict may update it (Oban's replace).
     job: Mapping[str, Any] | None = None
-    # A pending successor, kept while the key's job runs (successor.py).
+    # A pending successor, kept while the key's job runs (successor.py), and its run time
+    # counted from its release when its request gave a relative one.
     successor: bool = False
+    delay_ms: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -91,6 +93,8 @@ class Entry:
             out["job"] = dict(self.job)
         if self.successor:
             out["successor"] = True
+        if self.delay_ms is not None:
+            out["delay_ms"] = self.delay_ms
         return out
 
     @staticmethod
@@ -109,6 +113,7 @@ class Entry:
                 holder=_holder(raw.get("holder")),
                 job=_optional(raw.get("job"), dict),
                 successor=raw.get("successor") is True,
+                delay_ms=_optional(raw.get("delay_ms"), int),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed stored entry {raw!r}: {exc!r}") from None

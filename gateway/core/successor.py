@@ -36,6 +36,7 @@ from gateway.core.states import State
 from gateway.core.times import format_rfc3339
 
 SUCCESSOR_OF = "successor_of"  # the job record's field: the job its successor follows
+SUCCESSOR_DELAY = "successor_delay_ms"  # and its run time after its release, if relative
 
 
 def followed(kept: Iterable[Entry], matches: Iterable[Entry], now_ms: int) -> Entry | None:
@@ -55,13 +56,25 @@ def pending(entries: Iterable[Entry]) -> Entry | None:
     return next((e for e in entries if e.successor and e.state is State.PENDING), None)
 
 
-def as_successor(job: dict[str, Any], entry: Entry, holder_id: str) -> tuple[dict[str, Any], Entry]:
+def as_successor(
+    job: dict[str, Any], entry: Entry, holder_id: str, delay_ms: int | None
+) -> tuple[dict[str, Any], Entry]:
     """An accepted job and its entry, made the successor of `holder_id`: pending until
-    released, so neither enqueued nor offered."""
+    released, so neither enqueued nor offered. A relative run time (`delay_ms`, BullMQ's
+    delay, OJS's "+PT5M") counts from the release, the job's real enqueue: until then the
+    job has no scheduled time but its delay."""
     job = {**job, "state": str(State.PENDING), SUCCESSOR_OF: holder_id}
     job.pop("enqueued_at", None)
+    scheduled_at = entry.scheduled_at
+    if delay_ms is not None:
+        job.pop("scheduled_at", None)
+        job[SUCCESSOR_DELAY] = delay_ms
+        scheduled_at = None
     kept_copy = None if entry.job is None else job  # the entry keeps a copy where it did
-    return job, replace(entry, state=State.PENDING, successor=True, job=kept_copy)
+    return job, replace(
+        entry, state=State.PENDING, successor=True, job=kept_copy, scheduled_at=scheduled_at,
+        delay_ms=delay_ms,
+    )  # fmt: skip
 
 
 def release(entries: tuple[Entry, ...], now_ms: int) -> tuple[tuple[Entry, ...], Entry | None]:
@@ -70,14 +83,21 @@ def release(entries: tuple[Entry, ...], now_ms: int) -> tuple[tuple[Entry, ...],
     successor = pending(entries)
     if successor is None or any(not e.terminal and not e.successor for e in entries):
         return entries, None
-    state = initial_state(successor.scheduled_at, now_ms)
-    released = replace(successor.moved_to(state, now_ms), successor=False)
+    scheduled_at = successor.scheduled_at
+    if successor.delay_ms is not None:
+        scheduled_at = now_ms + successor.delay_ms
+    state = initial_state(scheduled_at, now_ms)
+    released = replace(
+        successor.moved_to(state, now_ms, scheduled_at), successor=False, delay_ms=None
+    )
     return tuple(released if e is successor else e for e in entries), released
 
 
 def released_job(job: Mapping[str, Any], entry: Entry, now_ms: int) -> dict[str, Any]:
     """A successor's record once released (`entry`: its entry from `release`)."""
     out = {**job, "state": str(entry.state)}
+    if out.pop(SUCCESSOR_DELAY, None) is not None and entry.scheduled_at is not None:
+        out["scheduled_at"] = format_rfc3339(entry.scheduled_at)
     if entry.state is State.AVAILABLE:
         out["enqueued_at"] = format_rfc3339(now_ms)
     return out

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core import GatewayError, parse_request
+from gateway.core.times import format_rfc3339
 from tests.support import payload, validator
 from tests.unit.test_dialect_records import Log, schema
 
@@ -131,12 +132,44 @@ def test_a_pending_successor_may_only_be_cancelled() -> None:
     assert [j["id"] for j in log.published()] == [first["job_id"]]
 
 
-def test_a_successor_with_its_own_delay_is_scheduled_when_released() -> None:
+def test_a_successor_s_relative_run_time_counts_from_its_release() -> None:
     log = Deploys()
     first = log.running()
     later = log.request({**job(2), "scheduled_at": "+PT1H"}, T0 + 2 * S)
+    assert "scheduled_at" not in later["job"] and later["job"]["successor_delay_ms"] == 3_600_000
     log.finish(first, T0 + 3 * S, "completed")
-    assert log.states()[later["job_id"]] == "scheduled"
+    [released] = [payload(o.value) for o in log.outputs("jobs")][-1:]
+    assert released["state"] == "scheduled" and "successor_delay_ms" not in released
+    assert released["scheduled_at"] == format_rfc3339(T0 + 3 * S + 3_600_000)
+    fixed = Deploys()
+    first = fixed.running()
+    at = format_rfc3339(T0 + 10 * S)
+    kept = fixed.request({**job(2), "scheduled_at": at}, T0 + 2 * S)  # an instant stays one
+    fixed.finish(first, T0 + 3 * S, "completed")
+    assert fixed.states()[kept["job_id"]] == "scheduled"
+    assert fixed.published()[-1]["scheduled_at"] == at
+
+
+def test_bullmq_continuous_debounce_runs_the_newest_data_a_delay_after_the_job_finishes() -> None:
+    """keepLastIfActive with delay and replace: bursts while the job waits collapse into it,
+    bursts while it runs into its successor, which runs the delay after it finishes."""
+    log = Deploys()
+    opts = {"replace": True, "extend": True, "ttl": 5000}
+    first = log.request({**bullmq(1, **opts), "opts": {**bullmq(1, **opts)["opts"],
+                                                      "delay": 5000}}, T0)  # fmt: skip
+    delayed = {**bullmq(2, **opts), "opts": {**bullmq(2, **opts)["opts"], "delay": 5000}}
+    moved = log.request(delayed, T0 + S)
+    assert moved["outcome"] == "updated" and moved["job_id"] == first["job_id"]
+    log.event(first["job_id"], first["unique_key"], T0 + 7 * S, type="job.started")
+    kept = log.request({**delayed, "data": {"commit": 3}}, T0 + 8 * S)
+    assert kept["outcome"] == "accepted" and kept["job"]["state"] == "pending"
+    log.finish(first, T0 + 20 * S, "completed")
+    released = log.published()[-1]
+    assert released["id"] == kept["job_id"] and released["state"] == "scheduled"
+    assert released["scheduled_at"] == format_rfc3339(T0 + 25 * S)
+    again = log.request({**delayed, "data": {"commit": 4}}, T0 + 21 * S)
+    assert again["outcome"] == "updated" and again["job_id"] == kept["job_id"]
+    assert log.states()[kept["job_id"]] == "scheduled"
 
 
 def test_the_option_is_refused_unless_true_or_false() -> None:
