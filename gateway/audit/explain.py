@@ -283,7 +283,7 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
 def _kept_last(record: Mapping[str, Any], job: Mapping[str, Any], prior: Entries, now: int) -> str:
     """A request kept as its key's successor (core/successor.py)."""
     followed = job[SUCCESSOR_OF]
-    state = _state_before(followed, prior, now, None, record)
+    state = _state_before(followed, prior, now, record.get("existing_job_id"), record)
     told = (
         f"{record.get('outcome')} (kept as the successor): job {followed} ({state}) holds "
         f"the key and has not finished, so the request is kept as job {record.get('job_id')}, "

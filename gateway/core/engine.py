@@ -208,7 +208,7 @@ def decide(
 
     matches = [e for e in kept if holds_key(e, policy, now_ms)]
     if policy.keep_last and (followed := successor.followed(kept, matches, now_ms)) is not None:
-        kept_for = (followed.job_id, delay_ms)
+        kept_for = (followed, delay_ms)
         return _succeed(request, kept, now_ms, (seed, at_home), kept_for, retention_ms)
     if not matches:
         return _accept(request, kept, now_ms, (seed, at_home))
@@ -279,24 +279,28 @@ def _succeed(
     kept: tuple[Entry, ...],
     now_ms: int,
     mint: Mint,
-    kept_for: tuple[str, int | None],
+    kept_for: tuple[Entry, int | None],
     retention_ms: int,
 ) -> Decision:
-    """The request kept as the successor of a job (`kept_for`: its id, and the request's
-    relative run time), replacing an older successor."""
+    """The request kept as the successor of a job (`kept_for`: its entry, reported as the
+    existing job, and the request's relative run time), replacing an older successor."""
+    followed, delay_ms = kept_for
     previous = successor.pending(kept)
     after = [e.moved_to(State.CANCELLED, now_ms) if e is previous else e for e in kept]
     accepted = _accept(request, after, now_ms, mint)
     assert accepted.job is not None
-    job, entry = successor.as_successor(accepted.job, accepted.entries[-1], *kept_for)
-    entries = prune((*accepted.entries[:-1], entry), now_ms, retention_ms)
-    kept_as = replace(accepted, job=job, entries=entries)
-    if previous is None:
-        return kept_as
+    job, entry = successor.as_successor(
+        accepted.job, accepted.entries[-1], followed.job_id, delay_ms
+    )
     return replace(
-        kept_as, outcome=Outcome.REPLACED, existing=previous, existing_state=State.PENDING,
-        cancelled=(previous,),
-    )  # fmt: skip
+        accepted,
+        outcome=Outcome.ACCEPTED if previous is None else Outcome.REPLACED,
+        job=job,
+        entries=prune((*accepted.entries[:-1], entry), now_ms, retention_ms),
+        existing=followed,
+        existing_state=effective_state(followed, now_ms),
+        cancelled=() if previous is None else (previous,),
+    )
 
 
 def entry_of(job: Mapping[str, Any]) -> Entry:

@@ -14,6 +14,7 @@ discarded, cancelled, expired). Rules, each decided here and only here:
 - The first such request is accepted as the successor (state pending); a newer
   one replaces it: the older successor is cancelled and the newer one, with
   its own payload, is the successor now (outcome `replaced`). Latest data wins.
+  The decision reports the job followed as the existing job.
 - The successor is released when no other live job holds the key (every job
   it followed is terminal): it becomes available, or scheduled if its own
   scheduled time is still ahead, in the same transaction as the move that

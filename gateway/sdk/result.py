@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.core import INVALID_REQUEST, OJS, EventOutcome, GatewayError, Outcome
 from gateway.core.retry import with_ojs_retry
+from gateway.core.successor import SUCCESSOR_OF
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +44,11 @@ class EnqueueResult:
 
     @property
     def conflicted(self) -> bool:
-        """An existing job matched: Oban's `conflicted`, Zizq's `duplicate`."""
-        return self.outcome in _CONFLICTS
+        """An existing job matched: Oban's `conflicted`, Zizq's `duplicate`, BullMQ's
+        `deduplicated` (a request kept as a running job's successor met it too)."""
+        return self.outcome in _CONFLICTS or (
+            self.job is not None and SUCCESSOR_OF in self.job and self.existing_job_id is not None
+        )
 
     @property
     def answer(self) -> dict[str, Any]:

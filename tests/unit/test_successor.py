@@ -72,7 +72,8 @@ def test_the_last_request_while_the_job_runs_is_enqueued_when_it_finishes(how: s
     newer = log.request(job(3), T0 + 3 * S)
     assert (kept["outcome"], newer["outcome"]) == ("accepted", "replaced")
     assert newer["cancelled_job_ids"] == [kept["job_id"]]
-    assert newer["existing_job_id"] == kept["job_id"]
+    assert newer["existing_job_id"] == kept["existing_job_id"] == first["job_id"]
+    assert newer["existing_job_state"] == "active"
     states = log.states()
     assert (states[first["job_id"]], states[kept["job_id"]]) == ("active", "cancelled")
     assert states[newer["job_id"]] == "pending"
@@ -189,6 +190,25 @@ def test_bullmq_keep_last_if_active_follows_its_running_job() -> None:
     log.finish(first, T0 + 4 * S, "completed")
     released = log.published()[-1]
     assert released["id"] == last["job_id"] and released["args"] == {"commit": 3}
+
+
+def test_a_kept_successor_is_answered_201_with_it_and_in_bullmq_deduplicated() -> None:
+    from gateway.http.answers import Answer, for_result
+    from gateway.sdk import EnqueueResult
+
+    for raw in (job, bullmq):
+        log = Deploys()
+        first = log.request(raw(1), T0)
+        log.event(first["job_id"], first["unique_key"], T0 + S, type="job.started")
+        kept = EnqueueResult.from_record(log.request(raw(2), T0 + 2 * S))
+        answer = for_result(kept)
+        assert isinstance(answer, Answer) and answer.status == 201
+        assert answer.body["job"]["id"] == kept.job_id and answer.body["job"]["state"] == "pending"
+        assert kept.existing_job_id == first["job_id"]
+        if raw is bullmq:  # BullMQ answers a duplicate of its active job as deduplicated
+            assert answer.body["deduplicated"] is True
+        else:
+            assert "deduplicated" not in answer.body
 
 
 # --- any story: at most one runs, the newest request is never lost ---------------------------
