@@ -23,6 +23,7 @@ from starlette.requests import Request
 
 from gateway import wire
 from gateway.core import INVALID_REQUEST, State
+from gateway.core.concurrency import limit_of
 from gateway.core.job_filter import JobFilter
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import errors, queue_stats
@@ -198,9 +199,21 @@ def _ms(stamp: object) -> int:
 
 
 async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiError:
-    """The keys live jobs hold (a job with a unique key that has not finished), by state."""
+    """The keys live jobs hold (a job with a unique key that has not finished), by state;
+    a job with a concurrency limit shows it beside its key's active jobs."""
     held = [job for job in matching(binding.view, JobFilter(live=True)) if job.get("unique_key")]
-    return _listed(request, held, lambda j: {
-        "key": j["unique_key"], "job_id": j["id"], "type": j.get("type"),
-        "queue": j.get("queue"), "state": j.get("state"),
-    })  # fmt: skip
+    running: dict[str, int] = {}
+
+    def shaped(job: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "key": job["unique_key"], "job_id": job["id"], "type": job.get("type"),
+            "queue": job.get("queue"), "state": job.get("state"),
+        }  # fmt: skip
+        limit, key = limit_of(job), str(job["unique_key"])
+        if limit is not None:
+            if key not in running:
+                running[key] = binding.view.active_under(key)
+            out["concurrency"] = {"limit": limit, "active": running[key]}
+        return out
+
+    return _listed(request, held, shaped)

@@ -27,12 +27,14 @@ KEY = "b" * 64
 CREATED = "2026-01-01T00:00:00.000Z"
 
 
-def a_job(job_id: str, state: str = "available", key: str | None = KEY) -> dict[str, Any]:
+def a_job(
+    job_id: str, state: str = "available", key: str | None = KEY, limit: int | None = 2
+) -> dict[str, Any]:
     job: dict[str, Any] = {"id": job_id, "type": "t", "queue": "q", "state": state,
                            "created_at": CREATED, "enqueued_at": CREATED, "attempt": 0,
                            "max_attempts": 1, "unique_key": key}  # fmt: skip
-    if key is not None:
-        job["unique_concurrency"] = 2
+    if key is not None and limit is not None:
+        job["unique_concurrency"] = limit
     return job
 
 
@@ -137,4 +139,22 @@ def test_a_claim_refused_as_full_stops_the_key_for_the_fetch_without_an_error(
     # Two proposals within the view's count, both refused as full; k5 is never asked.
     assert sorted(processor.claims) == ["free", "k3", "k4"]
     assert [processor.jobs[j]["state"] for j in ("k3", "k4", "k5")] == ["available"] * 3
+    binding.view.close()
+
+
+def test_the_admin_list_of_unique_keys_shows_a_limit_beside_the_active_jobs(
+    tmp_path: Path,
+) -> None:
+    from starlette.requests import Request
+
+    from gateway.http.admin import unique_jobs
+
+    jobs = [a_job("k1", "active"), a_job("k2"), a_job("free", key="c" * 64, limit=None)]
+    binding, _ = setup(tmp_path, jobs)
+    scope = {"type": "http", "method": "GET", "path": "/", "query_string": b"", "headers": []}
+    answer = asyncio.run(unique_jobs(Request(scope), binding, "r"))
+    assert isinstance(answer, Answer) and answer.status == 200
+    shown = {item["job_id"]: item.get("concurrency") for item in answer.body["items"]}
+    assert shown == {"k1": {"limit": 2, "active": 1}, "k2": {"limit": 2, "active": 1},
+                     "free": None}  # fmt: skip
     binding.view.close()
