@@ -49,7 +49,7 @@ class Processor:
         self.offset = 0
 
     def commit(self, *job_ids: str) -> None:
-        records = []
+        records: list[tuple[int, int, bytes, bytes | None]] = []
         for job_id in job_ids:
             records.append((0, self.offset, job_id.encode(), orjson.dumps(self.jobs[job_id])))
             self.offset += 1
@@ -61,7 +61,7 @@ class Processor:
         event = parse_event({"job_id": job_id, "type": event_type})
         now = time.time_ns() // 1_000_000
         result, _ = on_key(job, entries if job["unique_key"] else (), event, now)
-        if result.outcome is EventOutcome.APPLIED:
+        if result.outcome is EventOutcome.APPLIED and result.job is not None:
             self.jobs[job_id] = result.job
         return result
 
