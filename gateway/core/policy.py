@@ -264,6 +264,11 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
 
     keys = _parse_keys(raw.get(keys_field), f"{field}.{keys_field}", ojs)
     concurrency = parse_concurrency(raw.get("concurrency"), f"{field}.concurrency")
+    if concurrency is not None and raw.get("debounce") is not None and raw.get("states") is None:
+        raise invalid_request(
+            f"{field}.debounce with {field}.concurrency needs {field}.states: without states "
+            'no job holds the key, so no request joins a burst; e.g. ["scheduled", "available"]'
+        )
     args_keys = _parse_field_names(raw.get("args_keys"), f"{field}.args_keys")
     meta_keys = _parse_field_names(raw.get("meta_keys"), f"{field}.meta_keys")
     if Dimension.ARGS in keys:

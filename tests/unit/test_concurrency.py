@@ -143,6 +143,15 @@ def test_active_among_the_states_is_refused_with_a_limit() -> None:
     assert under_options.message.startswith("options.unique.states must not list")
 
 
+def test_a_debounce_beside_a_limit_needs_the_waiting_states_it_moves() -> None:
+    debounce = {"delay": "PT5S"}
+    refused = parse_request(job(0, 2, debounce=debounce))
+    assert isinstance(refused, GatewayError) and refused.code == INVALID_REQUEST
+    assert refused.message.startswith("unique.debounce with unique.concurrency needs unique.states")
+    request = parsed(job(0, 2, debounce=debounce, states=["scheduled", "available"]))
+    assert request.policy is not None and request.policy.concurrency == 2
+
+
 def test_the_job_carries_its_limit_and_a_request_cannot_set_it() -> None:
     key = Key()
     accepted = key.submit({**job(0, 2), "unique_concurrency": 50}, T0)
