@@ -35,7 +35,7 @@ def parse_concurrency(raw: object, field: str) -> int | None:
     if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_CONCURRENCY:
         raise invalid_request(
             f"{field} must be a whole number from 1 to {MAX_CONCURRENCY}: how many jobs of "
-            f"the key may run at once, not {_show(raw)}"
+            "the key may run at once"
         )
     return raw
 
@@ -46,9 +46,9 @@ def limit_of(job: Mapping[str, Any]) -> int | None:
     return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
-def slot_free(limit: int | None, active_others: int) -> bool:
+def slot_free(limit: int, active_others: int) -> bool:
     """Whether a job of `limit` may start while `active_others` jobs of its key run."""
-    return limit is None or active_others < limit
+    return active_others < limit
 
 
 def claim_refusal(job: Mapping[str, Any], entries: Iterable[Entry]) -> GatewayError | None:
@@ -65,13 +65,3 @@ def claim_refusal(job: Mapping[str, Any], entries: Iterable[Entry]) -> GatewayEr
         f"the concurrency limit of job {job_id}'s unique key is reached ({running} of its "
         f"jobs active, limit {limit}): it is not handed out until one of them ends",
     )
-
-
-def _show(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, str):
-        return "a string"
-    return "null" if value is None else "an array" if isinstance(value, list) else "an object"
