@@ -119,6 +119,8 @@ def test_a_key_never_runs_more_than_its_limit_through_kill_9_and_every_job_compl
                 assert posted.status_code == 201, posted.text  # jobs of a key wait freely
                 assert posted.json()["job"]["unique_concurrency"] == LIMIT
                 ids.append(posted.json()["job"]["id"])
+            shown = http.get(f"/ojs/v1/jobs/{ids[0]}").json()["job"]
+            assert (shown["unique_concurrency"], shown["state"]) == (LIMIT, "available")
             with Workers(served.url, queue) as workers:
                 for runtime, after in zip(runtimes, (JOBS // 4, JOBS // 2), strict=True):
                     wait_for(lambda after=after: workers.done() >= after, 180)

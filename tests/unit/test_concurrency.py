@@ -260,6 +260,23 @@ def test_never_more_than_the_limit_active_whatever_the_interleaving(
         assert sum(1 for e in key.entries if e.state is State.ACTIVE) == len(key.active())
 
 
+def test_the_worked_example_in_the_rules() -> None:
+    """docs/rules.md, Concurrency: limit 2, workers with a 30 s lease."""
+    key, lease = Key(), {"visibility_timeout_ms": 30 * S}
+    a, b, c, d = (str(key.submit(job(n), T0).job["id"]) for n in range(4))
+    assert all(key.jobs[i]["state"] == State.AVAILABLE for i in (a, b, c, d))
+    for job_id in (a, b):
+        assert key.apply(job_id, started(job_id, **lease), T0 + S).outcome is EventOutcome.APPLIED
+    assert key.apply(c, started(c, **lease), T0 + S).error.code == CONCURRENCY_LIMIT
+    key.apply(a, event(a, "job.completed"), T0 + 4 * S)
+    assert key.apply(c, started(c, **lease), T0 + 4 * S).outcome is EventOutcome.APPLIED
+    assert key.apply(d, started(d, **lease), T0 + 5 * S).error.code == CONCURRENCY_LIMIT
+    key.expire(T0 + 31 * S)  # B's worker died at 5 s: its lease ends at 31 s
+    assert key.jobs[b]["state"] == State.RETRYABLE
+    assert key.apply(d, started(d, **lease), T0 + 31 * S).outcome is EventOutcome.APPLIED
+    assert sorted(key.active()) == sorted([c, d])
+
+
 # --- the processor's records: schemas, replay, explain -----------------------------------------
 
 
