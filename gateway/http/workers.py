@@ -154,8 +154,13 @@ def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: se
         return True
     if key in full:
         return False
-    if key not in taken:
-        taken[key] = binding.view.active_under(key)
+    if key not in taken:  # running, and being claimed by this process's other fetches
+        claiming = (binding.view.get(i) for i in list(binding.claims))
+        taken[key] = binding.view.active_under(key) + sum(
+            1
+            for j in claiming
+            if j is not None and j.get("unique_key") == key and j.get("state") != State.ACTIVE
+        )
     if not slot_free(limit, taken[key]):
         return False
     taken[key] += 1

@@ -128,6 +128,17 @@ def test_fetch_never_proposes_a_job_of_a_full_key_and_does_once_a_slot_frees(
     binding.view.close()
 
 
+def test_a_claim_another_fetch_of_this_process_has_in_flight_takes_its_slot(
+    tmp_path: Path,
+) -> None:
+    binding, processor = setup(tmp_path, [a_job("k1", "active"), a_job("k2"), a_job("k3")])
+    binding.claims["k2"] = time.monotonic() + 5  # another fetch is claiming k2 now
+    assert fetched(binding, 5) == [] and processor.claims == []
+    binding.claims.clear()
+    assert fetched(binding, 5) in (["k2"], ["k3"])
+    binding.view.close()
+
+
 def test_a_claim_refused_as_full_stops_the_key_for_the_fetch_without_an_error(
     tmp_path: Path,
 ) -> None:
