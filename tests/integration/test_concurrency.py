@@ -1,7 +1,10 @@
 """Per-key concurrency under kill -9: many jobs of one key with `unique.concurrency` 2,
-several workers fetching and acking over HTTP, each of two processor runtimes killed with
-SIGKILL mid-load and restarted. The committed log never shows more than two of the key's
-jobs active at once, and every job completes exactly once."""
+workers fetching and acking over HTTP through two serve processes (two views, neither
+knowing the other's claims until it reads them) and a worker that claims every job of the
+key straight through the SDK, so the processor's rule is what holds; each of two processor
+runtimes is killed with SIGKILL mid-load and restarted. The committed
+log never shows more than two of the key's jobs active at once, and every job completes
+exactly once."""
 
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway import Client
+from gateway.core import EventOutcome
 from gateway.core.times import parse_rfc3339
 from gateway.http import HttpSettings
+from gateway.sdk import ClientError, EventAck
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
 
@@ -35,13 +41,13 @@ class Workers:
     """Threads that fetch one job at a time, run it a little while and ack it (again until
     the job shows completed, when an ack finds no processor)."""
 
-    def __init__(self, url: str, queue: str) -> None:
-        self.url, self.queue = url, queue
+    def __init__(self, urls: list[str], queue: str) -> None:
+        self.urls, self.queue = urls, queue
         self.stop = threading.Event()
         self.acked: list[str] = []
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(f"w{i}",), daemon=True)
-                        for i in range(WORKERS)]  # fmt: skip
+        self.threads = [threading.Thread(target=self._run, args=(f"w{i}", urls[i % len(urls)]),
+                                         daemon=True) for i in range(WORKERS)]  # fmt: skip
 
     def __enter__(self) -> Workers:
         for thread in self.threads:
@@ -57,8 +63,8 @@ class Workers:
         with self.lock:
             return len(self.acked)
 
-    def _run(self, name: str) -> None:
-        with httpx.Client(base_url=self.url, timeout=90) as http:
+    def _run(self, name: str, url: str) -> None:
+        with httpx.Client(base_url=url, timeout=90) as http:
             while not self.stop.is_set():
                 body = {"queues": [self.queue], "count": 1, "worker_id": name,
                         "visibility_timeout_ms": 120_000}  # fmt: skip
@@ -88,6 +94,59 @@ class Workers:
             time.sleep(0.2)
 
 
+class Greedy:
+    """A worker that asks the processor for every waiting job of the key through the SDK,
+    never through a view: only the processor's rule stands between it and the limit."""
+
+    def __init__(self, client: Client, ids: list[str], key: str) -> None:
+        self.client, self.ids, self.key = client, ids, key
+        self.stop = threading.Event()
+        self.refused = self.done = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Greedy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+
+    def _event(self, job_id: str, kind: str, **fields: Any) -> EventAck | None:
+        try:
+            ack = self.client.publish_event(
+                {"job_id": job_id, "unique_key": self.key, "type": kind, **fields}, timeout=20
+            )
+        except ClientError:
+            return None
+        return ack if isinstance(ack, EventAck) else None
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for job_id in self.ids:
+                claim = uuid.uuid4().hex
+                ack = self._event(job_id, "job.started", claim_id=claim, worker_id="greedy",
+                                  visibility_timeout_ms=120_000)  # fmt: skip
+                if ack is None:  # no answer: undo the claim, if it was applied
+                    self.client.publish_event({"job_id": job_id, "unique_key": self.key,
+                                               "type": "job.enqueued", "claim_id": claim},
+                                              wait=False)  # fmt: skip
+                elif ack.error is not None and ack.error.code == "concurrency_limit":
+                    self.refused += 1
+                elif ack.outcome is EventOutcome.APPLIED:
+                    time.sleep(random.uniform(0.05, 0.2))  # the work
+                    while self._event(job_id, "job.completed") is None:
+                        time.sleep(0.2)
+                    self.done += 1
+                if self.stop.is_set():
+                    return
+            time.sleep(0.05)
+
+
+def state(http: httpx.Client, job_id: str) -> str:
+    return str(http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]["state"])
+
+
 def wait_for(what: Any, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not what():
@@ -112,6 +171,7 @@ def test_a_key_never_runs_more_than_its_limit_through_kill_9_and_every_job_compl
     try:
         with (
             Served(settings) as served,
+            Served(settings) as other,
             httpx.Client(base_url=served.url, timeout=120) as http,
         ):
             for n in range(JOBS):
@@ -121,19 +181,22 @@ def test_a_key_never_runs_more_than_its_limit_through_kill_9_and_every_job_compl
                 ids.append(posted.json()["job"]["id"])
             shown = http.get(f"/ojs/v1/jobs/{ids[0]}").json()["job"]
             assert (shown["unique_concurrency"], shown["state"]) == (LIMIT, "available")
-            with Workers(served.url, queue) as workers:
-                for runtime, after in zip(runtimes, (JOBS // 4, JOBS // 2), strict=True):
-                    wait_for(lambda after=after: workers.done() >= after, 180)
-                    runtime.kill()  # mid-load: claims and acks in flight
-                    time.sleep(2)
-                    runtime.start()
-                wait_for(
-                    lambda: all(
-                        http.get(f"/ojs/v1/jobs/{i}").json()["job"]["state"] == "completed"
-                        for i in ids
-                    ),
-                    240,
-                )
+            client = Client(kafka_bootstrap, namespace)
+            key = str(shown["unique_key"])
+            try:
+                with (
+                    Greedy(client, ids, key) as greedy,
+                    Workers([served.url, other.url], queue) as workers,
+                ):
+                    for runtime, after in zip(runtimes, (JOBS // 4, JOBS // 2), strict=True):
+                        wait_for(lambda n=after: workers.done() + greedy.done >= n, 180)
+                        runtime.kill()  # mid-load: claims and acks in flight
+                        time.sleep(2)
+                        runtime.start()
+                    wait_for(lambda: all(state(http, i) == "completed" for i in ids), 240)
+            finally:
+                client.close()
+            assert greedy.refused > 0  # the processor held it back at the limit
     finally:
         for runtime in runtimes:
             runtime.stop()
@@ -145,7 +208,6 @@ def test_a_key_never_runs_more_than_its_limit_through_kill_9_and_every_job_compl
         states = [r["value"] for r in reader.records.get(cat.name("job_states"), [])]
     finally:
         reader.close()
-    key = next(d["unique_key"] for d in audit if d.get("job_id") == ids[0])
     events = [r for r in audit if r.get("kind") == "event" and r.get("key") == key]
     # The key's events, in its partition's log order: the running jobs at every step.
     running: set[str] = set()
