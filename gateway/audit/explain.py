@@ -35,6 +35,7 @@ from gateway.core import (
     holds,
     prune,
 )
+from gateway.core.concurrency import CONCURRENCY_LIMIT
 from gateway.core.policy import format_period
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import parse_rfc3339
@@ -356,6 +357,11 @@ def explain_event(result: EventResult, before: Mapping[str, Any] | None = None) 
     if result.reason is IgnoredReason.UNKNOWN_JOB:
         return f"ignored: no job {result.job_id} is held under this key"
     if result.outcome is EventOutcome.REFUSED and result.error is not None:
+        if result.error.code == CONCURRENCY_LIMIT:
+            return (
+                f"refused (concurrency limit): job {result.job_id} stays {result.state}: "
+                f"{result.error.message}"
+            )
         return f"refused: {result.error.message}"
     return f"ignored: job {result.job_id} is already {result.state}"
 

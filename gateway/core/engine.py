@@ -557,7 +557,8 @@ def _accept(
     if scheduled_at is None:
         scheduled_at = envelope.scheduled_at
     job_id = envelope.id or uuid7(now_ms, key, *mint)
-    job = accepted_job(envelope, job_id, key, now_ms, scheduled_at)
+    limit = None if request.policy is None else request.policy.concurrency
+    job = accepted_job(envelope, job_id, key, now_ms, scheduled_at, limit)
     stored = tuple(kept)
     rule = request.holder_rule
     holder = None if rule is None else holder_for(rule, now_ms, scheduled_at)

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.core.concurrency import JOB_FIELD as CONCURRENCY_FIELD
 from gateway.core.envelope import Envelope, is_uuid7
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -91,16 +92,21 @@ def accepted_job(
     unique_key: str | None,
     now_ms: int,
     scheduled_at: int | None,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     """The accepted job: the request's fields, unknown ones included, plus the gateway's.
 
     The gateway sets id, queue, state, priority, attempt, max_attempts, retry,
     timeout_ms, created_at, enqueued_at (once the job is available), scheduled_at,
-    expires_at and unique_key; values for these in the request are replaced, and the
+    expires_at, unique_key and, under a policy's `concurrency`, unique_concurrency
+    (core/concurrency.py); values for these in the request are replaced, and the
     lifecycle fields a job gains later (started_at, completed_at, result, ...)
     are dropped from it.
     """
     job = {k: v for k, v in envelope.raw.items() if k not in LIFECYCLE_FIELDS}
+    job.pop(CONCURRENCY_FIELD, None)
+    if concurrency is not None:
+        job[CONCURRENCY_FIELD] = concurrency  # the claim rule reads the job's own limit
     state = initial_state(scheduled_at, now_ms)
     job.update(
         id=job_id,

@@ -50,6 +50,7 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.core import successor
+from gateway.core.concurrency import claim_refusal
 from gateway.core.engine import entry_of
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, prune
 from gateway.core.errors import INVALID_REQUEST, GatewayError
@@ -136,8 +137,9 @@ def on_key(
     paused: bool = False,
 ) -> tuple[EventResult, tuple[Entry, ...]]:
     """`apply_job_event` for a job under a key, and the key's entries after it. A job back
-    from the dead letters may not join a key another live job holds: two would hold it.
-    A pending successor waits for its job (successor.py)."""
+    from the dead letters may not join a key another live job holds: two would hold it. A
+    claim beyond the key's concurrency limit is refused (concurrency.py), as a paused
+    queue's is. A pending successor waits for its job (successor.py)."""
     result = apply_job_event(job, event, now_ms, paused)
     if result.outcome is not EventOutcome.APPLIED or result.job is None:
         return result, tuple(entries)
@@ -145,6 +147,11 @@ def on_key(
     held = successor.held_back(kept, str(result.job_id), result.state)
     if held is not None and job is not None:
         return refused(str(result.job_id), State(job["state"]), held, dict(job)), kept
+    claimed = result.state is State.ACTIVE and result.previous_state is not State.ACTIVE
+    if claimed and job is not None:
+        full = claim_refusal(job, kept)
+        if full is not None:
+            return refused(str(result.job_id), State(job["state"]), full, dict(job)), kept
     if result.previous_state in TERMINAL_STATES and result.state not in TERMINAL_STATES:
         holder = next((e for e in kept if e.job_id != result.job_id and not e.terminal), None)
         if holder is not None and job is not None:

@@ -22,6 +22,10 @@ Every dialect maps onto this value (see core/dialects); beyond OJS it adds:
 - `keep_last` (an OJS extension, `unique.keep_last_if_active`, and BullMQ's
   `deduplication.keepLastIfActive`): a request whose key a running job holds
   becomes the key's one pending successor (see core/successor.py).
+- `concurrency` (an OJS extension, `unique.concurrency`, and sidekiq's runtime
+  locks): at most that many of the key's jobs run at once (core/concurrency.py).
+  A running job then holds a slot, not the key: `active` is never among the
+  states, and without `states` no state holds the key (every request waits).
 A dialect may leave `type` out of `keys` (Oban without `worker` in fields);
 an OJS policy never does.
 """
@@ -36,6 +40,7 @@ from typing import Any
 
 import isodate
 
+from gateway.core.concurrency import parse_concurrency
 from gateway.core.errors import INVALID_REQUEST, GatewayError, Invalid, invalid_request
 from gateway.core.limits import duration_problem
 from gateway.core.states import ALL_STATES, DEFAULT_UNIQUE_STATES, State
@@ -80,6 +85,7 @@ _ON_CONFLICT_NAMES = frozenset(c.value for c in _OJS_ON_CONFLICT)
 _FIELDS = (
     "keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict", "debounce",
     "keep_last_if_active",
+    "concurrency",
 )  # fmt: skip
 _DEBOUNCE_FIELDS = ("delay", "max_wait", "replace")
 # The states in which an OJS debounce moves the job holding the key: it still waits.
@@ -151,6 +157,8 @@ class UniquePolicy:
     debounce: Debounce | None = None
     # Keep the newest request while the key's job runs, as its successor (successor.py).
     keep_last: bool = False
+    # At most this many of the key's jobs run at once (core/concurrency.py); None: no limit.
+    concurrency: int | None = None
 
     def fields_to_update(self, state: State) -> tuple[str, ...]:
         return next((fields for s, fields in self.update_fields if s is state), ())
@@ -181,6 +189,8 @@ class UniquePolicy:
             out["debounce"] = self.debounce.to_dict()
         if self.keep_last:
             out["keep_last_if_active"] = True
+        if self.concurrency is not None:
+            out["concurrency"] = self.concurrency
         return out
 
     @staticmethod
@@ -263,6 +273,17 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
     keys_field = "key" if "key" in raw else "keys"
 
     keys = _parse_keys(raw.get(keys_field), f"{field}.{keys_field}", ojs)
+    concurrency = parse_concurrency(raw.get("concurrency"), f"{field}.concurrency")
+    if concurrency is not None and raw.get("debounce") is not None and raw.get("states") is None:
+        raise invalid_request(
+            f"{field}.debounce with {field}.concurrency needs {field}.states: without states "
+            'no job holds the key, so no request joins a burst; e.g. ["scheduled", "available"]'
+        )
+    if concurrency is not None and raw.get("keep_last_if_active") is True:
+        raise invalid_request(
+            f"{field}.keep_last_if_active with {field}.concurrency: a running job holds a "
+            "slot, not the key, so no request is ever kept behind it; use one of them"
+        )
     args_keys = _parse_field_names(raw.get("args_keys"), f"{field}.args_keys")
     meta_keys = _parse_field_names(raw.get("meta_keys"), f"{field}.meta_keys")
     if Dimension.ARGS in keys:
@@ -303,10 +324,11 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
         args_keys=args_keys,
         meta_keys=meta_keys,
         period_ms=period_or_raise(raw.get("period"), f"{field}.period"),
-        states=_parse_states(raw.get("states"), f"{field}.states"),
+        states=_parse_states(raw.get("states"), f"{field}.states", concurrency is not None),
         on_conflict=_parse_on_conflict(raw.get("on_conflict"), f"{field}.on_conflict"),
         debounce=_parse_debounce(raw.get("debounce"), f"{field}.debounce") if ojs else None,
         keep_last=_flag(raw.get("keep_last_if_active"), f"{field}.keep_last_if_active"),
+        concurrency=concurrency,
     )
 
 
@@ -375,15 +397,24 @@ def _parse_field_names(raw: object, field: str) -> tuple[str, ...] | None:
     return tuple(sorted(normalised))
 
 
-def _parse_states(raw: object, field: str) -> frozenset[State]:
+def _parse_states(raw: object, field: str, slots: bool = False) -> frozenset[State]:
+    """`slots`: the policy has a concurrency limit, under which a running job holds a slot,
+    not the key: no state by default (every request waits), and never `active`."""
     if raw is None:
-        return DEFAULT_UNIQUE_STATES
+        return frozenset() if slots else DEFAULT_UNIQUE_STATES
     names = _string_list(raw, field, 'e.g. ["available", "active"]')
     allowed = ", ".join(ALL_STATES)
     for name in names:
         if name not in _STATE_NAMES:
             raise invalid_request(f'{field} contains unknown state "{name}"; use {allowed}')
-    if not names:
+    if slots and State.ACTIVE in names:
+        parent = field.rpartition(".")[0]
+        raise invalid_request(
+            f'{field} must not list "active" with {parent}.concurrency: a running job holds '
+            f"one of the key's slots, not the key; list the waiting states to deduplicate, "
+            "or omit states to let every job wait"
+        )
+    if not names and not slots:
         raise invalid_request(
             f"{field} must not be empty: no existing job could ever count as a duplicate; "
             "omit it for the default states"

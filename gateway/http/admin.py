@@ -23,6 +23,7 @@ from starlette.requests import Request
 
 from gateway import wire
 from gateway.core import INVALID_REQUEST, State
+from gateway.core.concurrency import limit_of
 from gateway.core.job_filter import JobFilter
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -200,16 +201,23 @@ def _ms(stamp: object) -> int:
 
 async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     """The keys live jobs hold (a job with a unique key that has not finished), by state;
-    a key's pending successor names the job it follows (`successor_of`)."""
+    a key's pending successor names the job it follows (`successor_of`), and a job with a
+    concurrency limit shows it beside its key's active jobs."""
     held = [job for job in matching(binding.view, JobFilter(live=True)) if job.get("unique_key")]
-    return _listed(request, held, _held)
+    running: dict[str, int] = {}
 
+    def shaped(job: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "key": job["unique_key"], "job_id": job["id"], "type": job.get("type"),
+            "queue": job.get("queue"), "state": job.get("state"),
+        }  # fmt: skip
+        if job.get("state") == State.PENDING and SUCCESSOR_OF in job:
+            out[SUCCESSOR_OF] = job[SUCCESSOR_OF]
+        limit, key = limit_of(job), str(job["unique_key"])
+        if limit is not None:
+            if key not in running:
+                running[key] = binding.view.active_under(key)
+            out["concurrency"] = {"limit": limit, "active": running[key]}
+        return out
 
-def _held(job: dict[str, Any]) -> dict[str, Any]:
-    item = {
-        "key": job["unique_key"], "job_id": job["id"], "type": job.get("type"),
-        "queue": job.get("queue"), "state": job.get("state"),
-    }  # fmt: skip
-    if job.get("state") == State.PENDING and SUCCESSOR_OF in job:
-        item[SUCCESSOR_OF] = job[SUCCESSOR_OF]
-    return item
+    return _listed(request, held, shaped)

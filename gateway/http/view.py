@@ -25,6 +25,8 @@ Layout (one RocksDB under the gateway home per serve process):
     s/<state>\0<queue>\0<id>        -> b"" for every job, by state then queue (dead letters:
                                       the discarded ones)
     c/<queue>\0<state>              -> how many jobs of the queue are in the state
+    a/<unique key>\0<id>            -> b"" for every active job with a unique key: fetch counts
+                                      a key's running jobs by it (core/concurrency.py)
     r/<queue>\0<minute>             -> what the queue's jobs did in the minute (queue_stats.py)
     n/<queue>                      -> when the queue's first job was created (RFC 3339)
     k/<key>                        -> a queue's or a cron's state, as the processor published
@@ -80,6 +82,7 @@ from gateway.core import DEFAULT_RETENTION_MS, ready_at
 from gateway.core.jobs import job_expires_at
 from gateway.core.moves import WAITING_STATES
 from gateway.core.queues import newer_state
+from gateway.core.states import State
 from gateway.core.times import parse_rfc3339
 from gateway.http import queue_stats
 from gateway.processor.state_identity import Identity
@@ -93,7 +96,7 @@ _SWEEP_EVERY_S = 1.0
 _ADMIN_TIMEOUT_S = 10.0
 _METADATA_RETRY_S = 0.5
 _METADATA_TIMEOUT_S = 5.0
-LAYOUT = b"5"
+LAYOUT = b"6"
 _LAYOUT_KEY = b"meta/layout"
 # How long a provisional entry waits for its committed record at most: a crashed
 # processor's successor takes over and commits well within it.
@@ -186,6 +189,18 @@ def _state_key(job: Mapping[str, Any]) -> bytes:
         _state_prefix(str(job.get("state", "")), str(job.get("queue", "")))
         + str(job["id"]).encode()
     )
+
+
+def _active_prefix(unique_key: str) -> bytes:
+    return b"a/" + unique_key.encode() + b"\x00"
+
+
+def _active_key(job: Mapping[str, Any]) -> bytes | None:
+    """Where an active job of a unique key is counted; None for any other job."""
+    key = job.get("unique_key")
+    if job.get("state") != State.ACTIVE or not isinstance(key, str):
+        return None
+    return _active_prefix(key) + str(job["id"]).encode()
 
 
 def _count_key(queue: str, state: str) -> bytes:
@@ -324,6 +339,9 @@ class JobView:
                 if expiry is not None:
                     batch.put(_expiry_key(expiry, key), b"")
                 batch.put(_state_key(job), b"")
+                active = _active_key(job)
+                if active is not None:
+                    batch.put(active, b"")
                 count = _count_key(str(job.get("queue", "")), str(job.get("state", "")))
                 counts[count] = counts.get(count, 0) + 1
                 queue_key = b"n/" + str(job.get("queue", "")).encode()
@@ -390,6 +408,9 @@ class JobView:
         if old_expiry is not None:
             batch.delete(_expiry_key(old_expiry, key))
         batch.delete(_state_key(job))
+        active = _active_key(job)
+        if active is not None:
+            batch.delete(active)
         count = _count_key(str(job.get("queue", "")), str(job.get("state", "")))
         counts[count] = counts.get(count, 0) - 1
 
@@ -514,6 +535,21 @@ class JobView:
             if job_id not in seen:
                 seen.add(job_id)
                 yield job_id
+
+    def active_under(self, unique_key: str) -> int:
+        """How many jobs of the unique key are active, as the committed records and this
+        process's answers since (a claim it just made, an ack it just had) say."""
+        prefix = _active_prefix(unique_key)
+        running = {key[len(prefix) :] for key in self._ranks(prefix)}
+        now = time.monotonic()
+        for job_id, (job, until, _) in list(self._provisional.items()):
+            if until <= now:
+                continue
+            if job is not None and _active_key(job) == prefix + job_id.encode():
+                running.add(job_id.encode())
+            else:
+                running.discard(job_id.encode())
+        return len(running)
 
     def _ranks(self, prefix: bytes) -> Iterator[bytes]:
         for raw in self._db.keys(from_key=prefix):

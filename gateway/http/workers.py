@@ -12,6 +12,10 @@ did not come in time is followed, on the same key, by a requeue (job.enqueued,
 active → available), which undoes it if it was applied; the lease is the
 second safety net. Ack, nack and heartbeat ask the processor likewise and
 answer in the OJS shapes.
+
+A job of a key with a concurrency limit is proposed only while the view counts a
+free slot for it (core/concurrency.py's rule); a key whose claim the processor
+refuses as full (the view has not read a start yet) is asked no more in this fetch.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
+from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
 from gateway.http import transitions
@@ -55,6 +60,7 @@ log = logging.getLogger("gateway.http.workers")
 # A claim this process has in flight: other local fetches skip it meanwhile (at most this long).
 CLAIM_MEMORY_S = 5.0
 PAUSED = object()  # a claim's answer: the job's queue is paused
+FULL = object()  # a claim's answer: the job's key runs as many jobs as its limit
 
 
 def now_ms() -> int:
@@ -85,12 +91,13 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
     claimed: list[dict[str, Any]] = []
     problems: list[ApiError] = []
     tried: set[str] = set()
+    full: set[str] = set()  # keys the processor said are full
     # Queues this view shows paused are not asked; one whose claim the processor refuses
     # as paused (this view has not read the pause yet) is asked no more.
     wanted = [q for q in queues if q not in paused_queues(binding)]
     while len(claimed) < count and not problems:
         # Never more claims than jobs wanted: a claimed job is active, it must be handed out.
-        candidates = _candidates(binding, wanted, count - len(claimed), tried)
+        candidates = _candidates(binding, wanted, count - len(claimed), tried, full)
         if not candidates:
             break
         tried.update(j["id"] for j in candidates)
@@ -100,6 +107,8 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
                 problems.append(answer)
             elif answer is PAUSED:
                 wanted = [q for q in wanted if q != job.get("queue")]
+            elif answer is FULL:
+                full.add(str(job["unique_key"]))
             elif isinstance(answer, dict):
                 claimed.append(shown(answer))
     if problems and not claimed:
@@ -111,10 +120,12 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
 
 
 def _candidates(
-    binding: Binding, queues: list[str], wanted: int, tried: set[str]
+    binding: Binding, queues: list[str], wanted: int, tried: set[str], full: set[str]
 ) -> list[dict[str, Any]]:
-    """Due jobs of the queues, left to right, not claimed by this process just now."""
+    """Due jobs of the queues, left to right, not claimed by this process just now, none
+    beyond a free slot of its key (`full`: keys known to have none)."""
     at, found = now_ms(), list[dict[str, Any]]()
+    taken: dict[str, int] = {}  # slots this proposal takes, per key
     recent = binding.claims
     for job_id, until in list(recent.items()):
         if until < time.monotonic():
@@ -130,16 +141,37 @@ def _candidates(
                 job is not None
                 and job_effective_state(job, at) is State.AVAILABLE
                 and not past_expiry(job, at)
+                and _slot(binding, job, taken, full)
             ):
                 found.append(job)
     return found
+
+
+def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str]) -> bool:
+    """Whether the job's key has a slot for it beside the jobs proposed already (taken)."""
+    limit, key = limit_of(job), job.get("unique_key")
+    if limit is None or not isinstance(key, str):
+        return True
+    if key in full:
+        return False
+    if key not in taken:  # running, and being claimed by this process's other fetches
+        claiming = (binding.view.get(i) for i in list(binding.claims))
+        taken[key] = binding.view.active_under(key) + sum(
+            1
+            for j in claiming
+            if j is not None and j.get("unique_key") == key and j.get("state") != State.ACTIVE
+        )
+    if not slot_free(limit, taken[key]):
+        return False
+    taken[key] += 1
+    return True
 
 
 async def _claim(
     binding: Binding, job: dict[str, Any], fields: dict[str, Any]
 ) -> dict[str, Any] | ApiError | object | None:
     """The job, active, if the processor gave it to us; PAUSED if its queue is paused;
-    None if it went elsewhere."""
+    FULL if its key runs as many jobs as its limit; None if it went elsewhere."""
     binding.claims[job["id"]] = time.monotonic() + CLAIM_MEMORY_S
     # The claim's own name: a requeue undoes this claim, never another fetch's.
     claim_id = random_hex()
@@ -152,6 +184,8 @@ async def _claim(
         moved = ack.record.get("job")
         if ack.error is not None and ack.error.code == QUEUE_PAUSED:
             return PAUSED
+        if ack.error is not None and ack.error.code == CONCURRENCY_LIMIT:
+            return FULL
         if ack.outcome != EventOutcome.APPLIED or not isinstance(moved, dict):
             return None
         transitions.answered(binding, moved)

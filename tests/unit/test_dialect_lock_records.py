@@ -73,8 +73,9 @@ def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> N
 REFUSED = [
     ({**BULLMQ, "opts": {"deduplication": {"id": "h"}, "jobId": "h-1"}},
      "opts.jobId with opts.deduplication"),
-    ({**SIDEKIQ, "lock": "while_executing"}, "lock while_executing"),
-    ({**SIDEKIQ, "lock": "until_and_while_executing"}, "lock until_and_while_executing"),
+    ({**SIDEKIQ, "lock": "while_executing_reject"}, "lock while_executing_reject"),
+    ({**SIDEKIQ, "lock": "while_executing", "on_conflict": "reject"},
+     "on_conflict reject with lock while_executing"),
     ({**SIDEKIQ, "lock_limit": 3}, "lock_limit above 1"),
     ({**SIDEKIQ, "on_conflict": "replace"}, "on_conflict replace with lock until_executed"),
     ({**SIDEKIQ, "on_conflict": "reschedule"}, "on_conflict reschedule"),
@@ -157,7 +158,8 @@ def test_explain_tells_each_lock_s_rule() -> None:
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=6)
     | st.sampled_from(["until_executed", "until_executing", "until_expired", "log", "raise",
-                       "replace", "available", "pending", "running", "scheduled", "retryable"]),
+                       "replace", "available", "pending", "running", "scheduled", "retryable",
+                       "while_executing", "until_and_while_executing"]),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner,
                                                                  max_size=4),
     max_leaves=10,

@@ -208,11 +208,17 @@ def test_a_job_without_a_lock_is_never_a_duplicate() -> None:
 @pytest.mark.parametrize(
     ("fields", "option"),
     [
-        ({"lock": "while_executing"}, "lock while_executing"),
-        ({"lock": "until_and_while_executing"}, "lock until_and_while_executing"),
-        ({"lock": "around_perform"}, "lock around_perform"),
         ({"lock": "while_executing_reject"}, "lock while_executing_reject"),
         ({"lock_limit": 2}, "lock_limit above 1"),
+        ({"lock": "until_and_while_executing", "lock_limit": 2},
+         "lock_limit above 1 with lock until_and_while_executing"),
+        ({"lock": "while_executing", "on_conflict": "reject"},
+         "on_conflict reject with lock while_executing"),
+        ({"lock": "while_busy", "on_conflict": {"server": "replace"}},
+         "on_conflict.server replace with lock while_executing"),
+        ({"lock": "until_and_while_executing", "on_conflict": {"server": "reject"}},
+         "on_conflict.server reject with lock until_and_while_executing"),
+        ({"lock": "while_executing", "lock_ttl": 60}, "lock_ttl with lock while_executing"),
         ({"lock_timeout": 5}, "lock_timeout above 0"),
         ({"on_conflict": "reject"}, "on_conflict reject"),
         ({"on_conflict": "reschedule"}, "on_conflict reschedule"),
@@ -237,6 +243,7 @@ def test_options_the_gateway_lacks_are_refused_by_name(fields: dict[str, Any], o
         ({"lock_ttl": -5}, "lock_ttl must be a whole number of seconds"),
         ({"lock_ttl": "1h"}, "lock_ttl must be a whole number of seconds"),
         ({"lock_limit": 0}, "lock_limit must be a whole number, at least 1"),
+        ({"lock": "while_executing", "lock_limit": 1001}, "lock_limit must be at most 1000"),
         ({"lock_timeout": -1}, "lock_timeout must be"),
         ({"lock_args_method": "lock_args"}, "lock_args_method is Ruby code"),
         ({"lock_args": "1"}, "lock_args must be an array"),
@@ -259,3 +266,49 @@ def test_options_that_change_nothing_here_are_accepted() -> None:
         request = parsed(job(**fields))
         assert request.policy is not None and request.policy.on_conflict is OnConflict.IGNORE
     assert decide((), parsed(job(lock_expiration=60)), T0, seed=b"s").holder is not None
+
+
+# --- runtime locks: per-key concurrency ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("lock", ["while_executing", "around_perform", "while_busy",
+                                  "while_working"])  # fmt: skip
+@pytest.mark.parametrize(("lock_limit", "limit"), [(None, 1), (1, 1), (3, 3)])
+def test_while_executing_is_a_concurrency_limit_with_nothing_held_at_the_push(
+    lock: str, lock_limit: int | None, limit: int
+) -> None:
+    fields = {} if lock_limit is None else {"lock_limit": lock_limit}
+    request = parsed(job(lock, **fields))
+    assert request.holder_rule is None and request.policy is not None
+    assert (request.policy.concurrency, request.policy.states) == (limit, frozenset())
+    # The gem's runtime digest is its own (":RUN"): it never meets an until_* lock's.
+    assert request.unique_key != parsed(job("until_executed")).unique_key
+    story = Story()
+    pushed = [story.submit(job(lock, **fields), T0 + n) for n in range(limit + 2)]
+    assert {p.outcome for p in pushed} == {Outcome.ACCEPTED}
+    assert {(p.job or {}).get("unique_concurrency") for p in pushed} == {limit}
+
+
+def test_until_and_while_executing_holds_while_waiting_and_runs_one_at_a_time() -> None:
+    request = parsed(job("until_and_while_executing"))
+    assert request.policy is not None and request.policy.concurrency == 1
+    assert request.holder_rule == StatesRule(
+        StatesKind.SIDEKIQ, "until_and_while_executing", frozenset(WAITING),
+        relock=Relock.ON_RETRY,
+    )  # fmt: skip
+    assert request.unique_key == parsed(job("until_executing")).unique_key  # the gem's digest
+    story = Story()
+    first = story.submit(job("until_and_while_executing"), T0)
+    assert story.submit(job("until_and_while_executing"), T0 + 1).outcome is Outcome.IGNORED
+    story.event(ids(first), T0 + 2, type="job.started")
+    second = story.submit(job("until_and_while_executing"), T0 + 3)  # the first runs: free
+    assert second.outcome is Outcome.ACCEPTED
+    assert (second.job or {}).get("unique_concurrency") == 1
+
+
+@pytest.mark.parametrize(
+    "on_conflict", ["log", "raise", "reschedule", {"client": "log", "server": "reschedule"}]
+)
+def test_a_runtime_lock_s_job_waits_whatever_the_server_strategy(on_conflict: Any) -> None:
+    request = parsed(job("while_executing", on_conflict=on_conflict))
+    assert request.policy is not None and request.policy.concurrency == 1

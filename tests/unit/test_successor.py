@@ -173,10 +173,13 @@ def test_bullmq_continuous_debounce_runs_the_newest_data_a_delay_after_the_job_f
     assert log.states()[kept["job_id"]] == "scheduled"
 
 
-def test_the_option_is_refused_unless_true_or_false() -> None:
+def test_the_option_is_refused_unless_true_or_false_and_beside_a_concurrency_limit() -> None:
     error = parse_request(job(1, keep_last_if_active="yes"))
     assert isinstance(error, GatewayError) and error.code == "invalid_request"
     assert error.message == 'unique.keep_last_if_active must be true or false, not "yes"'
+    error = parse_request(job(1, concurrency=2))
+    assert isinstance(error, GatewayError) and error.code == "invalid_request"
+    assert error.message.startswith("unique.keep_last_if_active with unique.concurrency")
 
 
 def test_bullmq_keep_last_if_active_follows_its_running_job() -> None:

@@ -14,9 +14,17 @@ queue with `unique_across_queues` and the class with `unique_across_workers`.
   worker starts the job and again, afresh, when it fails into a retry;
   `until_expired` holds for lock_ttl whatever the job does (lock_ttl is
   required). A dead or deleted job lets go of every lock (the death handler,
-  the API's delete). `while_executing` (around_perform, while_busy,
-  while_working, while_executing_reject) and `until_and_while_executing` are
-  runtime locks: not supported yet.
+  the API's delete).
+- Runtime locks, per-key concurrency (core/concurrency.py): `while_executing`
+  (around_perform, while_busy, while_working) lets `lock_limit` jobs of the
+  digest run at once and any number wait; the gem suffixes its digest with
+  `:RUN`, so its key is apart (`run` in the digest). `until_and_while_executing`
+  holds the digest as until_executing does while the job waits and lets one
+  job of it run at once. A job that finds no free slot waits in its queue and
+  runs when one frees, whatever the server strategy says (the gem drops it
+  under `log`, errs it into a retry under `raise`, pushes it again under
+  `reschedule`); `reject` (the dead set), `replace` and `while_executing_reject`
+  are refused.
 - `lock_ttl` (seconds; 0 or none: no expiry; `lock_expiration` is its old
   name): the lock expires lock_ttl plus the whole seconds until `at` after the
   push; an expired until_executed or until_expired lock is taken again, afresh,
@@ -26,8 +34,8 @@ queue with `unique_across_queues` and the class with `unique_across_workers`.
   gateway cannot run: send its result as lock_args.
 - `lock_timeout`: 0 or none (decide at once); waiting for a lock is not
   supported yet (sidekiq-unique-jobs 9 does not wait either).
-- `lock_limit`: 1 or none; more (that many jobs holding one digest) is not
-  supported yet.
+- `lock_limit`: 1 or none, but for while_executing (the runs at once); more
+  jobs waiting with one digest is not supported yet.
 - `on_conflict` (or `{client, server}`: the client's applies at the push, the
   server's only to runtime locks): `log` (the default) drops the duplicate,
   answered with a null jid and the existing job; `raise` refuses it with
@@ -44,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.core.concurrency import MAX_CONCURRENCY
 from gateway.core.dialects import fields as f
 from gateway.core.envelope import Envelope, job_id_or_raise
 from gateway.core.errors import invalid_request, unsupported
@@ -72,8 +81,11 @@ ALIASES = {
     "until_successfully_completed": "until_executed",
     "while_enqueued": "until_executing",
 }
-RUNTIME_LOCKS = ("while_executing", "around_perform", "while_busy", "while_working",
-                 "while_executing_reject", "until_and_while_executing")  # fmt: skip
+WHILE_EXECUTING = "while_executing"
+BOTH = "until_and_while_executing"
+RUNTIME_ALIASES = {"around_perform": WHILE_EXECUTING, "while_busy": WHILE_EXECUTING,
+                   "while_working": WHILE_EXECUTING}  # fmt: skip
+REFUSED_LOCKS = ("while_executing_reject",)
 STRATEGIES = ("log", "raise", "reject", "replace", "reschedule")
 
 
@@ -98,24 +110,39 @@ def parse(raw: Mapping[str, Any]) -> Request:
     ttl_ms = _ttl(raw)
     if lock == "until_expired" and ttl_ms is None:
         raise invalid_request("lock until_expired needs lock_ttl: the seconds the lock lasts")
-    _no_wait(raw)
-    on_conflict = _on_conflict(raw.get("on_conflict"), lock)
-    states, relock = LOCKS[lock]
-    rule = StatesRule(StatesKind.SIDEKIQ, lock, states, lock_ms=ttl_ms, relock=relock)
+    limit = _no_wait(raw, lock)
     across_queues = _flag(raw, "unique_across_queues")
     across_workers = _flag(raw, "unique_across_workers")
-    policy = UniquePolicy(
-        keys=tuple(d for d, left_out in ((Dimension.TYPE, across_workers),
-                   (Dimension.QUEUE, across_queues), (Dimension.ARGS, False)) if not left_out),
-        states=states,
-        on_conflict=on_conflict,
-        judge=Judge.HOLDER,
-    )  # fmt: skip
+    dimensions = ((Dimension.TYPE, across_workers), (Dimension.QUEUE, across_queues),
+                  (Dimension.ARGS, False))  # fmt: skip
+    keys = tuple(d for d, left_out in dimensions if not left_out)
     digest: dict[str, Any] = {"prefix": _prefix(raw), "lock_args": _lock_args(raw, args)}
     if not across_workers:
         digest["class"] = job_class
     if not across_queues:
         digest["queue"] = envelope.queue
+    if lock == WHILE_EXECUTING:
+        _server_strategy(raw.get("on_conflict"), lock)
+        if ttl_ms is not None:
+            raise unsupported(
+                "lock_ttl with lock while_executing",
+                "a running job holds its slot until it ends (its lease frees the slot of a "
+                "job whose worker died); the slot does not expire while the job runs",
+            )
+        digest["run"] = True  # the gem's digest + ":RUN": a lock of its own
+        # Nothing holds the key at the push: every job is accepted and waits for a slot.
+        policy = UniquePolicy(keys=keys, states=frozenset(), on_conflict=OnConflict.IGNORE,
+                              concurrency=limit)  # fmt: skip
+        key = f.namespaced_key(NAMESPACE, digest, "lock_args")
+        return Request(envelope, policy, key, SIDEKIQ, duplicate_code=CONFLICT)
+    if lock == BOTH:
+        _server_strategy(raw.get("on_conflict"), lock)
+    until = "until_executing" if lock == BOTH else lock
+    on_conflict = _on_conflict(raw.get("on_conflict"), until)
+    states, relock = LOCKS[until]
+    rule = StatesRule(StatesKind.SIDEKIQ, lock, states, lock_ms=ttl_ms, relock=relock)
+    policy = UniquePolicy(keys=keys, states=states, on_conflict=on_conflict, judge=Judge.HOLDER,
+                          concurrency=limit)  # fmt: skip
     key = f.namespaced_key(NAMESPACE, digest, "lock_args")
     return Request(envelope, policy, key, SIDEKIQ, holder_rule=rule, duplicate_code=CONFLICT)
 
@@ -145,16 +172,16 @@ def _retries(raw: Any) -> int:
 def _lock(raw: Any) -> str:
     if not isinstance(raw, str):
         raise invalid_request('lock must be a lock type, e.g. "until_executed"')
-    if raw in RUNTIME_LOCKS:
-        what = "its runtime lock" if raw == "until_and_while_executing" else "a runtime lock"
+    if raw in REFUSED_LOCKS:
         raise unsupported(
             f"lock {raw}",
-            f"{what} limits how many jobs of one digest run at once, which the gateway "
-            "does not do; use until_executed or until_executing",
+            "the gem sends a job that finds its digest running to the dead set; here it "
+            "waits for a free slot (use while_executing)",
         )
-    lock = ALIASES.get(raw, raw)
-    if lock not in LOCKS:
-        names = ", ".join([*LOCKS, *ALIASES, *RUNTIME_LOCKS])
+    lock = ALIASES.get(raw) or RUNTIME_ALIASES.get(raw, raw)
+    if lock not in (*LOCKS, WHILE_EXECUTING, BOTH):
+        names = ", ".join([*LOCKS, *ALIASES, WHILE_EXECUTING, *RUNTIME_ALIASES, BOTH,
+                           *REFUSED_LOCKS])  # fmt: skip
         raise invalid_request(f'lock "{raw}" has no implementation; use one of {names}')
     return lock
 
@@ -172,7 +199,9 @@ def _ttl(raw: Mapping[str, Any]) -> int | None:
     return value * 1000
 
 
-def _no_wait(raw: Mapping[str, Any]) -> None:
+def _no_wait(raw: Mapping[str, Any], lock: str) -> int | None:
+    """Check lock_timeout, lock_limit and lock_args_method; the runtime lock's limit (the jobs
+    that run at once: lock_limit for while_executing, 1 for until_and_while_executing)."""
     timeout, limit = raw.get("lock_timeout"), raw.get("lock_limit")
     if timeout is not None and timeout != 0:
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
@@ -182,13 +211,16 @@ def _no_wait(raw: Mapping[str, Any]) -> None:
             "the gateway decides a push at once, as with lock_timeout 0, and never waits "
             "for a lock (sidekiq-unique-jobs 9 ignores the wait as well)",
         )
-    if limit is not None and limit != 1:
+    if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise invalid_request("lock_limit must be a whole number, at least 1")
+        if limit > MAX_CONCURRENCY:
+            raise invalid_request(f"lock_limit must be at most {MAX_CONCURRENCY}")
+    if limit is not None and limit != 1 and lock != WHILE_EXECUTING:
         raise unsupported(
-            "lock_limit above 1",
-            "more than one job holding a digest (per-key concurrency) is not something the "
-            "gateway does; use lock_limit 1",
+            "lock_limit above 1" + (f" with lock {lock}" if lock == BOTH else ""),
+            "more than one job waiting with one digest is not something the gateway does; "
+            "lock_limit counts the jobs that run at once with lock while_executing only",
         )
     method = raw.get("lock_args_method")
     if method is not None and method is not False:
@@ -196,6 +228,9 @@ def _no_wait(raw: Mapping[str, Any]) -> None:
             "lock_args_method is Ruby code the gateway cannot run; send what it returns as "
             "lock_args, e.g. [42]"
         )
+    if lock == WHILE_EXECUTING:
+        return limit or 1
+    return 1 if lock == BOTH else None
 
 
 def _on_conflict(raw: Any, lock: str) -> OnConflict:
@@ -232,6 +267,20 @@ def _on_conflict(raw: Any, lock: str) -> OnConflict:
                 "the duplicate would be pushed again a few seconds later; the gateway "
                 "does not push it again",
             )
+
+
+def _server_strategy(raw: Any, lock: str) -> None:
+    """A runtime lock's conflict is at the run: the server's strategy (the whole of a plain
+    `on_conflict`). The job waits for a slot under log, raise and reschedule alike."""
+    field = "on_conflict.server" if isinstance(raw, Mapping) else "on_conflict"
+    name = _strategy(raw.get("server") if isinstance(raw, Mapping) else raw, field)
+    if name in ("reject", "replace"):
+        raise unsupported(
+            f"{field} {name} with lock {lock}",
+            "the gem would send the job that finds its digest running to the dead set, or "
+            "replace it; here the job waits in its queue for a free slot (use log, raise "
+            "or reschedule, which all wait here)",
+        )
 
 
 def _strategy(raw: Any, field: str) -> str | None:
