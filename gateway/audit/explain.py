@@ -36,7 +36,7 @@ from gateway.core import (
     prune,
 )
 from gateway.core.concurrency import CONCURRENCY_LIMIT
-from gateway.core.policy import format_period
+from gateway.core.periods import format_period
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import parse_rfc3339
 

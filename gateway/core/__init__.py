@@ -8,6 +8,7 @@ key's entries `follow` the job, what a move writes is moves.py's), and
 active job's lease or timeout, a waiting job's expires_at).
 """
 
+from gateway.core.decision import Change, Decision, Outcome
 from gateway.core.decision_records import audit_fields, cancellations
 from gateway.core.dialects import (
     DIALECTS,
@@ -16,7 +17,7 @@ from gateway.core.dialects import (
     parse_request_json,
     requested_dialect,
 )
-from gateway.core.engine import Change, Decision, Outcome, decide
+from gateway.core.engine import decide
 from gateway.core.entries import (
     DEFAULT_RETENTION_MS,
     Entry,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from gateway.core.engine import Decision, Outcome
+from gateway.core.decision import Decision, Outcome
 from gateway.core.entries import effective_state
 from gateway.core.policy import UniquePolicy
 from gateway.core.times import format_rfc3339

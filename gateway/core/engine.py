@@ -5,7 +5,8 @@ broker timestamp), so replaying the log replays every decision. What a
 decision publishes besides its job (audit fields, cancellations) is
 decision_records.py's.
 
-Rules, each decided here and only here:
+Rules, each decided here and only here (an update and a debounce, which change the
+existing job in place, are carried out by updates.py; a successor by successor.py):
 - An entry is a duplicate iff it holds its key against the request
   (`matching.holds_key`: the request's states and period, or the holder's rule).
 - Entries are first pruned (see entries.py); matching sees what is kept.
@@ -60,107 +61,25 @@ Rules, each decided here and only here:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any, assert_never
 
 from gateway.core import successor
+from gateway.core.decision import Decision, Outcome, refuse
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, effective_state, prune
 from gateway.core.envelope import resolved
 from gateway.core.errors import GatewayError
-from gateway.core.holder import Holder, bucket_of, holder_for
+from gateway.core.holder import bucket_of, holder_for
 from gateway.core.jobs import accepted_job, initial_state, uuid7
 from gateway.core.matching import holds_key
-from gateway.core.policy import Debounce, OnConflict, UniquePolicy
+from gateway.core.policy import OnConflict
 from gateway.core.request import OJS, Request
 from gateway.core.states import State
-from gateway.core.times import format_rfc3339, parse_rfc3339
+from gateway.core.times import parse_rfc3339
+from gateway.core.updates import lock_restarted, move_waiting, update
 
 # What a new job's id is minted from: the request's seed and what the id must satisfy.
 Mint = tuple[bytes, Callable[[bytes], bool] | None]
-DUPLICATE_MESSAGE = "A job matching the uniqueness key already exists"
-
-
-class Outcome(StrEnum):
-    ACCEPTED = "accepted"
-    REJECTED = "rejected"
-    IGNORED = "ignored"
-    REPLACED = "replaced"
-    UPDATED = "updated"
-    INVALID = "invalid"
-
-
-# Not frozen: built for every record, and a frozen dataclass sets each field through
-# object.__setattr__ (seven times the cost). Treated as a value all the same: never assigned.
-@dataclass(slots=True)
-class Change:
-    """One field an update changed in the existing job."""
-
-    field: str
-    before: Any
-    after: Any
-
-
-@dataclass(slots=True)  # not frozen: see Change
-class Debounced:
-    """What a debounce did: the job's new run time (None: it moved no job, only restarted
-    the holder's lock), the burst's start (the job's creation), whether max_wait capped
-    the run time, and whether the holder's lock restarted."""
-
-    run_at: int | None
-    burst_start: int | None
-    capped: bool = False
-    lock_restarted: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_at": None if self.run_at is None else format_rfc3339(self.run_at),
-            "burst_start": None if self.burst_start is None else format_rfc3339(self.burst_start),
-            "capped": self.capped,
-            "lock_restarted": self.lock_restarted,
-        }
-
-
-@dataclass(slots=True)  # not frozen: see Change
-class Decision:
-    outcome: Outcome
-    decided_at: int
-    # The entries to store under the key afterwards, pruned.
-    entries: tuple[Entry, ...]
-    unique_key: str | None = None
-    policy: UniquePolicy | None = None
-    # The accepted job record (accepted, replaced), or the updated one (updated).
-    job: dict[str, Any] | None = None
-    # The matched job (rejected, ignored, replaced) and its effective state.
-    existing: Entry | None = None
-    existing_state: State | None = None
-    # Jobs moved to cancelled by a replace, as they were before.
-    cancelled: tuple[Entry, ...] = ()
-    error: GatewayError | None = None
-    # The fields an update changed (updated).
-    changes: tuple[Change, ...] = ()
-    # The holder the accepted job keeps its key by (Zizq, Faktory).
-    holder: Holder | None = None
-    # What a debounce did (an updated job, or a holder's restarted lock); None: no debounce.
-    debounced: Debounced | None = None
-
-    @property
-    def existing_job(self) -> dict[str, Any] | None:
-        """The existing job as reported to the caller (e.g. for ignore's deduplicated reply)."""
-        if self.existing is None:
-            return None
-        if self.existing.job is not None:
-            return {**self.existing.job, "state": str(self.existing_state)}
-        job = {
-            "id": self.existing.job_id,
-            "type": self.existing.type,
-            "queue": self.existing.queue,
-            "state": str(self.existing_state),
-            "created_at": format_rfc3339(self.existing.created_at),
-        }
-        if self.existing.scheduled_at is not None:
-            job["scheduled_at"] = format_rfc3339(self.existing.scheduled_at)
-        return job
 
 
 def decide(
@@ -215,17 +134,17 @@ def decide(
     existing = _pick(matches)
     if debounce is not None and effective_state(existing, now_ms) in debounce.states:
         record = None if records is None else records.get(existing.job_id)
-        return _debounce(request, kept, now_ms, existing, debounce, record)
+        return move_waiting(request, kept, now_ms, existing, debounce, record)
     match policy.on_conflict:
         case OnConflict.REJECT:
-            return _refuse(Outcome.REJECTED, request, kept, now_ms, existing)
+            return refuse(Outcome.REJECTED, request, kept, now_ms, existing)
         case OnConflict.IGNORE:
-            ignored = _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+            ignored = refuse(Outcome.IGNORED, request, kept, now_ms, existing)
             if debounce is not None and debounce.restart_lock and not debounce.states:
-                return _lock_restarted(ignored, existing, now_ms)
+                return lock_restarted(ignored, existing, now_ms)
             return ignored
         case OnConflict.UPDATE:
-            return _update(request, kept, now_ms, existing)
+            return update(request, kept, now_ms, existing)
         case OnConflict.REPLACE | OnConflict.REPLACE_EXCEPT_SCHEDULE:
             return _replace(request, kept, now_ms, (seed, at_home), matches, existing, retention_ms)
         case _:
@@ -325,8 +244,8 @@ def id_taken(
     """The request's id is already a job's: never a second job (see the rules above)."""
     policy = request.policy
     if policy is not None and holds_this_key and _resubmits_own_key(request, request.unique_key):
-        return _refuse(_resubmitted(policy.on_conflict), request, kept, now_ms, taken)
-    refused = _refuse(Outcome.REJECTED, request, kept, now_ms, taken)
+        return refuse(_resubmitted(policy.on_conflict), request, kept, now_ms, taken)
+    refused = refuse(Outcome.REJECTED, request, kept, now_ms, taken)
     message = f"job id {taken.job_id} is already taken by a {refused.existing_state} job"
     return replace(refused, error=GatewayError(request.duplicate_code, message))
 
@@ -343,207 +262,9 @@ def _resubmits_own_key(request: Request, holder_key: str | None) -> bool:
     )
 
 
-def _update(request: Request, kept: tuple[Entry, ...], now_ms: int, existing: Entry) -> Decision:
-    """Oban's replace: the existing job, its named fields set to the request's values."""
-    assert request.policy is not None
-    state = effective_state(existing, now_ms)
-    wanted = request.policy.fields_to_update(state)
-    if existing.job is None or not wanted:
-        return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
-    values = _updatable_values(request, now_ms)
-    changes = tuple(
-        Change(name, existing.job.get(name), values[name])
-        for name in wanted
-        if existing.job.get(name) != values[name]
-    )
-    if not changes:
-        return _refuse(Outcome.IGNORED, request, kept, now_ms, existing)
-    job = {**existing.job, **{c.field: c.after for c in changes}}
-    for change in changes:
-        if change.after is None:
-            job.pop(change.field)
-    updated = _updated_entry(existing, job, state, now_ms)
-    job["state"] = str(effective_state(updated, now_ms))
-    entries = tuple(updated if e is existing else e for e in kept)
-    return Decision(
-        Outcome.UPDATED,
-        now_ms,
-        entries,
-        request.unique_key,
-        request.policy,
-        job=job,
-        existing=existing,
-        existing_state=state,
-        changes=changes,
-    )
-
-
-def wants_records(request: Request | GatewayError) -> bool:
-    """Whether deciding `request` may update a job's record (a debounce): the processor then
-    passes `decide` the key's job records."""
-    return (
-        isinstance(request, Request)
-        and request.policy is not None
-        and request.policy.debounce is not None
-        and bool(request.policy.debounce.states)
-    )
-
-
-def _debounce(
-    request: Request,
-    kept: tuple[Entry, ...],
-    now_ms: int,
-    existing: Entry,
-    debounce: Debounce,
-    record: Mapping[str, Any] | None,
-) -> Decision:
-    """The waiting job that holds the key, moved to run after this request (see the rules)."""
-    env = request.envelope
-    run_at = now_ms if env.scheduled_at is None else env.scheduled_at
-    capped = False
-    if debounce.max_wait_ms is not None and run_at > existing.created_at + debounce.max_wait_ms:
-        run_at, capped = existing.created_at + debounce.max_wait_ms, True
-    if record is not None:
-        before = {k: v for k, v in record.items() if k not in ("route", "partition")}
-    else:
-        before = dict(existing.job) if existing.job is not None else _job_of(existing)
-    values: dict[str, Any] = {}
-    if debounce.replace:
-        values.update(args=env.args, meta=env.meta)
-    values["scheduled_at"] = format_rfc3339(run_at)
-    changes = tuple(
-        Change(name, before.get(name), value)
-        for name, value in values.items()
-        if before.get(name) != value
-    )
-    job = {**before, **{c.field: c.after for c in changes}}
-    for change in changes:
-        if change.after is None:
-            job.pop(change.field)
-    state = effective_state(existing, now_ms)
-    updated = _updated_entry(existing, job, state, now_ms)
-    restart = debounce.restart_lock and _has_lock(existing)
-    if restart:
-        assert updated.holder is not None
-        updated = replace(updated, holder=replace(updated.holder, since=now_ms))
-    if existing.job is None:  # the entry keeps a copy only where it kept one (Oban's)
-        updated = replace(updated, job=None)
-    job["state"] = str(effective_state(updated, now_ms))
-    return Decision(
-        Outcome.UPDATED,
-        now_ms,
-        tuple(updated if e is existing else e for e in kept),
-        request.unique_key,
-        request.policy,
-        job=job,
-        existing=existing,
-        existing_state=state,
-        changes=changes,
-        debounced=Debounced(run_at, existing.created_at, capped, restart),
-    )
-
-
-def _has_lock(entry: Entry) -> bool:
-    return entry.holder is not None and entry.holder.expires_at is not None
-
-
-def _lock_restarted(ignored: Decision, existing: Entry, now_ms: int) -> Decision:
-    """An ignored duplicate that restarts the holder's lock (BullMQ's extend alone)."""
-    if existing.holder is None or not _has_lock(existing):
-        return ignored
-    moved = replace(existing, holder=replace(existing.holder, since=now_ms))
-    entries = tuple(moved if e is existing else e for e in ignored.entries)
-    return replace(ignored, entries=entries, debounced=Debounced(None, None, False, True))
-
-
-def _job_of(entry: Entry) -> dict[str, Any]:
-    """What an entry knows of its job, when it keeps no copy and no record is given."""
-    job: dict[str, Any] = {
-        "id": entry.job_id, "type": entry.type, "queue": entry.queue,
-        "max_attempts": entry.max_attempts,
-    }  # fmt: skip
-    if entry.scheduled_at is not None:
-        job["scheduled_at"] = format_rfc3339(entry.scheduled_at)
-    return job
-
-
-def updated_record(job: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
-    """A stored job record after an `updated` decision: the changed fields set, and the
-    state the update left it in (a new scheduled time can (un)schedule it)."""
-    out = dict(job)
-    for change in decision.changes:
-        if change.after is None:
-            out.pop(change.field, None)
-        else:
-            out[change.field] = change.after
-    if isinstance(out.get("retry"), Mapping) and "max_attempts" in out:
-        out["retry"] = {**out["retry"], "max_attempts": out["max_attempts"]}
-    entry = next((e for e in decision.entries if e.job_id == out["id"]), None)
-    if entry is not None:
-        out["state"] = str(entry.state)
-        if entry.state is State.AVAILABLE:
-            out.setdefault("enqueued_at", format_rfc3339(decision.decided_at))
-    return out
-
-
-def _updatable_values(request: Request, now_ms: int) -> dict[str, Any]:
-    """The request's value of every updatable field, as the job record holds it.
-
-    A job without a scheduled time is scheduled now, as Oban does at insert.
-    """
-    env = request.envelope
-    return {
-        "args": env.args,
-        "max_attempts": env.max_attempts,
-        "meta": env.meta,
-        "priority": env.priority,
-        "queue": env.queue,
-        "scheduled_at": format_rfc3339(now_ms if env.scheduled_at is None else env.scheduled_at),
-        "tags": env.raw.get("tags"),
-        "type": env.type,
-    }
-
-
-def _updated_entry(entry: Entry, job: Mapping[str, Any], state: State, now_ms: int) -> Entry:
-    scheduled = job.get("scheduled_at")
-    scheduled_at = parse_rfc3339(scheduled) if isinstance(scheduled, str) else None
-    if state in (State.SCHEDULED, State.AVAILABLE):
-        state = initial_state(scheduled_at, now_ms)  # a new time can (un)schedule it
-    else:
-        state = entry.state
-    return replace(
-        entry,
-        type=str(job["type"]),
-        queue=str(job["queue"]),
-        max_attempts=int(job["max_attempts"]),
-        scheduled_at=scheduled_at,
-        state=state,
-        job=dict(job),
-    )
-
-
 def _pick(matches: list[Entry]) -> Entry:
     # Newest live match first; among equals the later-stored one (max keeps the last).
     return max(reversed(matches), key=lambda e: (not e.terminal, e.created_at))
-
-
-def _refuse(
-    outcome: Outcome, request: Request, kept: tuple[Entry, ...], now_ms: int, existing: Entry
-) -> Decision:
-    return Decision(
-        outcome,
-        now_ms,
-        kept,
-        request.unique_key,
-        request.policy,
-        existing=existing,
-        existing_state=effective_state(existing, now_ms),
-        error=(
-            GatewayError(request.duplicate_code, DUPLICATE_MESSAGE)
-            if outcome is Outcome.REJECTED
-            else None
-        ),
-    )
 
 
 def _accept(

@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway.core.errors import invalid_request
 from gateway.core.limits import duration_problem, instant_problem
-from gateway.core.policy import period_or_raise
+from gateway.core.periods import period_or_raise
 from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import format_rfc3339, parse_rfc3339
 

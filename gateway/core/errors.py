@@ -51,3 +51,25 @@ def invalid_request(message: str) -> Invalid:
 def unsupported(option: str, why: str) -> Invalid:
     """`option` (as the request names it) is refused: the gateway cannot do what it asks yet."""
     return Invalid(GatewayError(UNSUPPORTED_OPTION, f"{option} is not supported yet: {why}"))
+
+
+def json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def shown(value: object) -> str:
+    """A short rendering of a bad value for a message."""
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f'"{text}"'
+    return json_type(value)

@@ -30,7 +30,8 @@ from typing import Any
 
 import orjson
 
-from gateway.core.engine import Decision, entry_of, id_taken
+from gateway.core.decision import Decision
+from gateway.core.engine import entry_of, id_taken
 from gateway.core.errors import INVALID_REQUEST, GatewayError
 from gateway.core.request import Request
 

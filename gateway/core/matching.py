@@ -25,7 +25,8 @@ from typing import assert_never
 
 from gateway.core.entries import Entry, effective_state
 from gateway.core.holder import holds_by_rule
-from gateway.core.policy import Judge, PeriodFrom, UniquePolicy, format_period
+from gateway.core.periods import format_period
+from gateway.core.policy import Judge, PeriodFrom, UniquePolicy
 from gateway.core.states import ALL_STATES, State
 from gateway.core.times import format_rfc3339
 

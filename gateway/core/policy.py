@@ -38,11 +38,17 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-import isodate
-
 from gateway.core.concurrency import parse_concurrency
-from gateway.core.errors import INVALID_REQUEST, GatewayError, Invalid, invalid_request
-from gateway.core.limits import duration_problem
+from gateway.core.debounce import Debounce, parse_debounce
+from gateway.core.errors import (
+    INVALID_REQUEST,
+    GatewayError,
+    Invalid,
+    invalid_request,
+    json_type,
+    shown,
+)
+from gateway.core.periods import format_period, period_or_raise
 from gateway.core.states import ALL_STATES, DEFAULT_UNIQUE_STATES, State
 
 
@@ -87,55 +93,6 @@ _FIELDS = (
     "keep_last_if_active",
     "concurrency",
 )  # fmt: skip
-_DEBOUNCE_FIELDS = ("delay", "max_wait", "replace")
-# The states in which an OJS debounce moves the job holding the key: it still waits.
-WAITING_STATES = frozenset({State.SCHEDULED, State.AVAILABLE})
-_MS_PER_DAY = 86_400_000
-
-
-@dataclass(frozen=True, slots=True)
-class Debounce:
-    """Trailing debounce: a request whose key is held by a job in `states` (a waiting one)
-    moves that job's run time to the request's run time (`delay_ms` after the decision;
-    None: the request's own scheduled time, else the decision time, BullMQ's `delay`),
-    capped at `max_wait_ms` after the job's creation (the burst's first request), and
-    with `replace` gives it the request's args and meta. `restart_lock`: a duplicate
-    the holder's lock absorbs restarts that lock (BullMQ's `extend`). Empty `states`:
-    the request never moves a job (BullMQ's `extend` alone)."""
-
-    delay_ms: int | None = None
-    max_wait_ms: int | None = None
-    replace: bool = False
-    states: frozenset[State] = WAITING_STATES
-    restart_lock: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "delay": None if self.delay_ms is None else format_period(self.delay_ms),
-            "delay_ms": self.delay_ms,
-            "max_wait": None if self.max_wait_ms is None else format_period(self.max_wait_ms),
-            "max_wait_ms": self.max_wait_ms,
-            "replace": self.replace,
-            "states": [str(s) for s in ALL_STATES if s in self.states],
-            "restart_lock": self.restart_lock,
-        }
-
-    @staticmethod
-    def from_dict(raw: object) -> Debounce:
-        """Read `to_dict` back. Raises ValueError (a record's policy, checked as stored)."""
-        if not isinstance(raw, Mapping):
-            raise ValueError("debounce must be an object")
-        delay, max_wait = raw.get("delay_ms"), raw.get("max_wait_ms")
-        for value in (delay, max_wait):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError("debounce.delay_ms and .max_wait_ms must be integers")
-        states = raw.get("states", [])
-        if not isinstance(states, list):
-            raise ValueError("debounce.states must be a list")
-        return Debounce(
-            delay, max_wait, raw.get("replace") is True,
-            frozenset(State(s) for s in states), raw.get("restart_lock") is True,
-        )  # fmt: skip
 
 
 # Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
@@ -206,7 +163,7 @@ class UniquePolicy:
             policy = policy_or_raise(ojs_fields, "policy", ojs=False)
             on_conflict = fields.get("on_conflict", "reject")
             if on_conflict not in {c.value for c in OnConflict}:
-                raise invalid_request(f"policy.on_conflict {_show(on_conflict)} is unknown")
+                raise invalid_request(f"policy.on_conflict {shown(on_conflict)} is unknown")
         except Invalid as exc:
             return exc.error
         if policy.period_ms != period_ms:
@@ -260,7 +217,7 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
     meta); without it, a canonical policy a dialect produced is read as it is."""
     if not isinstance(raw, Mapping):
         raise invalid_request(
-            f'{field} must be an object such as {{"keys": ["type", "args"]}}, not {_json_type(raw)}'
+            f'{field} must be an object such as {{"keys": ["type", "args"]}}, not {json_type(raw)}'
         )
     for name in raw:
         if name not in _FIELDS:
@@ -326,7 +283,7 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
         period_ms=period_or_raise(raw.get("period"), f"{field}.period"),
         states=_parse_states(raw.get("states"), f"{field}.states", concurrency is not None),
         on_conflict=_parse_on_conflict(raw.get("on_conflict"), f"{field}.on_conflict"),
-        debounce=_parse_debounce(raw.get("debounce"), f"{field}.debounce") if ojs else None,
+        debounce=parse_debounce(raw.get("debounce"), f"{field}.debounce") if ojs else None,
         keep_last=_flag(raw.get("keep_last_if_active"), f"{field}.keep_last_if_active"),
         concurrency=concurrency,
     )
@@ -336,42 +293,8 @@ def _flag(raw: object, field: str) -> bool:
     if raw is None:
         return False
     if not isinstance(raw, bool):
-        raise invalid_request(f"{field} must be true or false, not {_show(raw)}")
+        raise invalid_request(f"{field} must be true or false, not {shown(raw)}")
     return raw
-
-
-def _parse_debounce(raw: object, field: str) -> Debounce | None:
-    """`unique.debounce`: {"delay" (required), "max_wait", "replace"}; durations as a
-    period is given (ISO 8601 of fixed length, or whole seconds)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise invalid_request(
-            f'{field} must be an object such as {{"delay": "PT5S", "max_wait": "PT1M", '
-            f'"replace": true}}, not {_json_type(raw)}'
-        )
-    for name in raw:
-        if name not in _DEBOUNCE_FIELDS:
-            raise invalid_request(
-                f"{field}.{name} is not a debounce field; allowed fields are delay, max_wait, "
-                "replace"
-            )
-    if raw.get("delay") is None:
-        raise invalid_request(
-            f'{field}.delay is required: how long after each request the job runs, e.g. "PT5S"'
-        )
-    delay = period_or_raise(raw["delay"], f"{field}.delay")
-    max_wait = period_or_raise(raw.get("max_wait"), f"{field}.max_wait")
-    assert delay is not None
-    if max_wait is not None and max_wait < delay:
-        raise invalid_request(
-            f"{field}.max_wait ({format_period(max_wait)}) must be at least {field}.delay "
-            f"({format_period(delay)}): the burst's job could never wait its delay"
-        )
-    replace_args = raw.get("replace", False)
-    if not isinstance(replace_args, bool):
-        raise invalid_request(f"{field}.replace must be true or false, not {_show(replace_args)}")
-    return Debounce(delay, max_wait, replace_args)
 
 
 def _parse_keys(raw: object, field: str, always_type: bool = True) -> tuple[Dimension, ...]:
@@ -427,91 +350,16 @@ def _parse_on_conflict(raw: object, field: str) -> OnConflict:
         return OnConflict.REJECT
     allowed = ", ".join(f'"{c}"' for c in _OJS_ON_CONFLICT)
     if not isinstance(raw, str) or raw not in _ON_CONFLICT_NAMES:
-        raise invalid_request(f"{field} must be one of {allowed}, not {_show(raw)}")
+        raise invalid_request(f"{field} must be one of {allowed}, not {shown(raw)}")
     return OnConflict(raw)
-
-
-def period_or_raise(raw: object, field: str) -> int | None:
-    """An ISO 8601 duration of fixed length, or whole seconds, as milliseconds."""
-    if raw is None:
-        return None
-    fix = 'use an ISO 8601 duration such as "PT1H" or "P7D", or whole seconds'
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise invalid_request(f"{field} must be a string or an integer ({fix}), not {_show(raw)}")
-    if isinstance(raw, int):
-        if raw <= 0:
-            raise invalid_request(f"{field} must be positive, not {raw}")
-        return _bounded(raw * 1000, field)
-    try:
-        parsed = isodate.parse_duration(raw)
-    except (isodate.ISO8601Error, ValueError, OverflowError, ArithmeticError):
-        raise invalid_request(f"{field} {_show(raw)} is not an ISO 8601 duration; {fix}") from None
-    if isinstance(parsed, isodate.Duration):
-        # A year or a month has no fixed length; a window must mean the same everywhere.
-        raise invalid_request(
-            f"{field} {_show(raw)} uses years or months, which have no fixed length; "
-            'use days instead, e.g. "P30D" or "P365D"'
-        )
-    micros = (parsed.days * 86_400 + parsed.seconds) * 1_000_000 + parsed.microseconds
-    if micros <= 0:
-        raise invalid_request(f"{field} {_show(raw)} must be a positive duration")
-    if micros % 1000:
-        raise invalid_request(f"{field} {_show(raw)} must be a whole number of milliseconds")
-    return _bounded(micros // 1000, field)
-
-
-def _bounded(ms: int, field: str) -> int:
-    problem = duration_problem(ms, field)
-    if problem is not None:
-        raise invalid_request(problem)
-    return ms
-
-
-def format_period(ms: int) -> str:
-    """The canonical ISO 8601 form of a period: days, then hours, minutes, seconds."""
-    days, rest = divmod(ms, _MS_PER_DAY)
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    text = f"P{days}D" if days else "P"
-    time = ""
-    if hours:
-        time += f"{hours}H"
-    if minutes:
-        time += f"{minutes}M"
-    if seconds or millis:
-        time += f"{seconds}.{millis:03d}".rstrip("0").rstrip(".") + "S"
-    return text + ("T" + time if time else "")
 
 
 def _string_list(raw: object, field: str, example: str) -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
-        raise invalid_request(f"{field} must be an array of strings ({example}), not {_show(raw)}")
+        raise invalid_request(f"{field} must be an array of strings ({example}), not {shown(raw)}")
     seen: set[str] = set()
     for name in raw:
         if name in seen:
             raise invalid_request(f'{field} lists "{name}" twice; list each item once')
         seen.add(name)
     return list(raw)
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _show(value: object) -> str:
-    """A short rendering of a bad value for a message."""
-    if isinstance(value, str):
-        text = value if len(value) <= 40 else value[:37] + "..."
-        return f'"{text}"'
-    return _json_type(value)

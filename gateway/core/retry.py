@@ -30,7 +30,7 @@ from typing import Any
 
 from gateway.core.errors import invalid_request
 from gateway.core.limits import duration_problem
-from gateway.core.policy import period_or_raise
+from gateway.core.periods import period_or_raise
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_INITIAL_MS = 1_000

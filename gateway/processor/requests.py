@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import wire
 from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide, stored_job
-from gateway.core.engine import updated_record, wants_records
 from gateway.core.lifecycle import cancelled_by_replace
+from gateway.core.updates import updated_record, wants_records
 from gateway.partitioner import partition_for
 from gateway.processor.parsing import dialect_of, parse_limited
 from gateway.processor.records import (

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gateway.core import Decision, GatewayError, Request, decide, parse_request
-from gateway.core.engine import updated_record
+from gateway.core.updates import updated_record
 from gateway.http.answers import Answer, for_client_error, for_result
 from gateway.http.errors import ApiError
 from gateway.processor.records import Source, decision_record

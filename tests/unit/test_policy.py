@@ -19,7 +19,7 @@ from gateway.core import (
     parse_policy,
 )
 from gateway.core.limits import MAX_DURATION_MS
-from gateway.core.policy import format_period
+from gateway.core.periods import format_period
 
 
 def ok(raw: Any, field: str = "unique") -> UniquePolicy:

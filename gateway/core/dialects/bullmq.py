@@ -16,7 +16,7 @@ the two ways BullMQ keeps a job single, each within the queue:
 
 The job that holds the id decides (BullMQ's Redis key belongs to the first
 job), so a request's own ttl never shortens or lengthens another job's.
-Debounce mode maps onto the core's debounce (policy.Debounce), after BullMQ's
+Debounce mode maps onto the core's debounce (debounce.Debounce), after BullMQ's
 `deduplicateJob` script: `deduplication.replace` moves a holder that is still
 delayed (scheduled) to the request's delay from now and gives it the request's
 data (updated, where BullMQ removes the delayed job and adds the new one); a
@@ -39,12 +39,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.core.debounce import Debounce
 from gateway.core.dialects import fields as f
 from gateway.core.envelope import Envelope, job_id_or_raise
 from gateway.core.errors import invalid_request, unsupported
 from gateway.core.holder import StatesKind, StatesRule
 from gateway.core.limits import duration_problem
-from gateway.core.policy import Debounce, Dimension, Judge, OnConflict, UniquePolicy
+from gateway.core.policy import Dimension, Judge, OnConflict, UniquePolicy
 from gateway.core.request import Request
 from gateway.core.states import ALL_STATES, TERMINAL_STATES, State
 
