@@ -313,3 +313,29 @@ def test_what_if_follows_the_successor_as_the_processor_does() -> None:
     assert what_if(keep_last_if_active=True).flips == []
     # Without it the request while the job runs is refused, and the next one takes the key.
     assert what_if().transitions == {("accepted", "rejected"): 1, ("rejected", "accepted"): 1}
+
+
+def test_a_log_with_every_unique_behaviour_replays_identically_and_explain_tells_each() -> None:
+    """Debounce, keep the last, per-key concurrency and the dialects' forms of them in one
+    log: replay verifies every record, and explain gives each behaviour its own reason."""
+    log = Deploys()
+    first = log.running()
+    log.request(job(2), T0 + 2 * S)  # kept as the successor
+    reindex = {"type": "search.reindex", "args": [1],
+               "unique": {"keys": ["type"], "debounce": {"delay": "PT5S"}}}  # fmt: skip
+    log.request(reindex, T0 + 2 * S)
+    log.request({**reindex, "args": [2]}, T0 + 3 * S)  # debounced
+    report = {"type": "report.build", "args": [], "unique": {"concurrency": 1}}
+    a, b = log.request(report, T0 + 3 * S), log.request(report, T0 + 3 * S)
+    log.event(a["job_id"], a["unique_key"], T0 + 4 * S, type="job.started")
+    log.event(b["job_id"], b["unique_key"], T0 + 4 * S, type="job.started")  # refused
+    log.request(bullmq(7), T0 + 5 * S)
+    sidekiq = {"dialect": "sidekiq", "class": "Sync", "queue": "default", "args": [1],
+               "lock": "while_executing", "lock_limit": 2}  # fmt: skip
+    log.request(sidekiq, T0 + 5 * S)
+    log.finish(first, T0 + 6 * S, "completed")  # releases the successor
+    log.replays_identically()
+    text = log.explained()
+    for reason in ("kept as the successor", "updated (debounced)",
+                   "refused (concurrency limit)", "successor", "is enqueued"):  # fmt: skip
+        assert reason in text, reason
