@@ -187,7 +187,7 @@ class Dedup:
     @staticmethod
     def load_job(state: KeyState, job_id: str) -> dict[str, Any] | None:
         raw = state.get_bytes(JOB + job_id)
-        return None if raw is None else dict(orjson.loads(raw))
+        return None if raw is None else orjson.loads(raw)  # type: ignore[no-any-return]
 
     def put_job(
         self, state: KeyState, job: dict[str, Any], source: Source, encoded: bytes | None = None
@@ -199,8 +199,9 @@ class Dedup:
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         # One encoding for both: the stored record is the one published.
         published = job_state(job, encoded)
-        state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
-        self._jobs_after[str(job["id"])] = job.get("state")
+        job_id = str(job["id"])
+        state.set_bytes(JOB + job_id, published.value, ttl=ttl)
+        self._jobs_after[job_id] = job.get("state")
         self.emit(published, source)
         self._schedule_job(job, source, self.state_of)
 
