@@ -38,6 +38,7 @@ COMPILED := gateway/core/canonical.py gateway/core/envelope.py gateway/core/fing
 compiled: install uncompiled
 	$(BIN)/pip install --quiet 'setuptools>=77'
 	$(BIN)/mypyc --follow-imports=silent $(COMPILED)
+	touch $(COMPILED:.py=.cpython-*.so)  # mypyc copies a module it did not rebuild as it was
 
 uncompiled:
 	rm -f $(COMPILED:.py=.cpython-*.so) *__mypyc.cpython-*.so
