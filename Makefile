@@ -32,8 +32,9 @@ lint: install
 # editing one (a test fails while a compiled module is older than its source).
 COMPILED := gateway/core/canonical.py gateway/core/envelope.py gateway/core/fingerprint.py \
 	gateway/core/ids.py gateway/core/jobs.py gateway/core/limits.py gateway/core/request.py \
-	gateway/core/times.py gateway/processor/metrics.py \
-	gateway/processor/records.py gateway/processor/total.py gateway/processor/trail.py
+	gateway/core/times.py gateway/processor/loop.py gateway/processor/metrics.py \
+	gateway/processor/records.py gateway/processor/store.py gateway/processor/total.py \
+	gateway/processor/trail.py
 
 compiled: install uncompiled
 	$(BIN)/pip install --quiet 'setuptools>=77'
