@@ -30,11 +30,15 @@ lint: install
 # which it then shadows (about a fifth of a decision's CPU; docs/benchmarks.md). Without
 # them the same modules run as Python with the same output, byte for byte. Rebuild after
 # editing one (a test fails while a compiled module is older than its source).
-COMPILED := gateway/core/canonical.py gateway/core/envelope.py gateway/core/fingerprint.py \
-	gateway/core/ids.py gateway/core/jobs.py gateway/core/limits.py gateway/core/request.py \
-	gateway/core/times.py gateway/processor/loop.py gateway/processor/metrics.py \
-	gateway/processor/records.py gateway/processor/store.py gateway/processor/total.py \
-	gateway/processor/trail.py
+COMPILED := gateway/partitioner.py gateway/wire.py \
+	gateway/core/canonical.py gateway/core/decision_records.py gateway/core/envelope.py \
+	gateway/core/fingerprint.py gateway/core/holder.py gateway/core/idempotency.py \
+	gateway/core/ids.py gateway/core/jobs.py gateway/core/limits.py gateway/core/matching.py \
+	gateway/core/request.py gateway/core/retry.py gateway/core/states.py gateway/core/times.py \
+	gateway/processor/due.py gateway/processor/idempotency.py gateway/processor/ids.py \
+	gateway/processor/kinds.py gateway/processor/loop.py gateway/processor/metrics.py \
+	gateway/processor/records.py gateway/processor/schedule.py gateway/processor/store.py \
+	gateway/processor/total.py gateway/processor/trail.py
 
 compiled: install uncompiled
 	$(BIN)/pip install --quiet 'setuptools>=77'
