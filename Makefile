@@ -35,7 +35,8 @@ COMPILED := gateway/partitioner.py gateway/wire.py \
 	gateway/core/fingerprint.py gateway/core/holder.py gateway/core/idempotency.py \
 	gateway/core/ids.py gateway/core/jobs.py gateway/core/limits.py gateway/core/matching.py \
 	gateway/core/request.py gateway/core/retry.py gateway/core/states.py gateway/core/times.py \
-	gateway/processor/due.py gateway/processor/idempotency.py gateway/processor/ids.py \
+	gateway/processor/dedup.py gateway/processor/due.py \
+	gateway/processor/idempotency.py gateway/processor/ids.py \
 	gateway/processor/kinds.py gateway/processor/loop.py gateway/processor/metrics.py \
 	gateway/processor/records.py gateway/processor/schedule.py gateway/processor/store.py \
 	gateway/processor/total.py gateway/processor/trail.py

@@ -47,6 +47,14 @@ from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
 from gateway.processor.trail import CHAIN_KEY, JOB, seal
 
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # installed without mypy: the decorator only speaks to mypyc
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
+
 Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:
 # get_bytes, set_bytes (with an optional event-time ttl) and delete.
@@ -78,6 +86,8 @@ class _Ticks:
         return []
 
 
+# Compiled by `make compiled`; the replay's window subclasses it (audit/replay.py).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Dedup:
     """Decides requests and applies job events for the partitions this instance owns."""
 
