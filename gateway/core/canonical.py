@@ -44,6 +44,8 @@ from gateway.core.errors import invalid_request
 from gateway.core.limits import MAX_SAFE_INTEGER
 
 _KEY_ORDER_SAFE_BELOW = "\ue000"
+# By chr(): mypyc compiles no surrogate in a string literal.
+_SURROGATE_FIRST, _SURROGATE_LAST = chr(0xD800), chr(0xDFFF)
 
 
 class _NotFast(Exception):
@@ -78,7 +80,7 @@ def nfc_normalize(value: Any, path: str = "value") -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
-        if any("\ud800" <= c <= "\udfff" for c in value):
+        if any(_SURROGATE_FIRST <= c <= _SURROGATE_LAST for c in value):
             raise invalid_request(f"{path} contains a lone surrogate, which is not valid Unicode")
         return unicodedata.normalize("NFC", value)
     if isinstance(value, int):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from gateway.core.errors import invalid_request
@@ -115,40 +116,41 @@ def envelope_or_raise(raw: object) -> Envelope:
     elif nested_unique is not None:
         unique_field = "options.unique"
 
-    max_attempts = _max_attempts(_option(raw, options, "max_attempts"))
-    retry = retry_or_raise(_option(raw, options, "retry"), "retry", max_attempts)
-    scheduled_at = _option(raw, options, "scheduled_at")
-    delay_until = options.get("delay_until")
+    # Most requests have no options: then each field is one lookup.
+    pick = partial(_option, raw, options) if options else raw.get
+    max_attempts = _max_attempts(pick("max_attempts"))
+    retry = retry_or_raise(pick("retry"), "retry", max_attempts)
+    scheduled_at = pick("scheduled_at")
+    delay_until = options.get("delay_until") if options else None
     if scheduled_at is not None and delay_until is not None and scheduled_at != delay_until:
         raise invalid_request("scheduled_at and options.delay_until differ; give the time once")
     scheduled = _time(scheduled_at if scheduled_at is not None else delay_until, "scheduled_at")
-    expires = _time(_option(raw, options, "expires_at"), "expires_at")
-    tags = _option(raw, options, "tags")
+    expires = _time(pick("expires_at"), "expires_at")
+    tags = pick("tags")
     if tags is not None and (
         not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)
     ):
         raise invalid_request("tags must be a list of strings")
+    # Positional: a slotted dataclass's __init__ takes them faster than keywords.
     return Envelope(
-        raw=raw,
-        type=job_type,
-        queue=queue,
-        args=args,
-        id=job_id_or_raise(raw.get("id")),
-        meta=meta,
-        scheduled_at=scheduled[0],
-        expires_at=expires[0],
-        scheduled_in=scheduled[1],
-        expires_in=expires[1],
-        max_attempts=retry.max_attempts,
-        priority=_priority(_option(raw, options, "priority")),
-        retry=retry,
-        tags=tags,
-        timeout_ms=_duration_option(_option(raw, options, "timeout_ms"), "timeout_ms"),
-        visibility_timeout_ms=_duration_option(
-            _option(raw, options, "visibility_timeout_ms"), "visibility_timeout_ms"
-        ),
-        unique=top_unique if top_unique is not None else nested_unique,
-        unique_field=unique_field,
+        raw,
+        job_type,
+        queue,
+        args,
+        job_id_or_raise(raw.get("id")),
+        meta,
+        scheduled[0],
+        expires[0],
+        scheduled[1],
+        expires[1],
+        retry.max_attempts,
+        _priority(pick("priority")),
+        retry,
+        tags,
+        _duration_option(pick("timeout_ms"), "timeout_ms"),
+        _duration_option(pick("visibility_timeout_ms"), "visibility_timeout_ms"),
+        top_unique if top_unique is not None else nested_unique,
+        unique_field,
     )
 
 

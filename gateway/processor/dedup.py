@@ -47,6 +47,14 @@ from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
 from gateway.processor.trail import CHAIN_KEY, JOB, seal
 
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # installed without mypy: the decorator only speaks to mypyc
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
+
 Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:
 # get_bytes, set_bytes (with an optional event-time ttl) and delete.
@@ -78,6 +86,8 @@ class _Ticks:
         return []
 
 
+# Compiled by `make compiled`; the replay's window subclasses it (audit/replay.py).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Dedup:
     """Decides requests and applies job events for the partitions this instance owns."""
 
@@ -187,7 +197,7 @@ class Dedup:
     @staticmethod
     def load_job(state: KeyState, job_id: str) -> dict[str, Any] | None:
         raw = state.get_bytes(JOB + job_id)
-        return None if raw is None else dict(orjson.loads(raw))
+        return None if raw is None else orjson.loads(raw)  # type: ignore[no-any-return]
 
     def put_job(
         self, state: KeyState, job: dict[str, Any], source: Source, encoded: bytes | None = None
@@ -199,8 +209,9 @@ class Dedup:
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         # One encoding for both: the stored record is the one published.
         published = job_state(job, encoded)
-        state.set_bytes(JOB + str(job["id"]), published.value, ttl=ttl)
-        self._jobs_after[str(job["id"])] = job.get("state")
+        job_id = str(job["id"])
+        state.set_bytes(JOB + job_id, published.value, ttl=ttl)
+        self._jobs_after[job_id] = job.get("state")
         self.emit(published, source)
         self._schedule_job(job, source, self.state_of)
 

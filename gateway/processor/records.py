@@ -299,8 +299,10 @@ def _duplicate_details(decision: Decision) -> dict[str, Any] | None:
 
 def record_size(output: Output) -> int:
     """The bytes a record puts against its topic's max.message.bytes, framing aside."""
-    headers = sum(len(name.encode()) + len(value) for name, value in output.headers or ())
-    return len(output.key or b"") + len(output.value or b"") + headers
+    size = len(output.key or b"") + len(output.value or b"")
+    for name, value in output.headers or ():
+        size += len(name.encode()) + len(value)
+    return size
 
 
 # How much of a failed record its dead letter keeps: enough to read and re-send
