@@ -42,24 +42,3 @@ def test_a_restored_partition_shows_nothing_left_but_its_marker() -> None:
     metrics = Metrics()
     metrics.observe_consumer_stats(_stats({"0": {"ls_offset": 1000, "app_offset": 999}}))
     assert _remaining(metrics, "0") == 1
-
-
-def test_a_batch_of_latencies_is_observed_as_one_by_one() -> None:
-    from prometheus_client import CollectorRegistry, Histogram
-
-    from gateway.processor.metrics import observe_all
-
-    amounts = [0.0, 0.005, 0.0051, 0.3, 0.3, 2.5, 31.0, 1e9]
-    registry = CollectorRegistry()
-    batched = Histogram("batched", "", registry=registry, buckets=(0.005, 0.25, 0.5, 2.5, 30))
-    single = Histogram("single", "", registry=registry, buckets=(0.005, 0.25, 0.5, 2.5, 30))
-    observe_all(batched, amounts)
-    for amount in amounts:
-        single.observe(amount)
-    samples = {
-        m.name: [(s.name.split("_", 1)[1], s.labels, s.value) for s in m.samples
-                 if not s.name.endswith("_created")]
-        for m in registry.collect()
-    }  # fmt: skip
-    assert samples["batched"] == samples["single"]
-    assert ("bucket", {"le": "0.005"}, 2.0) in samples["batched"]
