@@ -11,7 +11,7 @@ $(BIN)/gateway: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-install: $(BIN)/gateway
+install: $(BIN)/gateway $(VENV)/compiled
 
 # Flags for `gateway up`, e.g. make up ARGS="--http-port 8081 --port 9093".
 ARGS ?=
@@ -26,25 +26,15 @@ lint: install
 	$(BIN)/ruff check gateway tests
 	$(BIN)/mypy gateway tests
 
-# Optional: the per-record path's hot modules compiled by mypyc, each beside its source,
-# which it then shadows (about a fifth of a decision's CPU; docs/benchmarks.md). Without
-# them the same modules run as Python with the same output, byte for byte. Rebuild after
-# editing one (a test fails while a compiled module is older than its source).
-COMPILED := gateway/partitioner.py gateway/wire.py \
-	gateway/core/canonical.py gateway/core/decision_records.py gateway/core/envelope.py \
-	gateway/core/fingerprint.py gateway/core/holder.py gateway/core/idempotency.py \
-	gateway/core/ids.py gateway/core/jobs.py gateway/core/limits.py gateway/core/matching.py \
-	gateway/core/request.py gateway/core/retry.py gateway/core/states.py gateway/core/times.py \
-	gateway/processor/dedup.py gateway/processor/due.py \
-	gateway/processor/idempotency.py gateway/processor/ids.py \
-	gateway/processor/kinds.py gateway/processor/loop.py gateway/processor/metrics.py \
-	gateway/processor/records.py gateway/processor/schedule.py gateway/processor/store.py \
-	gateway/processor/total.py gateway/processor/trail.py
+# The per-record path's hot modules compiled by mypyc beside their sources, which they
+# shadow (gateway/compiled.py; about a quarter of a decision's CPU, docs/benchmarks.md):
+# rebuilt whenever a source changes. `make uncompiled` goes back to the sources alone.
+$(VENV)/compiled: $(BIN)/gateway $(wildcard gateway/*.py gateway/core/*.py gateway/processor/*.py)
+	$(BIN)/python gateway/compiled.py
+	touch $@
 
-compiled: install uncompiled
-	$(BIN)/pip install --quiet 'setuptools>=77'
-	$(BIN)/mypyc --follow-imports=silent $(COMPILED)
-	touch $(COMPILED:.py=.cpython-*.so)  # mypyc copies a module it did not rebuild as it was
+compiled: $(VENV)/compiled
 
 uncompiled:
-	rm -f $(COMPILED:.py=.cpython-*.so) *__mypyc.cpython-*.so
+	$(BIN)/python gateway/compiled.py --remove
+	rm -f $(VENV)/compiled

@@ -32,3 +32,20 @@ def test_a_compiled_module_older_than_its_source_is_found(tmp_path: Path) -> Non
     built.write_bytes(b"")
     os.utime(built, (0, 0))
     assert stale(tmp_path) == [built.name]
+
+
+def test_the_sources_alone_decide_the_recorded_log_byte_for_byte() -> None:
+    """Where `make install` compiled the hot modules, the tests run them compiled; the
+    sources they shadow must give the same bytes: the differential log and the audit
+    trail's replay, run again on the sources alone."""
+    import subprocess
+    import sys
+
+    root = Path(gateway.__file__).parent.parent
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "tests.sources_only", "tests/unit/test_differential.py",
+         "tests/unit/test_trail_replay.py", "tests/unit/test_sources_only.py"],
+        cwd=root, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
