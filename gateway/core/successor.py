@@ -16,9 +16,9 @@ discarded, cancelled, expired). Rules, each decided here and only here:
   its own payload, is the successor now (outcome `replaced`). Latest data wins.
   The decision reports the job followed as the existing job.
 - The successor is released when no other live job holds the key (every job
-  it followed is terminal): it becomes available, or scheduled if its own
-  scheduled time is still ahead, in the same transaction as the move that
-  finished its job. So at most one job of the key runs at a time, and at most
+  it followed is terminal): it becomes available, or scheduled if its run time
+  is still ahead (a relative one counts from the release), in the same
+  transaction as the move that finished its job. So at most one job of the key runs at a time, and at most
   two live jobs hold it: the running one and its successor.
 - A successor leaves `pending` only so: a job event may cancel it, nothing
   else moves it.
