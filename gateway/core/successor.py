@@ -18,8 +18,9 @@ discarded, cancelled, expired). Rules, each decided here and only here:
 - The successor is released when no other live job holds the key (every job
   it followed is terminal): it becomes available, or scheduled if its run time
   is still ahead (a relative one counts from the release), in the same
-  transaction as the move that finished its job. So at most one job of the key runs at a time, and at most
-  two live jobs hold it: the running one and its successor.
+  transaction as the move that finished its job. So at most one job of the key
+  runs at a time, and at most two live jobs hold it: the running one and its
+  successor.
 - A successor leaves `pending` only so: a job event may cancel it, nothing
   else moves it.
 """

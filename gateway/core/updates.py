@@ -35,23 +35,44 @@ def update(request: Request, kept: tuple[Entry, ...], now_ms: int, existing: Ent
     )
     if not changes:
         return refuse(Outcome.IGNORED, request, kept, now_ms, existing)
-    job = {**existing.job, **{c.field: c.after for c in changes}}
+    job = _changed(existing.job, changes)
+    updated = updated_entry(existing, job, state, now_ms)
+    return _updated(request, kept, now_ms, (existing, state), (updated, job), changes)
+
+
+def _changed(before: Mapping[str, Any], changes: tuple[Change, ...]) -> dict[str, Any]:
+    """A job with the changes made (a field changed to None is removed)."""
+    job = {**before, **{c.field: c.after for c in changes}}
     for change in changes:
         if change.after is None:
             job.pop(change.field)
-    updated = updated_entry(existing, job, state, now_ms)
-    job["state"] = str(effective_state(updated, now_ms))
-    entries = tuple(updated if e is existing else e for e in kept)
+    return job
+
+
+def _updated(
+    request: Request,
+    kept: tuple[Entry, ...],
+    now_ms: int,
+    existing: tuple[Entry, State],
+    updated: tuple[Entry, dict[str, Any]],
+    changes: tuple[Change, ...],
+    debounced: Debounced | None = None,
+) -> Decision:
+    """The decision that updated the existing job (its entry and effective state) into
+    `updated` (the entry and the job)."""
+    (entry, state), (moved, job) = existing, updated
+    job["state"] = str(effective_state(moved, now_ms))
     return Decision(
         Outcome.UPDATED,
         now_ms,
-        entries,
+        tuple(moved if e is entry else e for e in kept),
         request.unique_key,
         request.policy,
         job=job,
-        existing=existing,
+        existing=entry,
         existing_state=state,
         changes=changes,
+        debounced=debounced,
     )
 
 
@@ -159,10 +180,7 @@ def move_waiting(
         for name, value in values.items()
         if before.get(name) != value
     )
-    job = {**before, **{c.field: c.after for c in changes}}
-    for change in changes:
-        if change.after is None:
-            job.pop(change.field)
+    job = _changed(before, changes)
     state = effective_state(existing, now_ms)
     updated = updated_entry(existing, job, state, now_ms)
     restart = debounce.restart_lock and has_lock(existing)
@@ -171,19 +189,8 @@ def move_waiting(
         updated = replace(updated, holder=replace(updated.holder, since=now_ms))
     if existing.job is None:  # the entry keeps a copy only where it kept one (Oban's)
         updated = replace(updated, job=None)
-    job["state"] = str(effective_state(updated, now_ms))
-    return Decision(
-        Outcome.UPDATED,
-        now_ms,
-        tuple(updated if e is existing else e for e in kept),
-        request.unique_key,
-        request.policy,
-        job=job,
-        existing=existing,
-        existing_state=state,
-        changes=changes,
-        debounced=Debounced(run_at, existing.created_at, capped, restart),
-    )
+    moved = Debounced(run_at, existing.created_at, capped, restart)
+    return _updated(request, kept, now_ms, (existing, state), (updated, job), changes, moved)
 
 
 def has_lock(entry: Entry) -> bool:
