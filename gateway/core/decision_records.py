@@ -13,6 +13,7 @@ from typing import Any
 from gateway.core.decision import Decision, Outcome
 from gateway.core.entries import effective_state
 from gateway.core.policy import UniquePolicy
+from gateway.core.states import State
 from gateway.core.times import format_rfc3339
 
 
@@ -59,6 +60,14 @@ def _job_id(decision: Decision) -> str | None:
     if decision.job is not None:
         return str(decision.job["id"])
     return None if decision.existing is None else decision.existing.job_id
+
+
+def on_jobs(decision: Decision) -> bool:
+    """Whether the decision's job goes to `jobs`, where workers take jobs: any new or
+    updated job but a key's pending successor, which waits off it (successor.py)."""
+    if decision.job is None:
+        return False
+    return decision.outcome is Outcome.UPDATED or decision.job["state"] != State.PENDING
 
 
 def cancellations(decision: Decision) -> list[dict[str, Any]]:

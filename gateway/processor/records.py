@@ -21,12 +21,12 @@ from gateway.core import (
     EventResult,
     GatewayError,
     Outcome,
-    State,
     audit_fields,
     cancellations,
     decide,
     route_key,
 )
+from gateway.core.decision_records import on_jobs
 from gateway.core.jobs import job_route
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
@@ -129,8 +129,7 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
     job: bytes | None = None
     if decision.job is not None:
         job = _json(decision.job)
-        # A new job is born pending only as a key's successor, which waits off `jobs`.
-        if decision.outcome is Outcome.UPDATED or decision.job["state"] != State.PENDING:
+        if on_jobs(decision):
             route = route_key(decision.unique_key, str(decision.job["id"])).encode()
             outputs.append(Output(job, route, role="jobs", headers=key_header))
     if decision.error is not None:

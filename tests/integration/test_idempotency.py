@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ import httpx
 import pytest
 
 from tests.integration.harness import Processor, Reader, apply_topics
-from tests.integration.test_serve_workers import _children, _wait_health
+from tests.integration.test_serve_workers import _children, _wait_health, start_serve
 from tests.support import free_port_block
 
 pytestmark = pytest.mark.kafka
@@ -45,13 +43,7 @@ def test_a_retry_after_a_kill_gets_the_original_bytes_on_any_worker_and_no_secon
     port = free_port_block()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--bootstrap", kafka_bootstrap,
-             "--namespace", namespace, "--port", str(port), "--workers", str(WORKERS),
-             "--view-dir", str(tmp_path / "views")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    serve = start_serve(kafka_bootstrap, namespace, port, tmp_path, "--workers", str(WORKERS))
     tag = uuid.uuid4().hex
     unique = {"keys": ["type", "args"]}
     keyed = {"type": "idem.keyed", "args": [tag, 1], "unique": unique}

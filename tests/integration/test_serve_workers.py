@@ -36,6 +36,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def start_serve(
+    bootstrap: str,
+    namespace: str,
+    port: int,
+    tmp_path: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`gateway serve` in its own process group, its output in tmp_path/serve.log."""
+    with open(tmp_path / "serve.log", "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--bootstrap", bootstrap,
+             "--namespace", namespace, "--port", str(port),
+             "--view-dir", str(tmp_path / "views"), *extra],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+
+
 def _wait_health(base: str, serve: subprocess.Popen[bytes], log: Path) -> list[Any]:
     """Every 503 body health gave before its 200."""
     seen: list[Any] = []
@@ -73,13 +91,7 @@ def test_workers_share_the_port_restart_when_killed_and_stop_together(
     port = free_port_block()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--bootstrap", kafka_bootstrap,
-             "--namespace", namespace, "--port", str(port), "--workers", str(WORKERS),
-             "--view-dir", str(tmp_path / "views")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    serve = start_serve(kafka_bootstrap, namespace, port, tmp_path, "--workers", str(WORKERS))
     try:
         _wait_health(base, serve, log)
         workers = _children(serve.pid)
@@ -114,13 +126,8 @@ def test_workers_share_the_port_restart_when_killed_and_stop_together(
 
 def test_a_killed_supervisor_takes_its_workers_with_it(kafka_bootstrap: str, tmp_path: Path):
     port = free_port_block()
-    with open(tmp_path / "serve.log", "wb") as out:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--bootstrap", kafka_bootstrap,
-             "--namespace", f"t{uuid.uuid4().hex[:10]}", "--port", str(port),
-             "--workers", str(WORKERS), "--view-dir", str(tmp_path / "views")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    serve = start_serve(kafka_bootstrap, namespace, port, tmp_path, "--workers", str(WORKERS))
     try:
         deadline = time.monotonic() + 60
         while len(_children(serve.pid)) < WORKERS:
@@ -146,13 +153,8 @@ def test_serve_takes_its_token_from_gateway_http_token(kafka_bootstrap: str, tmp
     port = free_port_block()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--bootstrap", kafka_bootstrap,
-             "--namespace", namespace, "--port", str(port), "--view-dir", str(tmp_path / "view")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "GATEWAY_HTTP_TOKEN": "s3cret"},
-        )  # fmt: skip
+    serve = start_serve(kafka_bootstrap, namespace, port, tmp_path,
+                        env={**os.environ, "GATEWAY_HTTP_TOKEN": "s3cret"})  # fmt: skip
     unknown = f"{base}/ojs/v1/jobs/{uuid.uuid4()}"
     try:
         deadline = time.monotonic() + 60
