@@ -35,7 +35,20 @@ _LAST_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // 
 )
 
 
-@lru_cache(maxsize=256)  # a decision formats its instant several times over
+# A decision formats its instant several times over, and the instants of a stream of
+# records share their seconds: the second is formatted once, its milliseconds looked up.
+_MILLIS = tuple(f".{i:03d}Z" for i in range(1000))
+
+
+@lru_cache(maxsize=1024)
+def _second(s: int) -> str:
+    t = time.gmtime(s)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+    )
+
+
 def format_rfc3339(ms: int) -> str:
     """RFC 3339 in UTC with milliseconds, e.g. 2026-02-12T10:00:00.000Z.
 
@@ -45,10 +58,6 @@ def format_rfc3339(ms: int) -> str:
     must never stop on one.
     """
     if 0 <= ms <= _LAST_MS:  # the usual case, without building a datetime
-        t = time.gmtime(ms // 1000)
-        return (
-            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
-            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{ms % 1000:03d}Z"
-        )
+        return _second(ms // 1000) + _MILLIS[ms % 1000]
     instant = _EPOCH + timedelta(milliseconds=min(max(ms, _FIRST_MS), _LAST_MS))
     return instant.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"

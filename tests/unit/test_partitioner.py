@@ -1,7 +1,10 @@
 import os
 import random
 
-from gateway.partitioner import murmur2, partition_for, reference_partition_for
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.partitioner import _native, murmur2, partition_for, reference_partition_for
 
 
 def test_murmur2_matches_kafka_reference_values():
@@ -30,3 +33,11 @@ def test_partition_for_agrees_with_the_reference():
         key = os.urandom(rng.randint(0, 300))
         partitions = rng.randint(1, 200)
         assert partition_for(key, partitions) == reference_partition_for(key, partitions)
+
+
+@given(st.binary(max_size=300), st.integers(1, 200))
+def test_the_reference_agrees_with_librdkafka(key, partitions):
+    # Compiled, the reference is what partition_for runs; as source, librdkafka's.
+    native = _native()
+    assert native is not None
+    assert reference_partition_for(key, partitions) == native(key, partitions)
