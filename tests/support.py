@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
 import orjson
+import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
@@ -23,6 +25,24 @@ from gateway.core import (
 )
 from gateway.core.lifecycle import on_key
 from gateway.core.times import format_rfc3339
+from gateway.processor import requests as requests_module
+
+_Test = TypeVar("_Test")
+
+
+def compiled(module: ModuleType) -> bool:
+    """Whether `module` runs as mypyc built it (gateway/compiled.py), not from its source."""
+    return not str(module.__file__).endswith(".py")
+
+
+def replaces_code(test: _Test) -> _Test:
+    """A test that replaces a function of the request handler to make a record fail. Where
+    `make install` compiled the handler, its calls never reach a replacement, so the test
+    runs on the sources alone (test_compiled.py: `-m replaces_code`)."""
+    skip = pytest.mark.skipif(
+        compiled(requests_module), reason="replaces compiled code: test_compiled.py runs it"
+    )
+    return pytest.mark.replaces_code(skip(test))  # type: ignore[no-any-return]
 
 
 def payload(value: bytes | None) -> Any:

@@ -37,7 +37,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
 
 # The version of the layout above. Raise it with any change: a state directory records the
 # layout its stores have (state_identity.py), and one of another layout is deleted at start
@@ -77,6 +77,14 @@ def stamp_of(value: bytes) -> int | None:
 def _options() -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
+    # Most reads of a stream of new keys find nothing: bloom filters answer those without a
+    # search of the memtable (1.4 µs down to 0.4 µs a read at 300,000 values) or of every
+    # table file's index once the store outgrows memory.
+    options.set_memtable_prefix_bloom_ratio(0.02)
+    options.set_memtable_whole_key_filtering(True)
+    tables = BlockBasedOptions()
+    tables.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(tables)
     return options
 
 

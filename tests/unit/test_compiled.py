@@ -37,7 +37,8 @@ def test_a_compiled_module_older_than_its_source_is_found(tmp_path: Path) -> Non
 def test_the_sources_alone_decide_the_recorded_log_byte_for_byte() -> None:
     """Where `make install` compiled the hot modules, the tests run them compiled; the
     sources they shadow must give the same bytes: the differential log and the audit
-    trail's replay, run again on the sources alone."""
+    trail's replay, run again on the sources alone, with the tests that replace a
+    compiled function to make a record fail."""
     import subprocess
     import sys
 
@@ -45,7 +46,9 @@ def test_the_sources_alone_decide_the_recorded_log_byte_for_byte() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
          "tests.sources_only", "tests/unit/test_differential.py",
-         "tests/unit/test_trail_replay.py", "tests/unit/test_sources_only.py"],
+         "tests/unit/test_trail_replay.py", "tests/unit/test_sources_only.py",
+         "tests/unit/test_total.py", "tests/unit/test_early_answers.py",
+         "tests/unit/test_replay.py"],
         cwd=root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -20,6 +20,7 @@ from gateway.processor.records import Source
 from gateway.processor.replies import ReplyTopics
 from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.memory_store import Store
+from tests.support import replaces_code
 from tests.unit.test_total import JOB, PARTITIONS, REQ, T0, routed
 
 REPLIES = "gateway.replies"
@@ -109,6 +110,7 @@ def test_an_event_reply_leaves_early():
     assert answer["job"] == orjson.loads(states[-1] or b"")
 
 
+@replaces_code
 def test_a_failed_handling_sends_only_its_internal_answer_early(
     monkeypatch: pytest.MonkeyPatch,
 ):

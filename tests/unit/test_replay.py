@@ -29,6 +29,7 @@ from gateway.processor.total import DELETED, Staged
 from gateway.processor.trail import CHAIN_KEY, digest, intact, seal
 from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
+from tests.support import replaces_code
 
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
 T0 = 1_760_000_000_000
@@ -220,6 +221,7 @@ def test_policy_replay_follows_events_to_the_replayed_jobs():
     assert report.replayed == 2 and report.flips == []
 
 
+@replaces_code
 def test_a_record_the_processor_failed_on_keeps_the_chain_and_replays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -34,6 +34,7 @@ from gateway.processor.router import Router
 from gateway.processor.trail import CHAIN_KEY
 from gateway.wire import CRON_COMMAND, ID_REPORT, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
 from tests.memory_store import Store
+from tests.support import replaces_code
 
 REQ, INTAKE, EVENTS = "gateway.requests", "gateway.intake", "gateway.job-events"
 PARTITIONS = 8
@@ -245,6 +246,7 @@ def failing_decide(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@replaces_code
 def test_an_exception_becomes_an_internal_rejection_and_a_dead_letter(failing_decide):
     harness = Harness()
     key, partition = routed(JOB)
@@ -262,6 +264,7 @@ def test_an_exception_becomes_an_internal_rejection_and_a_dead_letter(failing_de
     assert harness.metrics.dead_letters.labels("dedup", "RecursionError")._value.get() == 1
 
 
+@replaces_code
 def test_a_failed_record_leaves_no_partial_state(monkeypatch: pytest.MonkeyPatch):
     harness = Harness()
     key, partition = routed(JOB)
@@ -281,6 +284,7 @@ def test_a_failed_record_leaves_no_partial_state(monkeypatch: pytest.MonkeyPatch
     assert decision["outcome"] == "accepted"
 
 
+@replaces_code
 def test_an_output_too_large_for_its_topic_is_never_produced(monkeypatch: pytest.MonkeyPatch):
     harness = Harness()
     key, partition = routed(JOB)
