@@ -33,7 +33,8 @@ MODULES = (
     "gateway/processor/idempotency.py", "gateway/processor/ids.py",
     "gateway/processor/kinds.py", "gateway/processor/loop.py", "gateway/processor/metrics.py",
     "gateway/processor/records.py", "gateway/processor/requests.py",
-    "gateway/processor/schedule.py", "gateway/processor/stages.py", "gateway/processor/store.py", "gateway/processor/total.py", "gateway/processor/trail.py",
+    "gateway/processor/schedule.py", "gateway/processor/stages.py",
+    "gateway/processor/store.py", "gateway/processor/total.py", "gateway/processor/trail.py",
 )  # fmt: skip
 
 
