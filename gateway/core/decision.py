@@ -84,6 +84,15 @@ class Decision:
     # What a debounce did (an updated job, or a holder's restarted lock); None: no debounce.
     debounced: Debounced | None = None
 
+    def with_existing(self, existing: Entry) -> Decision:
+        """The decision with another existing job: dataclasses.replace without its cost
+        (a duplicate's decision gets its job in full; test_engine checks every field)."""
+        return Decision(
+            self.outcome, self.decided_at, self.entries, self.unique_key, self.policy,
+            self.job, existing, self.existing_state, self.cancelled, self.error, self.changes,
+            self.holder, self.debounced,
+        )  # fmt: skip
+
     @property
     def existing_job(self) -> dict[str, Any] | None:
         """The existing job as reported to the caller (e.g. for ignore's deduplicated reply)."""

@@ -25,7 +25,7 @@ holder rule, and the holder entries whose rules may still hold.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -64,15 +64,22 @@ class Entry:
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def with_job(self, job: Mapping[str, Any]) -> Entry:
+        """The entry with its job as published: dataclasses.replace without its cost."""
+        return Entry(
+            self.job_id, self.state, self.created_at, self.state_changed_at, self.type,
+            self.queue, self.scheduled_at, self.max_attempts, self.holder, job, self.successor,
+            self.delay_ms,
+        )  # fmt: skip
+
     def moved_to(self, state: State, at_ms: int, scheduled_at: int | None = None) -> Entry:
         """The entry after a transition; a holder rule records what the move means to it."""
-        return replace(
-            self,
-            state=state,
-            state_changed_at=at_ms,
-            scheduled_at=self.scheduled_at if scheduled_at is None else scheduled_at,
-            holder=None if self.holder is None else after_transition(self.holder, state, at_ms),
-        )
+        return Entry(
+            self.job_id, state, self.created_at, at_ms, self.type, self.queue,
+            self.scheduled_at if scheduled_at is None else scheduled_at, self.max_attempts,
+            None if self.holder is None else after_transition(self.holder, state, at_ms),
+            self.job, self.successor, self.delay_ms,
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """A compact JSON-able form; absent optional fields are omitted."""

@@ -13,7 +13,6 @@ Every accepted job is stored in its route's state (`job/<id>`) and written to
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway import wire
@@ -125,7 +124,7 @@ class Requests:
         if record is None:
             return decision
         shown = {k: v for k, v in record.items() if k not in ("route", "partition")}
-        return replace(decision, existing=replace(existing, job=shown))
+        return decision.with_existing(existing.with_job(shown))
 
     def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
         route = wire.route(request)

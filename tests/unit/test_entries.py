@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,8 +12,11 @@ from gateway.core import (
     DEFAULT_RETENTION_MS,
     Entry,
     FaktoryRule,
+    GatewayError,
     Holder,
+    Outcome,
     State,
+    UniquePolicy,
     UniqueUntil,
     ZizqRule,
     ZizqScope,
@@ -22,6 +27,8 @@ from gateway.core import (
     load_entries,
     prune,
 )
+from gateway.core.decision import Change, Debounced, Decision
+from gateway.core.holder import after_transition
 
 T0 = 1_770_000_000_000
 DAY = 86_400_000
@@ -47,6 +54,8 @@ entries = st.builds(
     max_attempts=st.integers(min_value=1, max_value=100),
     holder=st.none() | holders,
     job=st.none() | st.dictionaries(st.text(max_size=5), st.integers(-1000, 1000) | st.text()),
+    successor=st.booleans(),
+    delay_ms=st.none() | st.integers(0, 10**9),
 )
 
 
@@ -185,3 +194,24 @@ def test_nothing_outlives_the_expiry_and_something_lives_until_it(
     else:
         assert prune(stored, due, retention) == ()
         assert prune(stored, due - 1, retention) != ()
+
+
+@given(entries, entries, st.sampled_from(list(State)), times, st.none() | times)
+def test_the_quick_copies_are_dataclasses_replace(
+    entry: Entry, other: Entry, state: State, at: int, scheduled_at: int | None
+) -> None:
+    # Written out field by field for speed: a field added later must be copied too.
+    job = {"id": "j"}
+    assert entry.with_job(job) == replace(entry, job=job)
+    assert entry.moved_to(state, at, scheduled_at) == replace(
+        entry, state=state, state_changed_at=at,
+        scheduled_at=entry.scheduled_at if scheduled_at is None else scheduled_at,
+        holder=None if entry.holder is None else after_transition(entry.holder, state, at),
+    )  # fmt: skip
+    decision = Decision(
+        Outcome.REPLACED, at, (entry,), "k", UniquePolicy(), {"id": "n"}, entry, State.ACTIVE,
+        (other,), GatewayError("c", "m"), (Change("f", 1, 2),),
+        Holder(ZizqRule(ZizqScope.EXISTS), at), Debounced(at, at, True, True),
+    )  # fmt: skip
+    assert [f.name for f in fields(Decision) if getattr(decision, f.name) == f.default] == []
+    assert decision.with_existing(other) == replace(decision, existing=other)
