@@ -32,7 +32,7 @@ class Outcome(StrEnum):
 
 # Not frozen: built for every record, and a frozen dataclass sets each field through
 # object.__setattr__ (seven times the cost). Treated as a value all the same: never assigned.
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Change:
     """One field an update changed in the existing job."""
 
@@ -40,8 +40,13 @@ class Change:
     before: Any
     after: Any
 
+    def __init__(self, field: str, before: Any, after: Any) -> None:
+        self.field = field
+        self.before = before
+        self.after = after
 
-@dataclass(slots=True)  # not frozen: see Change
+
+@dataclass(slots=True, init=False)  # not frozen: see Change
 class Debounced:
     """What a debounce did: the job's new run time (None: it moved no job, only restarted
     the holder's lock), the burst's start (the job's creation), whether max_wait capped
@@ -52,6 +57,18 @@ class Debounced:
     capped: bool = False
     lock_restarted: bool = False
 
+    def __init__(
+        self,
+        run_at: int | None,
+        burst_start: int | None,
+        capped: bool = False,
+        lock_restarted: bool = False,
+    ) -> None:
+        self.run_at = run_at
+        self.burst_start = burst_start
+        self.capped = capped
+        self.lock_restarted = lock_restarted
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_at": None if self.run_at is None else format_rfc3339(self.run_at),
@@ -61,7 +78,7 @@ class Debounced:
         }
 
 
-@dataclass(slots=True)  # not frozen: see Change
+@dataclass(slots=True, init=False)  # not frozen: see Change
 class Decision:
     outcome: Outcome
     decided_at: int
@@ -83,6 +100,36 @@ class Decision:
     holder: Holder | None = None
     # What a debounce did (an updated job, or a holder's restarted lock); None: no debounce.
     debounced: Debounced | None = None
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        decided_at: int,
+        entries: tuple[Entry, ...],
+        unique_key: str | None = None,
+        policy: UniquePolicy | None = None,
+        job: dict[str, Any] | None = None,
+        existing: Entry | None = None,
+        existing_state: State | None = None,
+        cancelled: tuple[Entry, ...] = (),
+        error: GatewayError | None = None,
+        changes: tuple[Change, ...] = (),
+        holder: Holder | None = None,
+        debounced: Debounced | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.decided_at = decided_at
+        self.entries = entries
+        self.unique_key = unique_key
+        self.policy = policy
+        self.job = job
+        self.existing = existing
+        self.existing_state = existing_state
+        self.cancelled = cancelled
+        self.error = error
+        self.changes = changes
+        self.holder = holder
+        self.debounced = debounced
 
     def with_existing(self, existing: Entry) -> Decision:
         """The decision with another existing job: dataclasses.replace without its cost

@@ -39,7 +39,7 @@ DEFAULT_RETENTION_MS = 7 * 86_400_000
 
 # Not frozen: built for every record, and a frozen dataclass sets each field through
 # object.__setattr__ (seven times the cost). Treated as a value all the same: never assigned.
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Entry:
     job_id: str
     state: State
@@ -59,6 +59,34 @@ class Entry:
     # counted from its release when its request gave a relative one.
     successor: bool = False
     delay_ms: int | None = None
+
+    def __init__(
+        self,
+        job_id: str,
+        state: State,
+        created_at: int,
+        state_changed_at: int,
+        type: str,
+        queue: str,
+        scheduled_at: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        holder: Holder | None = None,
+        job: Mapping[str, Any] | None = None,
+        successor: bool = False,
+        delay_ms: int | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.created_at = created_at
+        self.state_changed_at = state_changed_at
+        self.type = type
+        self.queue = queue
+        self.scheduled_at = scheduled_at
+        self.max_attempts = max_attempts
+        self.holder = holder
+        self.job = job
+        self.successor = successor
+        self.delay_ms = delay_ms
 
     @property
     def terminal(self) -> bool:

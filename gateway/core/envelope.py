@@ -34,6 +34,7 @@ from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 DEFAULT_QUEUE = "default"
+NO_RETRY_POLICY = RetryPolicy()  # the envelope's retry when it gives none
 QUEUE_NAME_RULE = (
     '1 to 255 characters of a-z, 0-9, ".", "_" and "-", starting with a letter or digit'
 )
@@ -55,7 +56,7 @@ TYPE_RULE = (
 
 # Not frozen: built for every record, and a frozen dataclass sets each field through
 # object.__setattr__ (seven times the cost). Treated as a value all the same: never assigned.
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Envelope:
     raw: Mapping[str, Any]
     type: str
@@ -71,7 +72,7 @@ class Envelope:
     expires_in: int | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     priority: int | None = None
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = NO_RETRY_POLICY
     tags: list[str] | None = None
     timeout_ms: int | None = None
     # The lease a worker's claim gets unless the fetch names one (see leases.py).
@@ -79,6 +80,46 @@ class Envelope:
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None
     unique_field: str | None = None
+
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        type: str,
+        queue: str,
+        args: list[Any] | dict[str, Any],
+        id: str | None = None,
+        meta: dict[str, Any] | None = None,
+        scheduled_at: int | None = None,
+        expires_at: int | None = None,
+        scheduled_in: int | None = None,
+        expires_in: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int | None = None,
+        retry: RetryPolicy = NO_RETRY_POLICY,
+        tags: list[str] | None = None,
+        timeout_ms: int | None = None,
+        visibility_timeout_ms: int | None = None,
+        unique: Any = None,
+        unique_field: str | None = None,
+    ) -> None:
+        self.raw = raw
+        self.type = type
+        self.queue = queue
+        self.args = args
+        self.id = id
+        self.meta = meta
+        self.scheduled_at = scheduled_at
+        self.expires_at = expires_at
+        self.scheduled_in = scheduled_in
+        self.expires_in = expires_in
+        self.max_attempts = max_attempts
+        self.priority = priority
+        self.retry = retry
+        self.tags = tags
+        self.timeout_ms = timeout_ms
+        self.visibility_timeout_ms = visibility_timeout_ms
+        self.unique = unique
+        self.unique_field = unique_field
 
 
 def envelope_or_raise(raw: object) -> Envelope:

@@ -118,7 +118,7 @@ def bucket_of(rule: HolderRule | None, now_ms: int, scheduled_at: int | None) ->
     return None
 
 
-@dataclass(slots=True, unsafe_hash=True)
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class Holder:
     """A rule as held by one stored job."""
 
@@ -128,6 +128,11 @@ class Holder:
     # When a transition released the key for good (Zizq queued or Faktory start
     # once a worker took the job); None while no transition has.
     released_at: int | None = None
+
+    def __init__(self, rule: HolderRule, since: int, released_at: int | None = None) -> None:
+        self.rule = rule
+        self.since = since
+        self.released_at = released_at
 
     @property
     def expires_at(self) -> int | None:

@@ -40,12 +40,17 @@ _SUMMARY_FIELDS = ("id", "type", "queue", "state", "created_at", "scheduled_at",
 
 
 # Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
-@dataclass(slots=True, unsafe_hash=True)
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class IdClaim:
     route: str
     pending: int = 0
     # The job the route holds under the id, as last reported (a summary), or None.
     job: Mapping[str, Any] | None = None
+
+    def __init__(self, route: str, pending: int = 0, job: Mapping[str, Any] | None = None) -> None:
+        self.route = route
+        self.pending = pending
+        self.job = job
 
     def dump(self) -> bytes:
         return orjson.dumps({"route": self.route, "pending": self.pending, "job": self.job})

@@ -96,7 +96,7 @@ _FIELDS = (
 
 
 # Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
-@dataclass(slots=True, unsafe_hash=True)
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class UniquePolicy:
     keys: tuple[Dimension, ...] = (Dimension.TYPE,)
     args_keys: tuple[str, ...] | None = None
@@ -116,6 +116,36 @@ class UniquePolicy:
     keep_last: bool = False
     # At most this many of the key's jobs run at once (core/concurrency.py); None: no limit.
     concurrency: int | None = None
+
+    def __init__(
+        self,
+        keys: tuple[Dimension, ...] = (Dimension.TYPE,),
+        args_keys: tuple[str, ...] | None = None,
+        meta_keys: tuple[str, ...] | None = None,
+        period_ms: int | None = None,
+        states: frozenset[State] = DEFAULT_UNIQUE_STATES,
+        on_conflict: OnConflict = OnConflict.REJECT,
+        period_from: PeriodFrom = PeriodFrom.CREATED_AT,
+        judge: Judge = Judge.NEWCOMER,
+        update_fields: tuple[tuple[State, tuple[str, ...]], ...] = (),
+        bucket_start: int | None = None,
+        debounce: Debounce | None = None,
+        keep_last: bool = False,
+        concurrency: int | None = None,
+    ) -> None:
+        self.keys = keys
+        self.args_keys = args_keys
+        self.meta_keys = meta_keys
+        self.period_ms = period_ms
+        self.states = states
+        self.on_conflict = on_conflict
+        self.period_from = period_from
+        self.judge = judge
+        self.update_fields = update_fields
+        self.bucket_start = bucket_start
+        self.debounce = debounce
+        self.keep_last = keep_last
+        self.concurrency = concurrency
 
     def fields_to_update(self, state: State) -> tuple[str, ...]:
         return next((fields for s, fields in self.update_fields if s is state), ())

@@ -17,7 +17,7 @@ OJS = "ojs"
 
 # Not frozen: built for every record, and a frozen dataclass sets each field through
 # object.__setattr__ (seven times the cost). Treated as a value all the same: never assigned.
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Request:
     envelope: Envelope
     # None when the job carries no unique policy: it is accepted without a key.
@@ -31,6 +31,24 @@ class Request:
     stores_job: bool = False
     # The error code of a rejected duplicate (Faktory says NOTUNIQUE).
     duplicate_code: str = DUPLICATE
+
+    def __init__(
+        self,
+        envelope: Envelope,
+        policy: UniquePolicy | None,
+        unique_key: str | None,
+        dialect: str = OJS,
+        holder_rule: HolderRule | None = None,
+        stores_job: bool = False,
+        duplicate_code: str = DUPLICATE,
+    ) -> None:
+        self.envelope = envelope
+        self.policy = policy
+        self.unique_key = unique_key
+        self.dialect = dialect
+        self.holder_rule = holder_rule
+        self.stores_job = stores_job
+        self.duplicate_code = duplicate_code
 
 
 def ojs_request_or_raise(raw: object) -> Request:

@@ -36,7 +36,7 @@ Headers = list[tuple[str, bytes]]
 
 # Source and Output are built for every record and every output: not frozen, since a
 # frozen dataclass sets each field through object.__setattr__ (about twice the cost).
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Source:
     """Where an input record came from, and what it carried besides its value."""
 
@@ -45,6 +45,15 @@ class Source:
     offset: int
     timestamp_ms: int
     headers: dict[str, bytes]
+
+    def __init__(
+        self, topic: str, partition: int, offset: int, timestamp_ms: int, headers: dict[str, bytes]
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp_ms = timestamp_ms
+        self.headers = headers
 
     def as_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
@@ -63,7 +72,7 @@ class Source:
         return None if value is None else value.decode("utf-8", "replace")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Output:
     """One record to produce: to a catalogue role, or to a reply topic by name."""
 
@@ -75,6 +84,22 @@ class Output:
     # The partition, for an audit record: the one its source record came from, so that
     # each partition's audit trail sits beside its input (None: by key).
     partition: int | None = None
+
+    def __init__(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        role: str | None = None,
+        topic: str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None:
+        self.value = value
+        self.key = key
+        self.role = role
+        self.topic = topic
+        self.headers = headers
+        self.partition = partition
 
 
 def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> Output | None:

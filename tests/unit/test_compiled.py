@@ -48,7 +48,7 @@ def test_the_sources_alone_decide_the_recorded_log_byte_for_byte() -> None:
          "tests.sources_only", "tests/unit/test_differential.py",
          "tests/unit/test_trail_replay.py", "tests/unit/test_sources_only.py",
          "tests/unit/test_total.py", "tests/unit/test_early_answers.py",
-         "tests/unit/test_replay.py"],
+         "tests/unit/test_replay.py", "tests/unit/test_dataclass_inits.py"],
         cwd=root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
