@@ -24,21 +24,21 @@ GROUP = "gateway.native"
 # Not compiled: package __init__ modules, which mypyc does not place. Tests that replace a
 # compiled function to make a record fail run on the sources (test_compiled.py).
 MODULES = (
-    "gateway/partitioner.py", "gateway/wire.py",
     "gateway/core/canonical.py", "gateway/core/concurrency.py", "gateway/core/debounce.py",
-    "gateway/core/decision.py", "gateway/core/decision_records.py", "gateway/core/engine.py",
-    "gateway/core/entries.py", "gateway/core/envelope.py", "gateway/core/errors.py",
-    "gateway/core/fingerprint.py", "gateway/core/holder.py", "gateway/core/idempotency.py",
-    "gateway/core/ids.py", "gateway/core/jobs.py", "gateway/core/limits.py",
-    "gateway/core/matching.py", "gateway/core/periods.py", "gateway/core/policy.py",
-    "gateway/core/request.py", "gateway/core/retry.py", "gateway/core/states.py",
-    "gateway/core/successor.py", "gateway/core/times.py", "gateway/core/updates.py",
-    "gateway/processor/dedup.py", "gateway/processor/due.py",
-    "gateway/processor/idempotency.py", "gateway/processor/ids.py",
-    "gateway/processor/kinds.py", "gateway/processor/loop.py", "gateway/processor/metrics.py",
+    "gateway/core/decision.py", "gateway/core/decision_records.py",
+    "gateway/core/dialects/parse.py", "gateway/core/engine.py", "gateway/core/entries.py",
+    "gateway/core/envelope.py", "gateway/core/errors.py", "gateway/core/fingerprint.py",
+    "gateway/core/holder.py", "gateway/core/idempotency.py", "gateway/core/ids.py",
+    "gateway/core/jobs.py", "gateway/core/limits.py", "gateway/core/matching.py",
+    "gateway/core/periods.py", "gateway/core/policy.py", "gateway/core/request.py",
+    "gateway/core/retry.py", "gateway/core/states.py", "gateway/core/successor.py",
+    "gateway/core/times.py", "gateway/core/updates.py", "gateway/partitioner.py",
+    "gateway/processor/dedup.py", "gateway/processor/due.py", "gateway/processor/emitter.py",
+    "gateway/processor/idempotency.py", "gateway/processor/ids.py", "gateway/processor/kinds.py",
+    "gateway/processor/loop.py", "gateway/processor/metrics.py", "gateway/processor/parsing.py",
     "gateway/processor/records.py", "gateway/processor/requests.py",
-    "gateway/processor/schedule.py", "gateway/processor/stages.py",
-    "gateway/processor/store.py", "gateway/processor/total.py", "gateway/processor/trail.py",
+    "gateway/processor/schedule.py", "gateway/processor/stages.py", "gateway/processor/store.py",
+    "gateway/processor/total.py", "gateway/processor/trail.py", "gateway/wire.py",
 )  # fmt: skip
 
 

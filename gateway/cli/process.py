@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "processes together; with several, process n serves its own on PORT+n (default: none)",
     )  # fmt: skip
     p.add_argument(
-        "--max-request-bytes", type=int, default=Limits.max_request_bytes,
+        "--max-request-bytes", type=int, default=Limits().max_request_bytes,
         help="larger requests are refused with payload_too_large (default %(default)s)",
     )  # fmt: skip
     p.add_argument(

@@ -78,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: none, compare with the recorded decisions)",
     )  # fmt: skip
     p.add_argument(
-        "--max-request-bytes", type=int, default=Limits.max_request_bytes,
+        "--max-request-bytes", type=int, default=Limits().max_request_bytes,
         help="the processor's --max-request-bytes (default %(default)s)",
     )  # fmt: skip
     p.add_argument(

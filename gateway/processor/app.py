@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,19 +28,18 @@ from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_LINGER_MS
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import changelogs
+from gateway.processor.emitter import emitter
 from gateway.processor.loop import Loop, Topics
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
-from gateway.processor.records import Output, Source
 from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
 from gateway.processor.shutdown import Shutdown
 from gateway.processor.stages import Stages, Stores, input_roles
 from gateway.processor.state_identity import current, reconcile, state_root
 from gateway.processor.store import LAYOUT
 from gateway.processor.ticks import Ticker
-from gateway.processor.total import Emit
 from gateway.wire import group_name
 
 log = logging.getLogger("gateway.processor")
@@ -149,49 +148,6 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
     emit = emitter(names, replies, metrics, loop.produce, early.send if early else None, counts)
     loop.stages = Stages(cat, emit, metrics, settings.limits, stores)
     return loop, metrics, replies, early
-
-
-# topic, key, value, headers[, partition]
-Produce = Callable[..., None]
-
-
-def emitter(
-    names: dict[str, str],
-    replies: ReplyTopics,
-    metrics: Metrics,
-    transactional: Produce,
-    early: Produce | None,
-    partitions: Mapping[str, int] | None = None,
-) -> Emit:
-    """Where each output goes: a reply to an allowed topic through `early` when answers are
-    early, everything else through the transaction; an output that names its partition
-    (an audit record) to that partition of its role's topic (`partitions`: their counts)."""
-
-    def emit(output: Output, source: Source) -> None:
-        if output.topic is not None:
-            refusal = replies.refusal(output.topic)
-            if refusal is not None:
-                metrics.replies_dropped.labels(refusal).inc()
-                log.warning(
-                    "reply not sent",
-                    extra={"reply_to": output.topic[:255], "reason": refusal,
-                           "source": source.as_dict()},
-                )  # fmt: skip
-                return
-            if early is not None:
-                # The guard hands over a record's outputs only once its handling has
-                # succeeded (or its `internal` answer): no reply leaves for a handling undone.
-                early(output.topic, output.key, output.value, output.headers)
-                return
-        role = output.role or ""
-        partition = -1
-        if output.partition is not None and partitions:
-            partition = output.partition % partitions[role]
-        transactional(
-            output.topic or names[role], output.key, output.value, output.headers, partition
-        )
-
-    return emit
 
 
 def reply_topics(settings: ProcessorSettings) -> ReplyTopics:

@@ -12,8 +12,8 @@ import pytest
 
 from gateway.core import INTERNAL
 from gateway.processor import requests as requests_module
-from gateway.processor.app import emitter
 from gateway.processor.dedup import Dedup
+from gateway.processor.emitter import emitter
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Source
