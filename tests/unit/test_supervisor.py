@@ -173,3 +173,14 @@ def test_every_metric_a_runtime_shows_is_on_the_aggregated_port():
 def test_label_values_are_escaped_back():
     text = '# TYPE g gauge\ng{path="a\\"b\\\\c"} 1.0\n'
     assert 'g{path="a\\"b\\\\c"} 1.0' in status.merge_metrics([text])
+
+
+def test_a_runtimes_settings_reach_it_whole():
+    # The supervisor hands each runtime its settings pickled: every value in them must come
+    # back, compiled modules' classes too (gateway/compiled.py).
+    import pickle
+
+    from gateway.processor.parsing import Limits
+
+    sent = settings(limits=Limits(max_request_bytes=1000, retention_ms=5, idempotency_ms=7))
+    assert pickle.loads(pickle.dumps(sent)) == sent
