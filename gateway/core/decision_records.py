@@ -7,7 +7,6 @@ and writes the records (processor/records.py).
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from gateway.core.decision import Decision, Outcome
@@ -48,11 +47,24 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
     return fields
 
 
-@lru_cache(maxsize=1024)
+# Policy dicts by the policy's identity: request.py hands out one policy object per policy
+# text, and hashing a policy (its dataclass __hash__, run as Python) costs more than its
+# dict. Each entry keeps its policy alive, so no other object can take its id meanwhile.
+_POLICY_DICTS: dict[int, tuple[UniquePolicy, dict[str, Any]]] = {}
+_POLICY_DICTS_MAX = 1024
+
+
 def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
     """`policy.to_dict()`, once per policy: every decision record carries one. Shared, so
     read-only: the record is serialised as it is."""
-    return policy.to_dict()
+    known = _POLICY_DICTS.get(id(policy))
+    if known is not None and known[0] is policy:
+        return known[1]
+    if len(_POLICY_DICTS) >= _POLICY_DICTS_MAX:
+        _POLICY_DICTS.clear()
+    shown = policy.to_dict()
+    _POLICY_DICTS[id(policy)] = (policy, shown)
+    return shown
 
 
 def _job_id(decision: Decision) -> str | None:

@@ -58,12 +58,12 @@ def uuid7(
             + seed
             + (draw.to_bytes(4, "big") if draw else b"")
         ).digest()
-        bits = int.from_bytes(digest[:10], "big")  # 80 bits: 12 for rand_a, 62 for rand_b
-        rand_a = bits >> 68
-        rand_b = bits & ((1 << 62) - 1)
-        value = ((ms & 0xFFFF_FFFF_FFFF) << 80) | (0x7 << 76) | (0b10 << 62) | rand_b
-        h = f"{value:032x}"
-        head, tail = f"{h[:8]}-{h[8:12]}-7".encode(), f"-{h[16:20]}-{h[20:]}".encode()
+        # The digest's first 80 bits: 12 for rand_a, then (skipping 6) 62 for rand_b under
+        # the variant's 0b10. Built field by field: no 128-bit number to print.
+        rand_a = (digest[0] << 4) | (digest[1] >> 4)
+        low = f"{(1 << 63) | (int.from_bytes(digest[2:10], 'big') & ((1 << 62) - 1)):016x}"
+        high = f"{ms & 0xFFFF_FFFF_FFFF:012x}"
+        head, tail = f"{high[:8]}-{high[8:]}-7".encode(), f"-{low[:4]}-{low[4:]}".encode()
         if at_home is None:
             return (head + _HEX3[rand_a] + tail).decode()
         for step in range(1 << 12):

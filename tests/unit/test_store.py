@@ -160,3 +160,30 @@ def test_a_sweep_can_leave_only_local_work_which_a_commit_writes_without_a_chang
         store_module.SWEEP_LIMIT = before
     assert store.changelog_offset == 2 and not store.dirty
     assert sorted(store.live()) == [(b"r", f"job/{n}", b"y") for n in range(3)]
+
+
+def test_a_crash_leaves_the_store_at_a_batch_it_committed(tmp_path: Path):
+    # No write-ahead log: a process that dies loses the batches RocksDB still held in
+    # memory, whole, and the store's offset says how far it got (the restore goes on).
+    import subprocess
+    import sys
+
+    script = f"""
+import os
+from pathlib import Path
+from gateway.processor.store import PartitionStore
+store = PartitionStore(Path({str(tmp_path / "s")!r}))
+for offset in range(50):
+    store.at(1_000 + offset)
+    store.state(b"route").set_bytes("n", b"%d" % offset)
+    store.committed(offset)
+os._exit(0)  # as kill -9: nothing closed, nothing flushed
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    store = PartitionStore(tmp_path / "s")
+    value = store.state(b"route").get_bytes("n")
+    if store.changelog_offset == -1:
+        assert value is None
+    else:
+        assert value == b"%d" % store.changelog_offset
+    store.close()
