@@ -15,7 +15,13 @@ from gateway.cli.common import (
     add_log_level_argument,
     reachable_config,
 )
-from gateway.config import COMMITTED_LINGER_MS, DEFAULT_LINGER_MS, MAX_LINGER_MS
+from gateway.config import (
+    COMMITTED_LINGER_MS,
+    DEFAULT_FETCH_WAIT_MS,
+    DEFAULT_LINGER_MS,
+    MAX_FETCH_WAIT_MS,
+    MAX_LINGER_MS,
+)
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.processor.parsing import Limits
@@ -93,6 +99,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "per decision and delays committed answers",
     )  # fmt: skip
     p.add_argument(
+        "--fetch-wait-ms", type=int, default=DEFAULT_FETCH_WAIT_MS,
+        help="milliseconds the broker may hold a fetch of input records to fill it "
+        f"(0..{MAX_FETCH_WAIT_MS}; default %(default)s; 0: a fetch returns as soon as a "
+        "record is there): below full load, more costs less CPU per decision and delays "
+        "answers by up to that much",
+    )  # fmt: skip
+    p.add_argument(
         "--answers", choices=("early", "committed"), default="early",
         help="when a waiting caller gets its reply: early, as soon as the record is decided "
         "(a successor after a crash decides it again, the same); committed, with the "
@@ -117,6 +130,8 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         raise CommandError("--retention-seconds and --commit-interval must be positive")
     early = args.answers == "early"
     linger_ms = linger_ms_of(args)
+    if not 0 <= args.fetch_wait_ms <= MAX_FETCH_WAIT_MS:
+        raise CommandError(f"--fetch-wait-ms must be from 0 to {MAX_FETCH_WAIT_MS}")
     try:
         limits = Limits(
             args.max_request_bytes, args.retention_seconds * 1000, args.idempotency_seconds * 1000
@@ -137,6 +152,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         reply_prefix=args.reply_prefix,
         commit_interval=args.commit_interval,
         linger_ms=linger_ms,
+        fetch_wait_ms=args.fetch_wait_ms,
         early_answers=early,
         metrics_port=args.metrics_port,
     )

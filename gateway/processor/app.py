@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from gateway.admin import check as check_topics
 from gateway.catalogue import Catalogue, CatalogueError
-from gateway.config import DEFAULT_LINGER_MS
+from gateway.config import DEFAULT_FETCH_WAIT_MS, DEFAULT_LINGER_MS, FETCH_MIN_BYTES
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import changelogs
 from gateway.processor.emitter import emitter
@@ -68,6 +68,8 @@ class ProcessorSettings:
     # Milliseconds the transactional producer holds records to send them together
     # (librdkafka's linger.ms, its default): the commit sends what it still holds.
     linger_ms: int = DEFAULT_LINGER_MS
+    # Milliseconds the broker may hold a fetch to fill it (config.py); 0: none.
+    fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS
     metrics_port: int | None = None
     # Replies go to the catalogue's replies topic and to topics under this prefix
     # (None: "<replies topic>."; "": the replies topic only). See replies.py.
@@ -83,6 +85,7 @@ def runtime_settings(
     instance_id: str,
     stats_cb: Callable[[str], None] | None = None,
     linger_ms: int = DEFAULT_LINGER_MS,
+    fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The loop's consumer and producer settings, the processor's and the bench floor's
     (`gateway.bench.floor`), so the floor measures the loop exactly as it runs here."""
@@ -106,6 +109,8 @@ def runtime_settings(
         "heartbeat.interval.ms": 500,
         **statistics,
     }
+    if fetch_wait_ms > 0:
+        consumer.update({"fetch.wait.max.ms": fetch_wait_ms, "fetch.min.bytes": FETCH_MIN_BYTES})
     producer = {
         **client_config,
         **PRODUCER_SETTING,
@@ -124,7 +129,7 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
     metrics = Metrics()
     consumer, producer = runtime_settings(
         settings.client_config, settings.group, settings.instance_id,
-        metrics.observe_consumer_stats, settings.linger_ms,
+        metrics.observe_consumer_stats, settings.linger_ms, settings.fetch_wait_ms,
     )  # fmt: skip
     names = {t.role: t.name for t in cat.topics}
     replies = reply_topics(settings)

@@ -9,7 +9,14 @@ import pytest
 
 from gateway.cli import process
 from gateway.cli.common import CommandError
-from gateway.config import COMMITTED_LINGER_MS, DEFAULT_LINGER_MS, MAX_LINGER_MS
+from gateway.config import (
+    COMMITTED_LINGER_MS,
+    DEFAULT_FETCH_WAIT_MS,
+    DEFAULT_LINGER_MS,
+    FETCH_MIN_BYTES,
+    MAX_FETCH_WAIT_MS,
+    MAX_LINGER_MS,
+)
 from gateway.processor.app import runtime_settings
 
 
@@ -52,3 +59,27 @@ def test_linger_out_of_range_is_refused_before_kafka_is_asked(value: str) -> Non
 def test_linger_overrides_the_clients_shared_setting() -> None:
     # GATEWAY_KAFKA_LINGER_MS sets every client's linger; the processor's own flag wins.
     assert _producer(client_linger_ms=200, linger_ms=20)["linger.ms"] == 20
+
+
+def _consumer(*argv: str) -> dict[str, object]:
+    wait = _args(*argv).fetch_wait_ms
+    consumer, _producer = runtime_settings(
+        {"bootstrap.servers": "127.0.0.1:9"}, "g", "1", fetch_wait_ms=wait
+    )
+    return consumer
+
+
+def test_the_fetch_wait_reaches_the_loops_consumer() -> None:
+    # A fetch below full load is held up to the wait, never filled by the minimum.
+    assert _consumer()["fetch.wait.max.ms"] == DEFAULT_FETCH_WAIT_MS == 5
+    assert _consumer()["fetch.min.bytes"] == FETCH_MIN_BYTES
+    assert _consumer("--fetch-wait-ms", "20")["fetch.wait.max.ms"] == 20
+    # 0: librdkafka's own, a fetch answered as soon as a record is there.
+    assert "fetch.wait.max.ms" not in _consumer("--fetch-wait-ms", "0")
+    assert "fetch.min.bytes" not in _consumer("--fetch-wait-ms", "0")
+
+
+@pytest.mark.parametrize("value", ["-1", str(MAX_FETCH_WAIT_MS + 1)])
+def test_a_fetch_wait_out_of_range_is_refused_before_kafka_is_asked(value: str) -> None:
+    with pytest.raises(CommandError, match="--fetch-wait-ms must be from 0 to 500"):
+        process.settings_from(_args("--fetch-wait-ms", value))
