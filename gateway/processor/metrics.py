@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 # Decisions noted before they are counted anyway, whoever forgets to flush.
 FLUSH_AT = 10_000
@@ -31,12 +35,15 @@ class Metrics:
             "Decisions by outcome and dialect",
             ["outcome", "dialect"],
         )
-        self.decision_latency = self._define(
-            Histogram,
+        self.decision_latency = LatencyHistogram(
             "gateway_decision_latency_seconds",
             "From the request record's broker timestamp to its decision being written; "
             "the commit follows within the commit interval",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.registry.register(self.decision_latency)
+        self.described.append(
+            (self.decision_latency.name, "histogram", self.decision_latency.documentation, ())
         )
         self.events = self._define(
             Counter,
@@ -173,3 +180,30 @@ class Metrics:
             end, read = p.get("ls_offset", -1), p.get("app_offset", -1)
             if name != "-1" and end >= 0 and read >= 0:
                 self.restore_remaining.labels(topic, name).set(max(0, end - read))
+
+
+class LatencyHistogram(Collector):
+    """A histogram observed once per decision, shown through the registry's collector
+    interface: prometheus_client's Histogram takes a lock and walks its buckets in Python
+    for every observation (0.6 µs), this a bisection in compiled code (compiled.py).
+    Observed from the loop's thread only; a scrape reads it between two observations."""
+
+    def __init__(self, name: str, documentation: str, bounds: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = [float(b) for b in bounds]
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation)
+        buckets, total = [], 0
+        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            total += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(total)))
+        family.add_metric([], buckets, self.sum)
+        yield family

@@ -1,8 +1,11 @@
-"""The processor's metrics read from librdkafka's statistics."""
+"""The processor's metrics read from librdkafka's statistics, and its latency histogram."""
 
 from __future__ import annotations
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from gateway.processor.metrics import Metrics
 
@@ -42,3 +45,25 @@ def test_a_restored_partition_shows_nothing_left_but_its_marker() -> None:
     metrics = Metrics()
     metrics.observe_consumer_stats(_stats({"0": {"ls_offset": 1000, "app_offset": 999}}))
     assert _remaining(metrics, "0") == 1
+
+
+@given(st.lists(st.floats(min_value=0, max_value=100, allow_nan=False), max_size=50))
+def test_the_latency_histogram_shows_what_prometheus_clients_would(seconds: list[float]):
+    ours = Metrics()
+    theirs = CollectorRegistry()
+    reference = Histogram(
+        "gateway_decision_latency_seconds", "x", registry=theirs,
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    )  # fmt: skip
+    for value in seconds:
+        ours.decision_latency.observe(value)
+        reference.observe(value)
+
+    def samples(registry: CollectorRegistry) -> list[str]:
+        text = generate_latest(registry).decode()
+        return [
+            line for line in text.splitlines()
+            if line.startswith("gateway_decision_latency_seconds_") and "_created" not in line
+        ]  # fmt: skip
+
+    assert samples(ours.registry) == samples(theirs)
