@@ -185,12 +185,9 @@ class Dedup:
         due = expires_at(after, self.limits.retention_ms)
         if not after or (due is not None and due <= now_ms):
             state.delete(ENTRIES)
-            self.metrics.state_keys.dec()
             return
         ttl = None if due is None else timedelta(milliseconds=due - now_ms)
         state.set_bytes(ENTRIES, dump_entries(after), ttl=ttl)
-        if not before:
-            self.metrics.state_keys.inc()
 
     # -- job records --------------------------------------------------------
 

@@ -210,7 +210,7 @@ class Loop:
 
     def _count_keys(self) -> None:
         """The state's fingerprints, read from the stores whenever they are written, opened or
-        closed (the dedup stage moves the gauge between commits as it adds and deletes)."""
+        closed: at most a commit interval old."""
         self._metrics.state_keys.set(self._stores.fingerprints())
 
     def _log_changes(

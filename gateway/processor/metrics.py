@@ -94,8 +94,8 @@ class Metrics:
         self.state_keys = self._define(
             Gauge,
             "gateway_state_keys",
-            "Fingerprints held in the state of this process's partitions: counted by the "
-            "stores at each commit, moved by each decision between commits",
+            "Fingerprints held in the state of this process's partitions, as the stores "
+            "count them at each commit",
         )
         self.consumer_lag = self._define(
             Gauge,
