@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from gateway import wire
 from gateway.core import (
@@ -46,14 +47,6 @@ from gateway.processor.requests import Requests
 from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
 from gateway.processor.trail import CHAIN_KEY, JOB, seal
-
-try:
-    from mypy_extensions import mypyc_attr
-except ImportError:  # installed without mypy: the decorator only speaks to mypyc
-
-    def mypyc_attr(*attrs: str, **kwattrs: object) -> Any:  # type: ignore[misc]
-        return lambda cls: cls
-
 
 Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:
