@@ -200,7 +200,7 @@ def test_reply_to_goes_only_where_the_deployment_allows(stack: Stack):
 def test_an_unexpected_exception_is_answered_internal_and_kept(
     kafka_bootstrap: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    # The processor's processes load faults/sitecustomize.py: the core raises on type fault.raise.
+    # The processor's processes load faults/sitecustomize.py: handling type fault.raise raises.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAULTS), *sys.path]))
     monkeypatch.setenv("GATEWAY_TEST_FAULT", "fault.raise")
     cat = apply_topics(kafka_bootstrap, namespace)

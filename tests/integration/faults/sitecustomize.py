@@ -1,20 +1,24 @@
 """A fault for the totality tests, loaded by every Python process started with this folder
-on PYTHONPATH: the core's decision raises for jobs of the type $GATEWAY_TEST_FAULT names,
-so a test can watch the real processor meet an exception it does not expect."""
+on PYTHONPATH: the processor's handling of a request raises for jobs of the type
+$GATEWAY_TEST_FAULT names, so a test can watch the real processor meet an exception it
+does not expect. It replaces the request's parse (`processor/parsing.py`, which stays
+Python), since a compiled module's calls between compiled functions reach no replacement
+(gateway/compiled.py)."""
 
 import os
 
 _FAULT = os.environ.get("GATEWAY_TEST_FAULT")
 
 if _FAULT:
-    import gateway.core
     from gateway.core import Request
+    from gateway.processor import parsing
 
-    _decide = gateway.core.decide
+    _parse_limited = parsing.parse_limited
 
-    def _failing_decide(entries, request, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _failing_parse(value, limits):  # type: ignore[no-untyped-def]
+        request = _parse_limited(value, limits)
         if isinstance(request, Request) and request.envelope.type == _FAULT:
             raise RuntimeError("injected fault")
-        return _decide(entries, request, *args, **kwargs)
+        return request
 
-    gateway.core.decide = _failing_decide
+    parsing.parse_limited = _failing_parse
