@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gateway.processor.replies import EarlyReplies
 from gateway.sdk import Client, EnqueueResult
 from tests.integration.harness import Processor, Reader, apply_topics
 
@@ -100,3 +101,21 @@ def test_every_early_answer_is_the_decision_committed_after_sigkills(
     twice = [values for values in by_correlation.values() if len(values) > 1]
     assert twice, "no answer was sent again after a kill: the test proved nothing"
     assert all(value == values[0] for values in twice for value in values)
+
+
+def test_only_an_undelivered_early_reply_is_reported(kafka_bootstrap, namespace):
+    """The replies' producer reports failed deliveries alone (librdkafka's
+    delivery.report.only.error): a reply that arrives is not counted, one that cannot is."""
+    cat = apply_topics(kafka_bootstrap, namespace)
+    lost: list[int] = []
+    replies = EarlyReplies(
+        {"bootstrap.servers": kafka_bootstrap, "message.timeout.ms": 2_000,
+         "topic.metadata.propagation.max.ms": 1_000},
+        lambda: lost.append(1),
+    )  # fmt: skip
+    replies.send(cat.name("replies"), b"k", b"delivered", [("h", b"1")])
+    replies.close(10)
+    assert lost == []
+    replies.send(f"{namespace}.no-such-topic", b"k", b"lost", None)
+    replies.close(10)
+    assert lost == [1]
