@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from hypothesis import given
@@ -24,6 +25,27 @@ def test_uuid7_layout_and_determinism(ms: int, key: str | None, seed: bytes) -> 
     assert value.variant == uuid.RFC_4122
     assert value.int >> 80 == ms
     assert uuid7(ms, key, seed) == text
+
+
+@given(
+    st.integers(min_value=-(2**50), max_value=2**50),
+    st.none() | st.text(max_size=64),
+    st.binary(max_size=32),
+)
+def test_uuid7_bits_are_the_time_and_the_digest_of_key_time_and_seed(
+    ms: int, key: str | None, seed: bytes
+) -> None:
+    """The id every version mints from the same record: 48 bits of time, then the first 12
+    bits of the digest, then its next 62 after skipping 6 (replays compare ids byte for
+    byte with those a processor minted)."""
+    value = uuid.UUID(uuid7(ms, key, seed)).int
+    digest = hashlib.sha256(
+        b"gateway.uuid7\x00" + (key or "").encode() + b"\x00"
+        + ms.to_bytes(8, "big", signed=True) + seed
+    ).digest()  # fmt: skip
+    assert value >> 80 == ms & (2**48 - 1)
+    assert (value >> 64) & 0xFFF == int.from_bytes(digest[:2], "big") >> 4
+    assert value & (2**62 - 1) == int.from_bytes(digest[2:10], "big") & (2**62 - 1)
 
 
 def test_uuid7_random_bits_depend_on_key_and_seed() -> None:
