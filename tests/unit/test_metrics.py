@@ -1,11 +1,12 @@
-"""The processor's metrics read from librdkafka's statistics, and its latency histogram."""
+"""The processor's metrics read from librdkafka's statistics, its latency histogram and its
+count of decisions."""
 
 from __future__ import annotations
 
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from gateway.processor.metrics import Metrics
 
@@ -66,4 +67,31 @@ def test_the_latency_histogram_shows_what_prometheus_clients_would(seconds: list
             if line.startswith("gateway_decision_latency_seconds_") and "_created" not in line
         ]  # fmt: skip
 
+    assert samples(ours.registry) == samples(theirs)
+
+
+OUTCOMES = st.sampled_from(["accepted", "rejected", "invalid", "replaced"])
+DIALECTS = st.sampled_from(["ojs", "oban", "faktory", "sidekiq"])
+
+
+@given(st.lists(st.tuples(OUTCOMES, DIALECTS), max_size=60), st.integers(1, 7))
+def test_the_decisions_count_shows_what_prometheus_clients_would(
+    decided: list[tuple[str, str]], batch: int
+):
+    ours = Metrics()
+    theirs = CollectorRegistry()
+    reference = Counter("gateway_decisions", "x", ["outcome", "dialect"], registry=theirs)
+
+    def samples(registry: CollectorRegistry) -> list[str]:
+        text = generate_latest(registry).decode()
+        return sorted(
+            line for line in text.splitlines() if line.startswith("gateway_decisions_total")
+        )
+
+    for index, (outcome, dialect) in enumerate(decided):
+        ours.decided(outcome, dialect, 1_770_000_000_000)
+        reference.labels(outcome, dialect).inc()
+        if index % batch == 0:  # scraped between two batches, and at the end
+            ours.flush()
+            assert samples(ours.registry) == samples(theirs)
     assert samples(ours.registry) == samples(theirs)
