@@ -90,9 +90,10 @@ _OJS_ON_CONFLICT = tuple(c for c in OnConflict if c is not OnConflict.UPDATE)
 _ON_CONFLICT_NAMES = frozenset(c.value for c in _OJS_ON_CONFLICT)
 _FIELDS = (
     "keys", "key", "args_keys", "meta_keys", "period", "states", "on_conflict", "debounce",
-    "keep_last_if_active",
-    "concurrency",
+    "keep_last_if_active", "concurrency",
 )  # fmt: skip
+# As a refusal names them: `key` is the alias of `keys`.
+_FIELDS_SHOWN = ", ".join(name for name in _FIELDS if name != "key")
 
 
 # Not frozen (see core/envelope.py): a value all the same, hashed by its fields.
@@ -253,7 +254,7 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
         if name not in _FIELDS:
             raise invalid_request(
                 f"{field}.{name} is not a unique policy field; allowed fields are "
-                "keys, args_keys, meta_keys, period, states, on_conflict"
+                f"{_FIELDS_SHOWN}"
             )
     if "keys" in raw and "key" in raw:
         raise invalid_request(f"give either {field}.keys or its alias {field}.key, not both")

@@ -193,6 +193,16 @@ def test_invalid_policies(raw: Any, message: str) -> None:
     assert str(error) == f"invalid_request: {error.message}"
 
 
+def test_an_unknown_field_is_refused_naming_every_field_a_policy_takes() -> None:
+    error = parse_policy({"keys": ["type"], "ttl": 5})
+    assert isinstance(error, GatewayError)
+    named = error.message.split("allowed fields are ")[1].split(", ")
+    assert set(named) >= {"keys", "period", "debounce", "keep_last_if_active", "concurrency"}
+    for name in named:  # each one named is taken: refused, if at all, for its value
+        taken = parse_policy({"keys": ["type"], name: None})
+        assert not isinstance(taken, GatewayError) or "policy field" not in taken.message
+
+
 def test_messages_name_the_field_where_the_policy_was_found() -> None:
     error = parse_policy({"keys": ["meta"]}, "options.unique")
     assert isinstance(error, GatewayError)
