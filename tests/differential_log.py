@@ -209,7 +209,8 @@ class Pipeline:
             self._committing.append(out)
         if output.role == "decisions":
             decision = orjson.loads(output.value)
-            self.decisions[decision["request_id"]] = decision
+            if "request_id" in decision:  # not an audit record of its own (an event's, ...)
+                self.decisions[decision["request_id"]] = decision
         elif output.role == "job_states":
             self.jobs[output.key.decode()] = output.value and orjson.loads(output.value)
         elif output.topic is not None:
@@ -843,7 +844,9 @@ def coverage(log: RecordedLog) -> Counter[str]:
             if role not in ("decisions", "job_states", None):
                 continue
             data: Any = None if value is None else orjson.loads(value)
-            if role == "decisions":
+            if role == "decisions" and "outcome" not in data:
+                counts[f"audit {data['kind']}"] += 1  # an event's, a tick's, ... own record
+            elif role == "decisions":
                 counts[f"decision {data['outcome']}"] += 1
                 counts[f"dialect {data['dialect']}"] += 1
                 if data["error"]:
