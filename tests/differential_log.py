@@ -36,10 +36,13 @@ which runs `simulate()`, decides the finished log again the way
 tests/unit/test_differential.py does (each partition alone, in offset order,
 with a crash halfway), requires the very outputs and stores captured, and
 writes the files. Make them again only for a deliberate change of behaviour,
-and say which in the commit; a rewrite must leave them as they are. Before
-that commit they were made by fc7caa8's code (the processor on quixstreams),
-and every change since was checked against them byte for byte: the last,
-the id's home (core/ids.py), changed how client and minted ids travel.
+and say which in the commit; a rewrite must leave them as they are. They were
+first made by fc7caa8's code (the processor on quixstreams), and every change
+since was checked against them byte for byte. Made again at bf93cf72aa3f, they
+gained the audit trail (each decision's state and chain, and the audit records
+of events, ticks, forwards and id reports), so a rewrite of it is checked byte
+for byte too; the log itself came out the same, and the outputs less the trail
+and the stores less the chain's head were those made at fa1a4e7f900a.
 """
 
 from __future__ import annotations
