@@ -19,11 +19,13 @@ ARGS ?=
 up: install
 	$(BIN)/gateway up $(ARGS)
 
-test: install
+# The linters first (seconds), then every test.
+test: install lint
 	$(BIN)/python -m pytest
 
 lint: install
 	$(BIN)/ruff check gateway tests
+	$(BIN)/ruff format --check gateway tests
 	$(BIN)/mypy gateway tests
 
 # The per-record path's hot modules compiled by mypyc beside their sources, which they

@@ -253,8 +253,7 @@ def policy_or_raise(raw: object, field: str, ojs: bool = True) -> UniquePolicy:
     for name in raw:
         if name not in _FIELDS:
             raise invalid_request(
-                f"{field}.{name} is not a unique policy field; allowed fields are "
-                f"{_FIELDS_SHOWN}"
+                f"{field}.{name} is not a unique policy field; allowed fields are {_FIELDS_SHOWN}"
             )
     if "keys" in raw and "key" in raw:
         raise invalid_request(f"give either {field}.keys or its alias {field}.key, not both")
