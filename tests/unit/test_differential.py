@@ -171,6 +171,8 @@ COVERED = [
     "tick retryable",
     "tick discarded",
     "tick tombstone",
+    # Records that are no request but read or changed state leave an audit record of their own.
+    *(f"audit {k}" for k in ("event", "tick", "forwarded", "id_report")),
     # (A dead letter is the processor failing on a record, a bug: no record of the log
     # makes one; tests/unit/test_total.py makes the processor fail on purpose.)
     *(f"output {r}" for r in ("cancellations", "rejections", "reply")),
