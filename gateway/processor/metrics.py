@@ -30,20 +30,14 @@ class Metrics:
         self.decisions = LabelledCounts(
             "gateway_decisions", "Decisions by outcome and dialect", ("outcome", "dialect")
         )
-        self.registry.register(self.decisions)
-        self.described.append(
-            (self.decisions.name, "counter", self.decisions.documentation, self.decisions.labels)
-        )
+        self._own(self.decisions, "counter", self.decisions.labels)
         self.decision_latency = LatencyHistogram(
             "gateway_decision_latency_seconds",
             "From the request record's broker timestamp to its decision being written; "
             "the commit follows within the commit interval",
             (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
-        self.registry.register(self.decision_latency)
-        self.described.append(
-            (self.decision_latency.name, "histogram", self.decision_latency.documentation, ())
-        )
+        self._own(self.decision_latency, "histogram")
         self.events = self._define(
             Counter,
             "gateway_job_events",
@@ -116,6 +110,14 @@ class Metrics:
         names = tuple(labels[0]) if labels else ()
         self.described.append((name, kind.__name__.lower(), documentation, names))
         return kind(name, documentation, list(names), registry=self.registry, **kw)
+
+    def _own(
+        self, collector: LabelledCounts | LatencyHistogram, kind: str, labels: tuple[str, ...] = ()
+    ) -> None:
+        """A metric of the processor's own collector class, registered and noted in
+        `described` as `_define` notes the others."""
+        self.registry.register(collector)
+        self.described.append((collector.name, kind, collector.documentation, labels))
 
     def decided(self, outcome: str, dialect: str, record_timestamp_ms: int) -> None:
         """Count a decision; `flush` observes its latency (once per batch: one clock read)."""
