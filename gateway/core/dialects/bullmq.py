@@ -212,7 +212,7 @@ def _deduplication(
 
 
 def _ttl(ttl: Any) -> int | None:
-    if ttl is None or ttl == 0:
+    if f.none_or_zero(ttl):
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
         raise invalid_request(

@@ -13,6 +13,12 @@ from gateway.core.limits import instant_problem
 from gateway.core.times import parse_rfc3339
 
 
+def none_or_zero(value: Any) -> bool:
+    """Whether a number field means "none": absent, null or the whole number 0. JSON's 0.0 and
+    false equal 0 in Python, yet are not a whole number, so they are refused as one."""
+    return value is None or (type(value) is int and value == 0)
+
+
 def name(raw: Mapping[str, Any], field: str, example: str) -> str:
     value = raw.get(field)
     if not isinstance(value, str) or not value:

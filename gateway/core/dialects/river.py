@@ -163,7 +163,7 @@ def _by_args(raw: Any) -> tuple[str, ...] | None:
 
 
 def _by_period(raw: Any) -> int | None:
-    if raw is None or raw == 0:
+    if f.none_or_zero(raw):
         return None
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
         raise invalid_request(

@@ -189,7 +189,7 @@ def _lock(raw: Any) -> str:
 def _ttl(raw: Mapping[str, Any]) -> int | None:
     field = "lock_ttl" if raw.get("lock_ttl") is not None else "lock_expiration"
     value = raw.get(field)
-    if value is None or value == 0:
+    if f.none_or_zero(value):
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise invalid_request(f"{field} must be a whole number of seconds; 0 or none: no expiry")
@@ -203,7 +203,7 @@ def _no_wait(raw: Mapping[str, Any], lock: str) -> int | None:
     """Check lock_timeout, lock_limit and lock_args_method; the runtime lock's limit (the jobs
     that run at once: lock_limit for while_executing, 1 for until_and_while_executing)."""
     timeout, limit = raw.get("lock_timeout"), raw.get("lock_limit")
-    if timeout is not None and timeout != 0:
+    if not f.none_or_zero(timeout):
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
             raise invalid_request("lock_timeout must be a whole number of seconds, 0 or more")
         raise unsupported(
