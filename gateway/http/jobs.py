@@ -188,10 +188,12 @@ async def _settled(binding: Binding, result: EnqueueResult) -> None:
 
 
 def _header_key(request: HttpRequest) -> str | None | ApiError:
-    """The `Idempotency-Key` header, if sent; a bad one is 400 naming it."""
+    """The `Idempotency-Key` header, if sent; a bad one is 400 naming it. Blanks around it are
+    no part of the value (RFC 9110 §5.5), whichever of them the HTTP parser left."""
     key = request.headers.get(wire.HTTP_IDEMPOTENCY_KEY)
     if key is None:
         return None
+    key = key.strip(" \t")
     problem = key_problem(key, f"the {wire.HTTP_IDEMPOTENCY_KEY} header")
     return key if problem is None else ApiError(400, problem.code, problem.message)
 

@@ -131,3 +131,17 @@ def test_under_a_key_a_batch_item_shows_the_state_it_had_when_decided() -> None:
     # Without a key, as now: due, so available.
     answer = call(jobs.enqueue_batch, request({"jobs": [JOB]}), bound(client=client, view=View()))
     assert not isinstance(answer, ApiError) and answer.body["jobs"][0]["state"] == "available"
+
+
+@pytest.mark.parametrize("header", ["sp-1", "sp-1  ", "  sp-1", "\tsp-1 \t"])
+def test_blanks_around_the_header_are_no_part_of_the_key(header: str) -> None:
+    """RFC 9110 §5.5: one key however many blanks a client or proxy leaves around it."""
+    client = Client(result("accepted", job_id=JOB_ID))
+    call(jobs.enqueue, request(JOB, headers={"Idempotency-Key": header}),
+         bound(client=client, view=View()))  # fmt: skip
+    assert client.keys == ["sp-1"]
+
+
+def test_a_header_of_blanks_alone_is_400() -> None:
+    answer = refusal(jobs.enqueue, request(JOB, headers={"Idempotency-Key": "   "}))
+    assert "Idempotency-Key" in answer.message
