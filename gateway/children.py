@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import signal
+import sys
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """The command that runs one of our modules in a child: `-P` keeps the working directory off
+    its path, so a `gateway/` folder there (an older checkout, another project's) is never the
+    code that runs; the child imports the gateway this interpreter has installed."""
+    return [sys.executable, "-P", "-m", module, *args]
 
 
 def ignore_sigint() -> None:

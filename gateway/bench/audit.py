@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from gateway.bench.streams import (
     fresh_namespace,
 )
 from gateway.bench.workload import generate
+from gateway.children import python_module
 
 _IDENTICAL = re.compile(rb"decided (\d+) again: (\d+) verified identical \(100\.0%\), 0 different")
 
@@ -134,7 +134,7 @@ def _measured(arguments: Sequence[str], log: Path) -> tuple[float, int, bytes]:
     started, peak = time.monotonic(), 0
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", *arguments], stdout=out, stderr=subprocess.STDOUT
+            python_module("gateway", *arguments), stdout=out, stderr=subprocess.STDOUT
         )
         while proc.poll() is None:
             peak = max(peak, procfs.tree_rss_bytes(proc.pid))

@@ -20,7 +20,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +44,7 @@ from gateway.bench.workload import Item, generate
 from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import Catalogue
+from gateway.children import python_module
 from gateway.config import gateway_home
 
 PROBES = 1000
@@ -290,7 +290,7 @@ def cold_start(processes: Processes, workdir: Path) -> ColdStart:
     env = {**os.environ, "GATEWAY_HOME": str(home)}
     env.pop("KAFKA_BOOTSTRAP", None)
     proc = processes.start(
-        [sys.executable, "-m", "gateway", "up", "--port", str(free_port_block()),
+        [*python_module("gateway", "up"), "--port", str(free_port_block()),
          "--http-port", str(http_port), "--log-level", "WARNING"],
         log, env=env,
     )  # fmt: skip

@@ -34,6 +34,7 @@ from gateway.bench import report, streams
 from gateway.bench.services import Processes, free_port
 from gateway.bench.workload import Workload
 from gateway.catalogue import Catalogue
+from gateway.children import python_module
 from gateway.processor.stages import Record, Stores
 
 VARIANTS = {"no state": False, "one state get/set": True}
@@ -137,12 +138,10 @@ class Floor(streams.StreamSystem):
         workdir: Path,
         opts: streams.Options,
     ) -> Any:
-        import sys
-
         requests = cat.name("requests")
         self.port = free_port()
         command = [
-            sys.executable, "-m", "gateway.bench.floor", "--bootstrap", broker.bootstrap,
+            *python_module("gateway.bench.floor"), "--bootstrap", broker.bootstrap,
             "--namespace", requests.split(".", 1)[0], "--group", f"{requests}.floor",
             "--state-dir", str(workdir / "state"), "--commit-interval", str(opts.commit_interval),
             "--metrics-port", str(self.port),

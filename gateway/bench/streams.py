@@ -47,6 +47,7 @@ from gateway.bench.services import Processes
 from gateway.bench.workload import Item, Workload, generate
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import Catalogue
+from gateway.children import python_module
 from gateway.config import KAFKA_LOGGER
 from gateway.core.times import parse_rfc3339
 from gateway.partitioner import PRODUCER_SETTING
@@ -140,7 +141,7 @@ class Gateway(StreamSystem):
         namespace = cat.name("requests").split(".", 1)[0]
         self.port = free_port_block(self.count + 1)
         return processes.start(
-            [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
+            [*python_module("gateway", "process"), "--bootstrap", broker.bootstrap,
              "--namespace", namespace, "--state-dir", str(workdir / "state"),
              "--processes", str(self.count), "--metrics-port", str(self.port),
              "--commit-interval", str(opts.commit_interval), "--answers", opts.answers,
@@ -186,7 +187,7 @@ class Passthrough(StreamSystem):
         outputs = [cat.name("decisions"), cat.name("jobs"), changelog]
         self.partitions = requests.partitions
         return processes.start(
-            [sys.executable, "-m", "gateway.bench.passthrough", "--bootstrap", broker.bootstrap,
+            [*python_module("gateway.bench.passthrough"), "--bootstrap", broker.bootstrap,
              "--input", requests.name, "--outputs", ",".join(outputs),
              "--records-per-input", f"{self.records_per_input():.4f}",
              "--group", f"{requests.name}.passthrough",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import http.client
 import os
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -40,6 +39,7 @@ from gateway.bench.streams import (
 )
 from gateway.bench.workload import Workload
 from gateway.broker.ports import free_port_block
+from gateway.children import python_module
 from gateway.processor.supervisor import default_processes
 
 BATCH = 100
@@ -99,7 +99,7 @@ def run_round(
     status = free_port_block(default_processes(cat.by_role("requests").partitions,
                                                os.cpu_count()) + 1)  # fmt: skip
     processor = processes.start(
-        [sys.executable, "-m", "gateway", "process", "--bootstrap", broker.bootstrap,
+        [*python_module("gateway", "process"), "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--state-dir", str(rounddir / "state"),
          "--commit-interval", str(commit_interval), "--answers", answers,
          "--metrics-port", str(status), "--log-level", "WARNING"],
@@ -107,7 +107,7 @@ def run_round(
     )  # fmt: skip
     port = free_port()
     serve = processes.start(
-        [sys.executable, "-m", "gateway", "serve", "--bootstrap", broker.bootstrap,
+        [*python_module("gateway", "serve"), "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--port", str(port), "--log-level", "warning",
          "--processor-url", f"http://127.0.0.1:{status}", "--workers", str(workers)],
         rounddir / "serve.log",

@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -28,7 +27,7 @@ from gateway.broker import launcher
 from gateway.broker.launcher import BrokerError
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import CatalogueError
-from gateway.children import ignore_sigint
+from gateway.children import ignore_sigint, python_module
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
 from gateway.cli.serve import add_json_responses_argument, add_workers_argument
@@ -69,7 +68,7 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     we stop it with SIGTERM.
     """
     command = [
-        sys.executable, "-m", "gateway", "serve", "--bootstrap", args.bootstrap,
+        *python_module("gateway", "serve"), "--bootstrap", args.bootstrap,
         "--host", args.http_host, "--port", str(args.http_port), "--log-level", args.log_level,
         "--processor-url", f"http://127.0.0.1:{args.metrics_port}",
         # The view keeps finished jobs as long as the processor does.

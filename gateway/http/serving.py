@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from gateway.children import ignore_sigint
+from gateway.children import ignore_sigint, python_module
 
 log = logging.getLogger("gateway.http")
 
@@ -147,4 +147,4 @@ def _prepare() -> None:
 
 def worker_command() -> list[str]:
     """This `gateway serve` command, as a worker's: the same arguments."""
-    return [sys.executable, "-m", "gateway", *sys.argv[1:]]
+    return python_module("gateway", *sys.argv[1:])

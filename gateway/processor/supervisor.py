@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway import logs
-from gateway.children import ignore_sigint
+from gateway.children import ignore_sigint, python_module
 from gateway.processor.app import ProcessorSettings
 from gateway.processor.shutdown import EXIT_CONFIG, GRACE_S
 
@@ -158,7 +158,7 @@ def _exited(child: _Child) -> int:
 
 def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[bytes]:
     child = subprocess.Popen(
-        [sys.executable, "-m", "gateway.processor.supervisor"],
+        python_module("gateway.processor.supervisor"),
         stdin=subprocess.PIPE,
         preexec_fn=ignore_sigint,
     )
