@@ -109,15 +109,24 @@ def report_id(
 
 @dataclass(frozen=True, slots=True)
 class IdReport:
-    """A route's report to an id's home (see report_id)."""
+    """A route's report to an id's home (see report_id). `answer`: after a decision under an
+    idempotency key, the name and bytes of the answer the route keeps for its retries
+    (core/idempotency.py's `Answer`), kept at the home too, where retries arrive first."""
 
     route: str
     job: Mapping[str, Any] | None
     decided: bool
+    answer: tuple[str, bytes] | None = None
+
+
+# The answer a report carries comes last, as the route keeps it, so that its bytes are read
+# back as they are (a JSON string never holds this text: its quotes would be escaped).
+REPORT_ANSWER = b',"answer":'
 
 
 def parse_report(value: bytes | None) -> IdReport | GatewayError:
-    """A report as a route writes it: {"job_id", "route", "job": object or null, "decided"}."""
+    """A report as a route writes it: {"job_id", "route", "job": object or null, "decided"},
+    and after a decision under an idempotency key "answer_name" and "answer" (last)."""
     try:
         data = orjson.loads(value or b"")
     except orjson.JSONDecodeError as exc:
@@ -132,7 +141,15 @@ def parse_report(value: bytes | None) -> IdReport | GatewayError:
             INVALID_REQUEST,
             'an id report is {"job_id", "route": string, "job": object or null, "decided": bool}',
         )
-    return IdReport(data["route"], data["job"], data["decided"])
+    answer = None
+    if "answer" in data:
+        name, cut = data.get("answer_name"), (value or b"").find(REPORT_ANSWER)
+        if not isinstance(name, str) or not isinstance(data["answer"], dict) or cut < 0:
+            return GatewayError(
+                INVALID_REQUEST, 'an id report\'s "answer" is an object, named by "answer_name"'
+            )
+        answer = (name, (value or b"")[cut + len(REPORT_ANSWER) : -1])
+    return IdReport(data["route"], data["job"], data["decided"], answer)
 
 
 def summary(job: Mapping[str, Any]) -> dict[str, Any]:

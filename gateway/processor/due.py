@@ -63,5 +63,9 @@ def _tombstone_expired(dedup: Dedup, source: Source) -> None:
             # Expired, though the store's TTL has not hidden it yet: it goes now, so the
             # record and its tombstone never disagree.
             dedup.drop_job(state, job_id)
+        elif dedup.ids.claimed(state, job_id, route):
+            # Gone from its home early (a deleted dead letter), and its id taken since by a keyed
+            # job of another route: the id's `job_states` record is that job's now.
+            continue
         dedup.emit(job_state_tombstone(job_id), source)
         dedup.ids.left(source, job_id, route)

@@ -94,9 +94,10 @@ class Events:
         the worker. Returns the released successor's id."""
         dedup = self.dedup
         if result.deleted:
-            # Its id stays claimed until its scheduled tombstone (it was terminal, so one is
-            # scheduled): released now, the id could go to a job under another route that
-            # the scheduled tombstone would then wipe from job_states.
+            # A keyed job's id stays claimed until its scheduled tombstone (it was terminal, so
+            # one is scheduled): released now, the id could go to a job under another route
+            # that the scheduled tombstone would then wipe from job_states. A plain job's id is
+            # free at once; its scheduled tombstone spares a keyed job that claims it since.
             dedup.drop_job(state, str(job["id"]))
             dedup.emit(job_state_tombstone(str(job["id"])), source)
         else:

@@ -9,6 +9,9 @@ answered `idempotency_key_reused` at once. An admitted one goes on to its route,
 same one on every attempt, so every attempt travels the same way. At the route, an
 admitted request whose item the route already answered gets that decision record again,
 byte for byte, with no new decision; else it is decided, and its decision record kept.
+A keyed request with a client id reaches the id's home before its route (core/ids.py): the
+answer is kept there too (a refusal of the claim where it is made, a route's decision by the
+route's report), so a retry is answered there, whoever claims the id by then.
 Both records expire `Limits.idempotency_ms` after they were written, in event time.
 """
 
@@ -125,12 +128,40 @@ class Idempotency:
             ), source)  # fmt: skip
         return True
 
+    def replayed_at_home(
+        self, source: Source, key: bytes | None, state: KeyState, idem: str
+    ) -> bool:
+        """`replayed` at the id's home, where a held answer is the exception (see `peek`)."""
+        held = state.peek(_answer_name(source, idem)) is not None
+        return held and self.replayed(source, key, state, idem)
+
     def keep(self, source: Source, state: KeyState, idem: str, record: bytes) -> None:
-        """At the route: the decision record an admitted request got, for its retries."""
+        """Where it was decided (its route, or its id's home for a claim it refused): the
+        decision record an admitted request got, for its retries."""
         digest = source.header(wire.IDEMPOTENCY_CHECKED_HEADER) or ""
         until = source.timestamp_ms + self.dedup.limits.idempotency_ms
         answer = Answer(digest, until, record)
         state.set_bytes(_answer_name(source, idem), answer.dump(), ttl=self._ttl(until, source))
+
+    def kept(self, source: Source, state: KeyState) -> tuple[str, bytes] | None:
+        """At the route, after a claimed request's decision: the answer its key holds here
+        (name, bytes), for the report to the id's home."""
+        idem = self.key_of(source)
+        if idem is None:
+            return None
+        name = _answer_name(source, idem)
+        raw = state.get_bytes(name)
+        return None if raw is None else (name, raw)
+
+    def keep_reported(self, source: Source, state: KeyState, name: str, raw: bytes) -> None:
+        """At the id's home: the answer a route reported, so a retry, which reaches the home
+        first, gets it there, whoever claims the id by then."""
+        try:
+            answer = Answer.load(raw)
+        except (ValueError, KeyError, TypeError):  # no route wrote it: nothing to keep
+            return
+        if answer is not None and name.startswith(ANSWER) and answer.until_ms > source.timestamp_ms:
+            state.set_bytes(name, raw, ttl=self._ttl(answer.until_ms, source))
 
     @staticmethod
     def _ttl(until_ms: int, source: Source) -> timedelta:

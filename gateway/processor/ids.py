@@ -55,6 +55,10 @@ class Ids:
             return job
         return holder(IdClaim.load(state.get_bytes(CLAIM)), job_id, job_id)
 
+    def claimed(self, state: KeyState, job_id: str, route: str) -> bool:
+        """Whether, at the id's home (`route` is the id), a keyed job's route claims the id."""
+        return route == job_id and state.peek(CLAIM) is not None
+
     def claim(self, request: Request, value: bytes | None, source: Source, state: KeyState) -> None:
         """At its home, a keyed request's client id: claimed for its route and sent on there
         (marked claimed), or refused as taken, answered like any decision."""
@@ -67,8 +71,11 @@ class Ids:
         if claim != before:
             _store(state, claim)
         if refusal is not None:
+            idem = self.dedup.idempotency.key_of(source)
             for output in decision_outputs(refusal, source, req_id, request.dialect):
                 self.dedup.emit(output, source)
+                if idem is not None and output.role == "decisions" and output.value is not None:
+                    self.dedup.idempotency.keep(source, state, idem, output.value)
             self.dedup.metrics.decided(refusal.outcome, request.dialect, source.timestamp_ms)
             return
         dropped = (wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER, wire.REQUEST_ID_HEADER)
@@ -95,12 +102,14 @@ class Ids:
         """After a claimed request's decision: the report of the job the route now holds
         under the id, to the id's home."""
         job_id = source.header(wire.CLAIMED_ID_HEADER) or ""
-        job = self.dedup.load_job(self.dedup.state_of(source, route or b""), job_id)
+        state = self.dedup.state_of(source, route or b"")
+        job = self.dedup.load_job(state, job_id)
         held = None if job is None else summary(job)
-        return id_report(job_id, (route or b"").decode(errors="replace"), held, decided=True)
+        answer = self.dedup.idempotency.kept(source, state)
+        return id_report(job_id, (route or b"").decode(errors="replace"), held, True, answer)
 
     def handle(
-        self, value: bytes | None, _key: bytes | None, _source: Source, state: KeyState
+        self, value: bytes | None, _key: bytes | None, source: Source, state: KeyState
     ) -> bool:
         """A route's report, at the id's home (the record is keyed by the id). One no route
         wrote (unreadable) changes nothing; it is counted and logged."""
@@ -110,6 +119,8 @@ class Ids:
             log.warning("id report refused", extra={"error": report.message})
             return True
         self._apply(state, report.route, report.job, report.decided)
+        if report.answer is not None:
+            self.dedup.idempotency.keep_reported(source, state, *report.answer)
         return True
 
     @staticmethod

@@ -27,8 +27,9 @@ from gateway.core import (
     route_key,
 )
 from gateway.core.decision_records import on_jobs
+from gateway.core.ids import REPORT_ANSWER
 from gateway.core.jobs import job_route
-from gateway.core.limits import MAX_ID_BYTES
+from gateway.core.limits import MAX_ID_BYTES, MAX_RECORD_BYTES
 from gateway.core.times import format_rfc3339
 
 Headers = list[tuple[str, bytes]]
@@ -200,12 +201,21 @@ def refused_event(source: Source, error: GatewayError) -> list[Output]:
     return [] if reply is None else [reply]
 
 
-def id_report(job_id: str, route: str, job: dict[str, Any] | None, decided: bool) -> Output:
+def id_report(
+    job_id: str, route: str, job: dict[str, Any] | None, decided: bool,
+    answer: tuple[str, bytes] | None = None,
+) -> Output:  # fmt: skip
     """What a route tells the id's home (core/ids.py): the job it holds under `job_id` now
-    (None: none), and whether this follows a decision the home's claim sent it."""
-    record = {"job_id": job_id, "route": route, "job": job, "decided": decided}
+    (None: none), whether this follows a decision the home's claim sent it, and the answer an
+    idempotency key's request got (name, bytes), last and as kept, when it fits a record."""
+    record: dict[str, Any] = {"job_id": job_id, "route": route, "job": job, "decided": decided}
+    value = _json(record)
+    if answer is not None:
+        named = _json({**record, "answer_name": answer[0]})
+        if len(named) + len(answer[1]) + len(REPORT_ANSWER) + 1 <= MAX_RECORD_BYTES - 1024:
+            value = b"%b%b%b}" % (named[:-1], REPORT_ANSWER, answer[1])
     headers = [(wire.KIND_HEADER, wire.ID_REPORT)]
-    return Output(_json(record), job_id.encode(), role="requests", headers=headers)
+    return Output(value, job_id.encode(), role="requests", headers=headers)
 
 
 def job_state(job: dict[str, Any], encoded: bytes | None = None) -> Output:

@@ -57,6 +57,12 @@ class Requests:
         if isinstance(request, Request) and _unclaimed(request, source):
             home = str(request.envelope.id).encode()
             if key == home and dedup.ids.home(home) == source.partition:
+                # A retry under an idempotency key gets its first answer here, where every
+                # attempt arrives first, before the id's claim could decide it otherwise.
+                if idem is not None and dedup.idempotency.replayed_at_home(
+                    source, key, state, idem
+                ):
+                    return True
                 dedup.ids.claim(request, value, source, state)
             else:
                 again = Output(value or b"", home, "requests", headers=list(source.headers.items()))

@@ -140,13 +140,13 @@ class Gateway:
     back, each partition's log in order, over in-memory stores; `step` picks which pending
     log moves next, as partitions and commits interleave."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits | None = None) -> None:
         self.logs: dict[tuple[str, int], deque[Output]] = {("intake", 0): deque()}
         self.decisions: list[dict[str, Any]] = []
         self.sent: list[Output] = []
         self.stores: dict[int, Store] = {}
         self.offsets: dict[tuple[str, int], int] = {}
-        metrics, limits = Metrics(), Limits()
+        metrics, limits = Metrics(), limits or Limits()
         self.router = Router(self.emit, metrics, limits)
         self.dedup = Dedup(PARTITIONS, self.emit, metrics, limits, self.state_of)
         self.clock = T0
@@ -177,6 +177,9 @@ class Gateway:
         source = Source(where[0], where[1], offset, self.clock, dict(output.headers or []))
         if where[0] == "intake":
             self.router.on_record(output.value, output.key, source)
+            return
+        if where[0] == "job_events":
+            self.router.on_event(output.value, output.key, source)
             return
         store = self.store(where[1])
         store.at(self.clock)
@@ -301,7 +304,9 @@ def test_a_client_id_sent_straight_to_its_route_is_claimed_first():
 @pytest.mark.parametrize(
     "value",
     [b"", b"{broken", b"[]", b'{"job_id": "x"}', b'{"route": 1, "job": null, "decided": true}',
-     b'{"route": "r", "job": [], "decided": true}', b'{"route": "r", "job": null, "decided": 1}'],
+     b'{"route": "r", "job": [], "decided": true}', b'{"route": "r", "job": null, "decided": 1}',
+     b'{"route": "r", "job": null, "decided": true, "answer": {}}',
+     b'{"route": "r", "job": null, "decided": true, "answer_name": "idem/-/k", "answer": 1}'],
 )  # fmt: skip
 def test_a_report_no_route_wrote_is_refused_and_changes_nothing(value: bytes) -> None:
     assert isinstance(parse_report(value), GatewayError)
@@ -317,3 +322,15 @@ def test_a_report_no_route_wrote_is_refused_and_changes_nothing(value: bytes) ->
 def test_a_report_as_a_route_writes_it_is_read() -> None:
     report = parse_report(b'{"job_id": "x", "route": "r", "job": {"id": "x"}, "decided": true}')
     assert report == IdReport("r", {"id": "x"}, True)
+
+
+def test_a_reports_answer_is_read_back_byte_for_byte() -> None:
+    from gateway.core.idempotency import Answer
+    from gateway.processor.records import id_report
+
+    answer = Answer("d", T0, b'{"outcome":"accepted","n":1.0e5,"s":"\\u00e9"}').dump()
+    report = parse_report(id_report(JOB_ID, "r", None, True, ("idem/-/k", answer)).value)
+    assert isinstance(report, IdReport) and report.answer == ("idem/-/k", answer)
+    too_large = Answer("d", T0, b'{"s":"' + b"x" * 1_000_000 + b'"}').dump()
+    report = parse_report(id_report(JOB_ID, "r", None, True, ("idem/-/k", too_large)).value)
+    assert isinstance(report, IdReport) and report.answer is None  # sent without it
