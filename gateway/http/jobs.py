@@ -8,6 +8,7 @@ once its own view has read the committed record).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import Any
@@ -27,7 +28,7 @@ from gateway.core import (
 from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_problem
 from gateway.core.retry import with_ojs_retry
 from gateway.core.times import parse_rfc3339
-from gateway.http import answers, transitions
+from gateway.http import answers, caught_up, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -46,13 +47,14 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
         return job
     if isinstance(job, dict):
         job = {**job, "request_id": request_id}
+    sent = time.monotonic()
     try:
         result = await binding.client.enqueue(
             job, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
         )
     except ClientError as exc:
         return answers.for_client_error(exc)
-    await _settled(binding, result)
+    await _settled(binding, result, sent)
     answer = answers.for_result(result)
     if idem is not None and isinstance(answer, ApiError):
         return _as_first(answer, result, idem)
@@ -91,6 +93,7 @@ async def enqueue_batch(
         )  # fmt: skip
     ids = [_item_request_id(job, request_id, i) for i, job in enumerate(body["jobs"])]
     jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
+    sent = time.monotonic()
     try:
         outcomes: list[Any] = await binding.client.enqueue_many(
             jobs, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
@@ -103,10 +106,11 @@ async def enqueue_batch(
         reused = _reused(outcomes, idem)
         if reused is not None:
             return reused
+    # At once, not in turn: the view may bring every item's record in one read.
+    decided = [o for o in outcomes if isinstance(o, EnqueueResult)]
+    await asyncio.gather(*(_settled(binding, outcome, sent) for outcome in decided))
     items = []
     for outcome, item_id in zip(outcomes, ids, strict=True):
-        if isinstance(outcome, EnqueueResult):
-            await _settled(binding, outcome)
         kept = idem is not None and isinstance(outcome, EnqueueResult)
         item = answers.batch_item(outcome, outcome.request_id if kept else item_id)
         # Under a key, a job's state as it was when decided: the same answer every time.
@@ -166,11 +170,12 @@ def shown(job: dict[str, Any], now_ms: int | None = None) -> dict[str, Any]:
     return out
 
 
-async def _settled(binding: Binding, result: EnqueueResult) -> None:
+async def _settled(binding: Binding, result: EnqueueResult, sent: float) -> None:
     """This view shows what the answer reports: a new job at once, as its record will hold
     it (the same core function builds both). A job a replace cancelled, or an update
-    changed, once its record is read: the processor derives those from its stored record,
-    which this process may not have seen yet."""
+    changed, once its record is read (or a later one), waiting for it since `sent`, when
+    the request was sent: the processor derives those from its stored record, which this
+    process may not have seen yet (caught_up.py)."""
     # The job as the decision record holds it (the SDK's `job` is it as shown to callers).
     decided = result.record.get("job")
     if not isinstance(decided, dict):
@@ -180,11 +185,11 @@ async def _settled(binding: Binding, result: EnqueueResult) -> None:
         job = stored_job(decided, result.unique_key, partition)
         binding.view.provisional(str(job["id"]), job)
     if result.outcome is Outcome.REPLACED and result.cancelled_job_id:
-        cancelled = {"id": result.cancelled_job_id, "state": str(State.CANCELLED)}
-        await transitions.wait_for_view(binding, cancelled, ("state",))
+        cancelled = {"state": str(State.CANCELLED)}
+        await caught_up.wait(binding.view.versions, result.cancelled_job_id, cancelled, sent)
     elif result.outcome is Outcome.UPDATED:
-        changed = tuple(c["field"] for c in result.record.get("updated_fields") or [])
-        await transitions.wait_for_view(binding, decided, changed)
+        changed = {c["field"]: c["to"] for c in result.record.get("updated_fields") or []}
+        await caught_up.wait(binding.view.versions, str(decided["id"]), changed, sent)
 
 
 def _header_key(request: HttpRequest) -> str | None | ApiError:

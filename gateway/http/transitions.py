@@ -10,8 +10,6 @@ become 409 with the core's code.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
@@ -21,7 +19,6 @@ from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueTimeout, EventAck, InvalidEvent
 
 PUBLISH_TIMEOUT_S = 10.0
-VIEW_WAIT_S = 5.0
 
 
 def not_found(job_id: str) -> ApiError:
@@ -87,15 +84,3 @@ def answered(binding: Binding, job: dict[str, Any]) -> None:
     """The job as the processor's answer left it: this process's view shows it from now on,
     so a GET right after the answer agrees with it."""
     binding.view.provisional(str(job["id"]), job)
-
-
-async def wait_for_view(
-    binding: Binding, job: dict[str, Any], fields: tuple[str, ...], timeout: float = VIEW_WAIT_S
-) -> None:
-    """Until this process's view holds the job with these `fields` as given (or `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen = binding.view.get(str(job["id"]))
-        if seen is not None and all(seen.get(f) == job.get(f) for f in fields):
-            return
-        await asyncio.sleep(0.01)

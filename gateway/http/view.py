@@ -85,6 +85,7 @@ from gateway.core.queues import newer_state
 from gateway.core.states import State
 from gateway.core.times import parse_rfc3339
 from gateway.http import queue_stats
+from gateway.http.caught_up import ReadVersions
 from gateway.processor.state_identity import Identity
 
 log = logging.getLogger("gateway.http.view")
@@ -231,6 +232,7 @@ class JobView:
         self._db[_LAYOUT_KEY] = LAYOUT
         self._lock = threading.Lock()
         self.applied = 0  # records applied by this process, for tests and metrics
+        self.versions = ReadVersions()  # what answered updates wait for (caught_up.py)
         # job id -> (the job as answered, None if deleted; until when; its version)
         self._provisional: dict[str, tuple[dict[str, Any] | None, float, tuple[str, int]]] = {}
         self._read: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -294,7 +296,7 @@ class JobView:
             activity: dict[bytes, list[int]] = {}
             first_seen: dict[bytes, str] = {}
             changes: list[Change] = []
-            read: list[tuple[str, Any]] = []
+            read: list[tuple[str, Any, bytes | None]] = []
             controls: list[tuple[bytes, bytes | None]] = []
             for partition, offset, key, value in records:
                 ends[partition] = offset + 1
@@ -319,7 +321,7 @@ class JobView:
                 before = None if before_raw is None else orjson.loads(before_raw)
                 if before is not None:
                     self._unindex(batch, key, before, counts)
-                read.append((key.decode(errors="replace"), job))
+                read.append((key.decode(errors="replace"), job, value))
                 expiry = None if job is None else self._expires(job)
                 if job is None or (expiry is not None and expiry <= now_ms):
                     batch.delete(job_key)
@@ -365,8 +367,9 @@ class JobView:
             if self._also_write is not None:
                 self._put(batch, self._also_write(changes, ends))
             self._db.write(batch)
-            for job_id, job in read:  # once written: `get` never falls back to an older copy
+            for job_id, job, _ in read:  # once written: `get` never falls back to an older copy
                 self._confirm(job_id, job)
+            self.versions.read((job_id, value) for job_id, _, value in read if value is not None)
             for key, value in controls:
                 self._controls_read.setdefault(key, deque(maxlen=_CONTROLS_READ)).append(value)
                 answered = self._controls_provisional.get(key)

@@ -6,9 +6,11 @@ transaction the kill aborted) are the ones committed by the restarted processor.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway import Client
@@ -133,3 +135,63 @@ def test_over_http_a_burst_answers_the_moved_job_and_get_shows_it(
         assert again.status_code == 200 and again.json()["deduplicated"] is True
         assert again.json()["job"]["id"] == added.json()["job"]["id"]
         assert again.json()["job"]["args"] == {"doc": doc, "n": 2}
+
+
+def test_over_http_concurrent_updates_of_one_key_are_each_shown_by_a_get_right_after(
+    kafka_bootstrap: str, tmp_path: Any
+) -> None:
+    """Eight callers sending two updates each of one debounced key at once, then batches of
+    five and six: after every answer, a GET shows that update or a later one (in the order
+    decided, as the decisions topic has it), though a later update may have replaced the
+    answer's values before this process's view read them."""
+    from tests.integration.test_http import running
+
+    kind = f"debounced.k{uuid.uuid4().hex[:8]}"
+
+    def debounced(n: int) -> dict[str, Any]:
+        unique = {"keys": ["type"], "debounce": {"delay": "PT30S", "replace": True}}
+        return {"type": kind, "args": [n], "unique": unique}
+
+    seen: list[tuple[int, int]] = []  # (the args an answer gave, those a GET then showed)
+    with running(kafka_bootstrap, tmp_path) as (_, cat, _, served, http):
+
+        def caller(first: int) -> None:
+            with httpx.Client(base_url=served.url, timeout=90) as own:
+                for n in (first, first + 1):
+                    answered = own.post("/ojs/v1/jobs", json=debounced(n))
+                    assert answered.status_code in (200, 201), answered.text
+                    job = answered.json()["job"]
+                    shown = own.get(f"/ojs/v1/jobs/{job['id']}").json()["job"]
+                    seen.append((job["args"][0], shown["args"][0]))
+
+        callers = [threading.Thread(target=caller, args=(2 * t,)) for t in range(8)]
+        for thread in callers:
+            thread.start()
+        for thread in callers:
+            thread.join()
+        assert len(seen) == 16
+        for first, size in ((16, 5), (21, 6)):
+            batch = http.post(
+                "/ojs/v1/jobs/batch", json={"jobs": [debounced(first + i) for i in range(size)]}
+            )
+            assert batch.status_code == 201, batch.text
+            items = batch.json()["jobs"]
+            assert [i["args"] for i in items] == [[first + i] for i in range(size)]
+            shown = http.get(f"/ojs/v1/jobs/{items[0]['id']}").json()["job"]
+            seen += [(first + i, shown["args"][0]) for i in range(size)]
+
+    reader = Reader(kafka_bootstrap, [cat.name("decisions")])
+    try:
+        reader.poll_until(cat.name("decisions"), 28)
+        reader.settle(quiet=2)
+        mine = [r["value"] for r in reader.records.get(cat.name("decisions"), [])
+                if isinstance(r["value"], dict) and r["value"].get("kind") == "request"
+                and (r["value"].get("job") or {}).get("type") == kind]  # fmt: skip
+    finally:
+        reader.close()
+    assert [m["outcome"] for m in mine] == ["accepted"] + ["updated"] * 26
+    assert len({m["job_id"] for m in mine}) == 1
+    order = {m["job"]["args"][0]: place for place, m in enumerate(mine)}
+    assert sorted(order) == list(range(27))
+    stale = [(answered, shown) for answered, shown in seen if order[shown] < order[answered]]
+    assert not stale, f"a GET right after the answer showed an older update: {stale}"
