@@ -39,10 +39,11 @@ COMMITTED_LINGER_MS = 5
 MAX_LINGER_MS = 1_000
 # The processor's consumer: how long the broker may hold a fetch to fill it (librdkafka's
 # fetch.wait.max.ms, with a fetch.min.bytes that a fetch below full load never reaches).
-# Below full load a fetch otherwise returns each record or two as it arrives, and those
-# many small fetches cost the processor more CPU than deciding (docs/processor.md, Fetch
-# wait). 0: librdkafka's own settings, a fetch returned as soon as a record is there.
-DEFAULT_FETCH_WAIT_MS = 5
+# 0, the default: librdkafka's own settings, a fetch returned as soon as a record is there,
+# so a lone request waits for nothing. Above 0, a steady load below full costs the processor
+# less CPU (fewer, fuller fetches) and every answer up to that much more latency
+# (docs/processor.md, Fetch wait).
+DEFAULT_FETCH_WAIT_MS = 0
 MAX_FETCH_WAIT_MS = 500
 FETCH_MIN_BYTES = 1_000_000
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}

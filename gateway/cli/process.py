@@ -101,7 +101,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fetch-wait-ms", type=int, default=DEFAULT_FETCH_WAIT_MS,
         help="milliseconds the broker may hold a fetch of input records to fill it "
-        f"(0..{MAX_FETCH_WAIT_MS}; default %(default)s; 0: a fetch returns as soon as a "
+        f"(0..{MAX_FETCH_WAIT_MS}; default %(default)s: a fetch returns as soon as a "
         "record is there): below full load, more costs less CPU per decision and delays "
         "answers by up to that much",
     )  # fmt: skip
