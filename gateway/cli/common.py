@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+
+if TYPE_CHECKING:
+    from gateway.processor.audit_keys import AuditKeys
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -61,6 +65,35 @@ def add_log_level_argument(p: argparse.ArgumentParser) -> None:
         help="JSON logs on stderr from this level up; the uniqueness key is logged only at "
         "DEBUG (default $GATEWAY_LOG_LEVEL, else INFO)",
     )  # fmt: skip
+
+
+def add_audit_key_argument(p: argparse.ArgumentParser, sealing: bool) -> None:
+    """--audit-key-file: the processor seals with its newest key, the readers verify with any."""
+    from gateway.processor.audit_keys import ENV
+
+    use = (
+        "seal the audit trail with a key: the last of this file's `ID SECRET` lines "
+        "(docs/audit.md; default $%s, else unkeyed)"
+        if sealing
+        else "verify audit records sealed with a key against the keys of this file "
+        "(default $%s, else their keyed digests are not checked)"
+    )
+    p.add_argument(
+        "--audit-key-file", type=Path, default=os.environ.get(ENV) or None, metavar="FILE",
+        help=use % ENV,
+    )  # fmt: skip
+
+
+def audit_keys_of(args: argparse.Namespace) -> AuditKeys | None:
+    """The keys --audit-key-file names, or None; a bad file is refused with its code."""
+    from gateway.processor import audit_keys
+
+    if args.audit_key_file is None:
+        return None
+    try:
+        return audit_keys.load(Path(args.audit_key_file))
+    except audit_keys.AuditKeyError as exc:
+        raise CommandError(f"--audit-key-file {exc} [{exc.code}]", EXIT_INVALID) from exc
 
 
 def kafka_asked(bootstrap: str | None) -> str:

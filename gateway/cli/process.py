@@ -11,8 +11,10 @@ from gateway import catalogue, logs, wire
 from gateway.catalogue import CatalogueError
 from gateway.cli.common import (
     CommandError,
+    add_audit_key_argument,
     add_kafka_arguments,
     add_log_level_argument,
+    audit_keys_of,
     reachable_config,
 )
 from gateway.config import (
@@ -111,6 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(a successor after a crash decides it again, the same); committed, with the "
         "transaction (default %(default)s)",
     )  # fmt: skip
+    add_audit_key_argument(p, sealing=True)
     add_log_level_argument(p)
 
 
@@ -138,6 +141,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
+    keys = audit_keys_of(args)
     try:
         cat = catalogue.load(namespace=args.namespace)
     except CatalogueError as exc:
@@ -155,6 +159,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         fetch_wait_ms=args.fetch_wait_ms,
         early_answers=early,
         metrics_port=args.metrics_port,
+        audit_keys=keys,
     )
 
 

@@ -28,6 +28,7 @@ from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_FETCH_WAIT_MS, DEFAULT_LINGER_MS, FETCH_MIN_BYTES
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import changelogs
+from gateway.processor.audit_keys import AuditKeys
 from gateway.processor.emitter import emitter
 from gateway.processor.loop import Loop, Topics
 from gateway.processor.metrics import Metrics
@@ -40,6 +41,7 @@ from gateway.processor.stages import Stages, Stores, input_roles
 from gateway.processor.state_identity import current, reconcile, state_root
 from gateway.processor.store import LAYOUT
 from gateway.processor.ticks import Ticker
+from gateway.processor.trail import UNKEYED
 from gateway.wire import group_name
 
 log = logging.getLogger("gateway.processor")
@@ -77,6 +79,8 @@ class ProcessorSettings:
     # Replies sent as soon as a record is handled, before its commit (see replies.py);
     # False: with the commit, as every other output.
     early_answers: bool = True
+    # The keys that seal the audit trail (audit_keys.py): the newest seals. None: unkeyed.
+    audit_keys: AuditKeys | None = None
 
 
 def runtime_settings(
@@ -151,7 +155,9 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
     )  # fmt: skip
     counts = {t.role: t.partitions for t in cat.topics}
     emit = emitter(names, replies, metrics, loop.produce, early.send if early else None, counts)
-    loop.stages = Stages(cat, emit, metrics, settings.limits, stores)
+    keys = settings.audit_keys
+    sealer = UNKEYED if keys is None else keys.sealer()
+    loop.stages = Stages(cat, emit, metrics, settings.limits, stores, sealer)
     return loop, metrics, replies, early
 
 

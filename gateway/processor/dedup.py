@@ -46,7 +46,7 @@ from gateway.processor.records import Output, Source, job_state
 from gateway.processor.requests import Requests
 from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.processor.total import Guard
-from gateway.processor.trail import CHAIN_KEY, JOB, seal
+from gateway.processor.trail import CHAIN_KEY, JOB, UNKEYED, Sealer, seal
 
 Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:
@@ -92,11 +92,13 @@ class Dedup:
         limits: Limits,
         state_of: StateOf,
         epoch: Callable[[], object] | None = None,
+        sealer: Sealer = UNKEYED,
     ) -> None:
         """`epoch`: an object that changes whenever the store may have changed other than
         through this instance (the stores' epoch: a rebalance, an abandoned transaction); None:
-        it never does."""
+        it never does. `sealer`: how audit records are sealed (keyed: audit_keys.py)."""
         self.partitions = partitions
+        self.sealer = sealer
         self._known = Known(epoch)
         # Every record is handled all or nothing, and never raises (see total.py).
         self._guard = Guard(emit, state_of, metrics)
@@ -159,7 +161,7 @@ class Dedup:
         """The record's audit record, with the state it was decided from (trail.py)."""
         head = self.state_of(source, CHAIN_KEY)
         seal(outputs, self._guard.staged, head, source, key, kind, self.what, self.taken,
-             self._jobs_after)  # fmt: skip
+             self._jobs_after, self.sealer)  # fmt: skip
 
     # -- a key's entries ------------------------------------------------------
 

@@ -19,6 +19,7 @@ from gateway.processor.parsing import Limits
 from gateway.processor.records import Source, headers_of
 from gateway.processor.router import Router
 from gateway.processor.store import KeyState, PartitionStore
+from gateway.processor.trail import UNKEYED, Sealer
 
 # The inputs, by catalogue role.
 INPUTS = ("intake", "job_events", "requests")
@@ -81,15 +82,16 @@ class Stores:
 
 class Stages:
     def __init__(
-        self, catalogue: Catalogue, emit: Emit, metrics: Metrics, limits: Limits, stores: Stores
-    ) -> None:
+        self, catalogue: Catalogue, emit: Emit, metrics: Metrics, limits: Limits, stores: Stores,
+        sealer: Sealer = UNKEYED,
+    ) -> None:  # fmt: skip
         self.stores = stores
         self.metrics = metrics
         self.roles = input_roles(catalogue)
         self.dedup = Dedup(
             catalogue.by_role("requests").partitions, emit, metrics, limits,
             lambda source, key: stores.get("requests", source.partition).state(key),
-            epoch=lambda: stores.epoch,
+            epoch=lambda: stores.epoch, sealer=sealer,
         )  # fmt: skip
         self.router = Router(emit, metrics, limits)
         self._handlers: dict[str, Callable[[Record, str, int], None]] = {

@@ -20,8 +20,10 @@ or report) gets one of its own. Either way the record gains:
             truncated: only on a record too large to carry the rest (its lists are then
                     empty): how many of each it had.
     prev    the digest of the partition's previous audit record (null: the first);
-    digest  blake2b-128 of the record's bytes up to `,"digest"`: with `prev`, a chain in
-            which a missing, reordered or altered record shows.
+    sealed_by  only when the deployment seals with a key (audit_keys.py): the id of the key
+            its digest is keyed with;
+    digest  blake2b-128 of the record's bytes up to `,"digest"` (keyed, with `sealed_by`):
+            with `prev`, a chain in which a missing, reordered or altered record shows.
 
 The state the handling touched is what the guard staged (total.py). The partition's
 schedules and the chain's own head are indexes, not state: rebuilt, not carried. Every
@@ -51,6 +53,7 @@ HEAD = "head"
 UNTRACED = frozenset({LEASES.key, TOMBSTONES.key, CRONS.key, CHAIN_KEY})
 JOB = "job/"  # + job id: a job record in its route's state, by the name records show
 DIGEST_FIELD = b',"digest":"'
+SEALED_BY = "sealed_by"
 # Kinds whose records leave an audit record when they only read: what they read explains
 # their answer.
 ANSWERED = frozenset({"event", "command"})
@@ -60,6 +63,31 @@ _SLACK = 64 * 1024
 
 def digest(data: bytes) -> str:
     return blake2b(data, digest_size=16).hexdigest()
+
+
+class Sealer:
+    """How records are sealed: an unkeyed digest (`key` empty), or one keyed with the
+    deployment's audit key, which the record names by its id before the digest. Only the
+    holder of the key can seal a record that verifies, whoever can write to the topic."""
+
+    def __init__(self, key: bytes = b"", key_id: str | None = None) -> None:
+        self.key = key
+        self.key_id = key_id
+        self.mark = (
+            b"" if key_id is None else b',"%b":%b' % (SEALED_BY.encode(), orjson.dumps(key_id))
+        )
+
+    def digest(self, body: bytes) -> str:
+        # Unkeyed, exactly as before keys: the same call, the same bytes.
+        if not self.key:
+            return blake2b(body, digest_size=16).hexdigest()
+        return blake2b(body, digest_size=16, key=self.key).hexdigest()
+
+    def __repr__(self) -> str:  # never the key
+        return f"Sealer(key_id={self.key_id!r})"
+
+
+UNKEYED = Sealer()
 
 
 def text(route: bytes) -> Any:
@@ -151,6 +179,7 @@ def seal(
     what: Mapping[str, Any] | None,
     due: Sequence[tuple[bytes, str, str]],
     jobs_after: Mapping[str, str | None],
+    sealer: Sealer = UNKEYED,
 ) -> None:
     """Complete the record's audit record (its decision record, or a new one when it
     touched state) with its state and its place in the chain, and move the head on."""
@@ -193,18 +222,27 @@ def seal(
             "after": state["after"],
         })  # fmt: skip
     prev = head.get_bytes(HEAD)
-    body = b"%b%b,\"state\":%b,\"prev\":%b}" % (
-        body[:-1], decided, section, b"null" if prev is None else b'"%b"' % prev,
+    body = b"%b%b,\"state\":%b,\"prev\":%b%b}" % (
+        body[:-1], decided, section, b"null" if prev is None else b'"%b"' % prev, sealer.mark,
     )  # fmt: skip
-    sealed = digest(body).encode()
+    sealed = sealer.digest(body).encode()
     audit.value = b'%b%b%b"}' % (body[:-1], DIGEST_FIELD, sealed)
     head.set_bytes(HEAD, sealed)
 
 
-def intact(record: bytes) -> bool:
-    """Whether an audit record's digest matches its bytes."""
+def intact(record: bytes, key: bytes = b"") -> bool:
+    """Whether an audit record's digest matches its bytes (keyed with `key`, for a record
+    that names the key it was sealed with)."""
     cut = record.rfind(DIGEST_FIELD)
     if cut < 0 or not record.endswith(b'"}'):
         return False
     stated = record[cut + len(DIGEST_FIELD) : -2]
-    return digest(record[:cut] + b"}").encode() == stated
+    sealed = record[:cut] + b"}"
+    made = blake2b(sealed, digest_size=16, key=key) if key else blake2b(sealed, digest_size=16)
+    return made.hexdigest().encode() == stated
+
+
+def sealed_bytes(record: bytes) -> bytes:
+    """What a record's digest seals: its bytes up to `,"digest"`."""
+    cut = record.rfind(DIGEST_FIELD)
+    return record if cut < 0 else record[:cut]
