@@ -16,7 +16,11 @@ INPUT_GONE = "its input record is gone (retention, or before --from)"
 TOO_LARGE = "it read a value too large for its audit record to carry"
 TRUNCATED = "it touched more than its audit record could carry (the replay started afresh after it)"
 NO_STATE = "its audit record was written before audit records carried their state (< 0.4)"
-UNREADABLE = "its audit record is not JSON"
+AFTER_WINDOW = "its input comes after --to"
+KEY_NOT_HELD = (
+    "its audit record is sealed with a key that no --audit-key-file given holds: its digest "
+    "is not checked (what it says is)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,9 @@ class Difference:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """What the audit trail itself shows: missing, altered, reordered or broken."""
+    """What the audit trail itself shows (account.py, replay.py): a record missing, altered,
+    reordered, misplaced, without input, beyond the last input, off the chain, unsealed,
+    unkeyed or unreadable, or state broken."""
 
     kind: str
     position: Position  # the audit record that shows it (a requests record: missing)

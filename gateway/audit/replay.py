@@ -10,11 +10,14 @@ compared instead: the state a record was decided from must be the state the reco
 before it left. Then the audit record the replay writes is compared with the recorded
 one, byte for byte, and field by field when they differ.
 
-What the trail itself shows is reported by position, apart from different decisions:
-- altered: an audit record whose digest does not match its bytes;
-- missing: a record of the log that left no audit record, or a gap in the chain (`prev`
-  is not the digest of the record before it);
-- reordered: audit records out of their inputs' order;
+What the trail itself shows is reported by position, apart from different decisions.
+Every record of the decisions partition is accounted for as it is read (account.py:
+altered, misplaced, off the chain, a gap, ...); here, by where its input is met:
+- missing: a record of the log that left no audit record;
+- reordered: an audit record whose input was passed already (out of order, or a second
+  one);
+- without input: one whose source offset is no record of the log;
+- beyond the last input: one after the last input record read;
 - broken: the state a record was decided from is not what the records before it left,
   with no missing or altered record to account for it.
 After a missing or altered record, the routes it touched are taken afresh from the next
@@ -32,72 +35,32 @@ same way (see replay_intake).
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
 from gateway import wire
+from gateway.audit.account import UNKNOWN, Audit, Span, Trail, parsed, source_of, unmatched
 from gateway.audit.findings import (
     BEFORE_TRAIL,
-    INPUT_GONE,
     NO_STATE,
     TOO_LARGE,
     TRUNCATED,
-    UNREADABLE,
     Position,
     ReplayReport,
     compare_records,
-    where,
 )
 from gateway.audit.log import LogRecord
 from gateway.audit.trail_store import TrailStore
+from gateway.audit.verify import seal_of
 from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
 from gateway.processor.parsing import Limits
 from gateway.processor.records import Output, Source
 from gateway.processor.router import Router
 from gateway.processor.schedule import Schedule
-from gateway.processor.trail import CHAIN_KEY, HEAD, intact
-
-
-@dataclass(frozen=True, slots=True)
-class Audit:
-    """One recorded audit record, where it is, its source, and whether its bytes match its
-    digest."""
-
-    position: Position
-    raw: bytes
-    value: Mapping[str, Any]
-    intact: bool
-    source: Position
-
-
-def _source(value: Mapping[str, Any]) -> Position:
-    """An audit record's source; an unreadable one sorts first and matches no record."""
-    s = value.get("source")
-    s = s if isinstance(s, dict) else {}
-    partition, offset = s.get("partition"), s.get("offset")
-    return (
-        str(s.get("topic")),
-        partition if isinstance(partition, int) else -1,
-        offset if isinstance(offset, int) else -1,
-    )
-
-
-def audits(records: Iterable[LogRecord], report: ReplayReport) -> Iterator[Audit]:
-    """A partition of `decisions`, read as audit records (one that is not JSON is counted)."""
-    for record in records:
-        try:
-            value = orjson.loads(record.value or b"")
-            if not isinstance(value, dict):
-                raise ValueError("not an object")
-        except (orjson.JSONDecodeError, ValueError):
-            report.unverifiable[UNREADABLE] += 1
-            continue
-        raw = record.value or b""
-        yield Audit(record.position, raw, value, intact(raw), _source(value))
+from gateway.processor.trail import CHAIN_KEY, HEAD, SEALED_BY, UNKEYED, Sealer, sealed_bytes
 
 
 class PartitionReplay:
@@ -115,46 +78,59 @@ class PartitionReplay:
         # is missing (before it, the log may be older than the trail).
         self.started = self.sealed = False
         self.tainted: set[bytes] = set()  # routes a missing or altered record touched
-        self.last: Audit | None = None  # the previous audit record of the chain
         self._out: list[Output] = []
         self.dedup = WindowDedup(
             partitions, lambda output, _: self._out.append(output), Metrics(), limits,
             lambda _, key: store.state(key),
         )  # fmt: skip
+        self.find: Callable[[str, Position, str], None] = lambda kind, position, detail: (
+            report.find(kind, position, detail, keep)
+        )
+        # By the key id an audit record names: what seals the record replayed beside it.
+        # Its digest is not compared (the recorded one is checked against its key, if held,
+        # as it is read): only what it seals.
+        self._sealers: dict[str, Sealer] = {}
 
-    def run(self, records: Iterable[LogRecord], trail: Iterable[Audit]) -> None:
-        """The partition's requests records beside their audit records, both in log order.
-        From the log's first offset, nothing came before: every record is checked."""
-        pending = iter(trail)
+    def run(
+        self, records: Iterable[LogRecord], trail: Trail, decisions: Iterable[LogRecord],
+        span: Span = UNKNOWN,
+    ) -> None:  # fmt: skip
+        """The partition's requests records beside its partition of decisions, both in log
+        order, `span` the offsets of requests read. From the log's first offset, nothing
+        came before: every record is checked. Every audit record left after the last input
+        record is accounted for too."""
+        self.find = trail.find
+        pending = trail.audits(decisions)
         audit = next(pending, None)
+        first = previous = None
         for record in records:
             self.report.records += 1
             self.started = self.started or record.offset == 0
             while audit is not None and audit.source[2] < record.offset:
-                self._chain(audit)
-                if self.started:
-                    self.report.find("reordered", audit.position, "its input was decided "
-                                     f"before {where(record.position)}", self.keep)  # fmt: skip
-                else:
-                    self.report.unverifiable[INPUT_GONE] += 1
+                self._unmatched(audit, previous, record.offset, first, span)
                 audit = next(pending, None)
+            first = record.offset if first is None else first
             if audit is not None and audit.source[2] == record.offset:
-                self._chain(audit)
                 self.record(record, audit)
                 audit = next(pending, None)
             else:
                 self.record(record, None)
+            previous = record.offset
+        while audit is not None:
+            self._unmatched(audit, previous, None, first, span)
+            audit = next(pending, None)
 
-    def _chain(self, audit: Audit) -> None:
-        """Its digest matches its bytes, and its `prev` the record before it."""
-        last, self.last = self.last, audit
+    def _unmatched(
+        self, audit: Audit, previous: int | None, following: int | None, first: int | None,
+        span: Span,
+    ) -> None:  # fmt: skip
         if not audit.intact:
-            return  # reported as altered when its record is replayed
-        prev = audit.value.get("prev")
-        if last is not None and last.intact and prev != last.value["digest"]:
-            self.report.find("missing", audit.position, "the chain has a gap before it: its "
-                             f"prev is not the digest of {where(last.position)} (a record "
-                             "missing, or one rewritten)", self.keep)  # fmt: skip
+            return  # reported as altered
+        kind, detail = unmatched(audit.source, previous, following, first, span)
+        if kind:
+            self.find(kind, audit.position, detail)
+        else:
+            self.report.unverifiable[detail] += 1
 
     def record(self, record: LogRecord, audit: Audit | None) -> None:
         source = record.source
@@ -163,9 +139,7 @@ class PartitionReplay:
             self.report.unverifiable[NO_STATE] += 1
             self.started = self.sealed = False  # the log before the trail: nothing to seed
             return
-        if audit is not None and not audit.intact:
-            self.report.find("altered", audit.position, "its bytes do not match its digest",
-                             self.keep)  # fmt: skip
+        if audit is not None and not audit.intact:  # reported as altered (account.py)
             self._taint(audit.value)
             self._replayed(record, source)  # its writes are not checked: its routes start afresh
             return
@@ -185,8 +159,8 @@ class PartitionReplay:
             try:
                 seeded = self._seed(source, audit)
             except (AttributeError, KeyError, TypeError, ValueError):  # digest holds, form not
-                self.report.find("altered", audit.position, "its state is not in the form of "
-                                 "an audit record", self.keep)  # fmt: skip
+                self.find("altered", audit.position, "its state is not in the form of an audit "
+                          "record")  # fmt: skip
                 self._taint(audit.value)
                 return
         replayed = self._replayed(record, source)
@@ -194,8 +168,8 @@ class PartitionReplay:
             if replayed is not None and not self.sealed:
                 self.report.unverifiable[BEFORE_TRAIL] += 1
             elif replayed is not None:
-                self.report.find("missing", record.position, "it was decided, and left no "
-                                 "audit record", self.keep)  # fmt: skip
+                self.find("missing", record.position, "it was decided, and left no audit "
+                          "record")  # fmt: skip
                 self._taint(orjson.loads(replayed.value or b"{}"))
             elif self._rerouted():
                 self.report.rerouted += 1
@@ -224,18 +198,27 @@ class PartitionReplay:
                 if route in self.tainted:
                     state.put_stamped(name, raw, stamp)
                     continue
-                self.report.find("broken", audit.position, f"the state of {route_text!r} "
-                                 f"({name}) it was decided from is not what the records "
-                                 "before it left", self.keep)  # fmt: skip
+                self.find("broken", audit.position, f"the state of {route_text!r} ({name}) it "
+                          "was decided from is not what the records before it left")  # fmt: skip
             state.put_stamped(name, raw, stamp)
             if raw is not None:
                 self.dedup.seeded(source, lambda _, key: self.store.state(key), name, raw)
         self.tainted.difference_update(_route(r) for r in audit.value["state"]["routes"])
         self.store.state(CHAIN_KEY).put_stamped(HEAD, _prev(audit), None)
+        self.dedup.sealer = self._sealer(audit.value.get(SEALED_BY))
         self.dedup.recorded_due = [
             (_route(schedule), route, item) for schedule, route, item in audit.value["state"]["due"]
         ]
         return complete
+
+    def _sealer(self, key_id: Any) -> Sealer:
+        """Seals a record as one sealed with the key `key_id` names is (its digest aside)."""
+        if not isinstance(key_id, str):
+            return UNKEYED
+        sealer = self._sealers.get(key_id)
+        if sealer is None:
+            sealer = self._sealers[key_id] = Sealer(key_id=key_id)
+        return sealer
 
     def _replayed(self, record: LogRecord, source: Source) -> Output | None:
         """Run the record; its audit record, if it wrote one."""
@@ -252,7 +235,7 @@ class PartitionReplay:
         )
 
     def _compare(self, source: Source, audit: Audit, replayed: Output | None) -> None:
-        if replayed is not None and replayed.value == audit.raw:
+        if replayed is not None and sealed_bytes(replayed.value or b"") == sealed_bytes(audit.raw):
             self.report.verified += 1
             return
         self.report.different += 1
@@ -292,19 +275,31 @@ class WindowDedup(Dedup):
 
 def replay_intake(
     records: Iterable[LogRecord], trail: Iterable[Audit], limits: Limits, report: ReplayReport,
-    keep: int = 1_000,
+    keep: int = 1_000, span: Span = UNKNOWN,
 ) -> None:  # fmt: skip
     """The router decides what it refuses at intake (it keeps no state): each such decision
-    again, compared with the one recorded for the same intake record."""
+    again, compared with the one recorded for the same intake record (`trail`: the audit
+    records of the intake partition, in log order); one whose input is not met is named."""
     out: list[Output] = []
     router = Router(lambda output, _: out.append(output), Metrics(), limits)
     pending = iter(trail)
     audit = next(pending, None)
+    first = previous = None
+
+    def unmet(audit: Audit, following: int | None) -> None:
+        kind, detail = unmatched(audit.source, previous, following, first, span)
+        if kind:
+            report.find(kind, audit.position, detail, keep)
+        else:
+            report.unverifiable[detail] += 1
+
     for record in records:
         report.records += 1
         while audit is not None and audit.source[2] < record.offset:
-            report.unverifiable[INPUT_GONE] += 1
+            unmet(audit, record.offset)
             audit = next(pending, None)
+        first = record.offset if first is None else first
+        previous = record.offset
         out.clear()
         router.on_record(record.value, record.key, record.source)
         replayed = next((o for o in out if o.role == "decisions"), None)
@@ -322,6 +317,22 @@ def replay_intake(
         for diff in compare_records(record.position, ours, theirs):
             if len(report.differences) < keep:
                 report.differences.append(diff)
+    while audit is not None:
+        unmet(audit, None)
+        audit = next(pending, None)
+
+
+def intake_audits(records: Iterable[LogRecord], topic: str, partition: int) -> Iterator[Audit]:
+    """The router's decisions about one intake partition, of a partition of decisions
+    (every other record is accounted for by that partition's Trail)."""
+    for record in records:
+        value = parsed(record)
+        if value is None:
+            continue
+        source = source_of(value)
+        if source[0] == topic and source[1] == partition:
+            raw = record.value or b""
+            yield Audit(record.position, raw, value, seal_of(raw, value, None), source)
 
 
 def _route(text: Any) -> bytes:

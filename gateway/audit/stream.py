@@ -3,12 +3,14 @@ streams from the brokers: memory is bounded by each partition's live state (on d
 the consumers' prefetch, never by the log's length.
 
 Each part (one partition) reads `requests` beside the same partition of `decisions` (which holds
-that partition's audit trail, in its order) and replays it (replay.py); then the
+that partition's audit trail, in its order) and replays it (replay.py), accounting for
+every record of that partition of decisions to its end (account.py); then the
 partitions of `intake` whose decisions land there, through the router. The end of every
 partition is taken once, before anything is read, decisions first: every audit record
 read has its input below the end read, and what is appended meanwhile waits for the next
 run. A window (`from_ms`, `to_ms`) starts each partition at the first record of its time
-and stops after the last.
+and stops after the last. When only some partitions are replayed, the other partitions of
+decisions are read too, for records about those that were written elsewhere (`strays`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.audit.account import Span, Trail, strays
 from gateway.audit.kafka import offset_at, partition_bounds, stream
 from gateway.audit.log import LogRecord
-from gateway.audit.replay import Audit, PartitionReplay, ReplayReport, audits, replay_intake
+from gateway.audit.replay import PartitionReplay, ReplayReport, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
+from gateway.audit.verify import Layout
+from gateway.processor.audit_keys import AuditKeys
 from gateway.processor.parsing import Limits
 
 Bounds = tuple[int, int]  # a partition's first offset and end offset
@@ -51,38 +56,49 @@ class Part:
     from_ms: int | None
     to_ms: int | None
     keep: int
+    keys: AuditKeys | None = None
+    # Not empty: the partition is not replayed, only read for records about these.
+    strays_of: frozenset[int] = frozenset()
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.topics["requests"], self.topics["intake"], self.partitions)
 
 
 def parts(
     client: dict[str, str], topics: dict[str, str], limits: Limits, partitions: Iterable[int],
-    from_ms: int | None, to_ms: int | None, keep: int,
+    from_ms: int | None, to_ms: int | None, keep: int, keys: AuditKeys | None = None,
 ) -> list[Part]:  # fmt: skip
-    """One part per partition of `requests` asked for, with the bounds it reads."""
+    """One part per partition of `requests` asked for, with the bounds it reads; and one
+    for every other partition of decisions, read for strays of those."""
     decisions = partition_bounds(client, topics["decisions"])  # first: see the docstring
     requests = partition_bounds(client, topics["requests"])
     intake = partition_bounds(client, topics["intake"])
-    wanted = sorted(set(partitions) & set(requests))
+    wanted = frozenset(partitions) & frozenset(requests)
     return [
         Part(
             client,
             topics,
             p,
             len(requests),
-            requests[p],
+            requests.get(p, (0, 0)),
             decisions.get(p, (0, 0)),
             {q: b for q, b in intake.items() if q % len(decisions) == p},
             limits,
             from_ms,
             to_ms,
             keep,
+            keys,
+            frozenset() if p in wanted else wanted,
         )  # fmt: skip
-        for p in wanted
+        for p in sorted(wanted | (frozenset(decisions) if wanted else frozenset()))
     ]
 
 
 def records_in(part: Part) -> int:
-    """How many input records the part may read (transaction markers included)."""
-    spans = [part.requests, *part.intake.values()]
+    """How many input records the part may read (transaction markers included); the
+    decisions read for strays count as such."""
+    spans = [part.decisions] if part.strays_of else [part.requests, *part.intake.values()]
     return sum(high - low for low, high in spans)
 
 
@@ -139,49 +155,58 @@ def _drain(updates: multiprocessing.Queue[int], progress: Callable[[int], None] 
 
 
 def replay_part(part: Part) -> ReplayReport:
-    """Replay one partition (in a worker process): requests, then its intake partitions."""
+    """Replay one partition (in a worker process): requests beside every record of its
+    partition of decisions, then its intake partitions."""
     # The processor's warnings (re-routed requests, events not applied) are the log's
     # history here, not news.
     logging.getLogger("gateway.processor").setLevel(logging.ERROR)
     report = ReplayReport()
+    decisions = part.partition, part.decisions
+    if part.strays_of:
+        records = _counted(read(part, "decisions", *decisions))
+        strays(records, part.partition, part.layout, part.strays_of, report, part.keep)
+        return report
     with tempfile.TemporaryDirectory(prefix="gateway-replay-") as root:
         store = TrailStore(Path(root) / "state")
         try:
             replay = PartitionReplay(part.partitions, part.limits, store, report, part.keep)
+            trail = Trail(part.partition, part.layout, report, part.keep, part.keys)
             requests = read(part, "requests", part.partition, part.requests)
-            replay.run(_counted(requests), _trail(part, report, "requests", part.partition))
+            replay.run(_counted(requests), trail, read(part, "decisions", *decisions),
+                       span(part, "requests", part.partition, part.requests))  # fmt: skip
         finally:
             store.close()
     for partition, bounds in sorted(part.intake.items()):
         records = read(part, "intake", partition, bounds)
-        replay_intake(_counted(records), _trail(part, report, "intake", partition), part.limits,
-                      report, part.keep)  # fmt: skip
+        audits = intake_audits(read(part, "decisions", *decisions), part.topics["intake"],
+                               partition)  # fmt: skip
+        replay_intake(_counted(records), audits, part.limits, report, part.keep,
+                      span(part, "intake", partition, bounds))  # fmt: skip
     return report
 
 
 def read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[LogRecord]:
     """An input's records of the partition in the part's window, as they stream; for
     `decisions`, from a little before the window (an audit record is stamped by its
-    writer's clock, after its input) and on to the end: the replay stops reading it when
-    the window's inputs end."""
-    low, high = bounds
-    since = part.from_ms
-    if since is not None and role == "decisions":
-        since -= CLOCK_SKEW_MS
-    start = low if since is None else max(low, _at(part, role, partition, since))
-    for record in stream(part.client, part.topics[role], partition, start, high):
+    writer's clock, after its input) and on to the end, so that every record after the
+    window's inputs is accounted for too."""
+    start = _start(part, role, partition, bounds)
+    for record in stream(part.client, part.topics[role], partition, start, bounds[1]):
         if part.to_ms is not None and role != "decisions" and record.timestamp_ms > part.to_ms:
             return
         yield record
 
 
-def _trail(part: Part, report: ReplayReport, role: str, partition: int) -> Iterator[Audit]:
-    """The audit records of one input partition, from the part's partition of decisions."""
-    records = read(part, "decisions", part.partition, part.decisions)
-    topic = part.topics[role]
-    for audit in audits(records, report):
-        if audit.source[0] == topic and audit.source[1] == partition:
-            yield audit
+def span(part: Part, role: str, partition: int, bounds: Bounds) -> Span:
+    """The offsets of an input partition `read` reads."""
+    return Span(_start(part, role, partition, bounds), bounds[1], part.to_ms is not None)
+
+
+def _start(part: Part, role: str, partition: int, bounds: Bounds) -> int:
+    since = part.from_ms
+    if since is not None and role == "decisions":
+        since -= CLOCK_SKEW_MS
+    return bounds[0] if since is None else max(bounds[0], _at(part, role, partition, since))
 
 
 def _at(part: Part, role: str, partition: int, time_ms: int) -> int:

@@ -24,7 +24,9 @@ from gateway.cli.common import (
     EXIT_INVALID,
     EXIT_UNAVAILABLE,
     CommandError,
+    add_audit_key_argument,
     add_kafka_arguments,
+    audit_keys_of,
     kafka_asked,
     reachable_config,
 )
@@ -47,10 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "decisions, and decide each again in the order the processor did, from the "
             "state its audit record says it was decided from; compare what each writes "
             "with its recorded audit record. A window whose start is gone (retention) "
-            "replays the same way. Reports what cannot be verified and why, and audit "
-            "records missing, altered or out of order, by position. Exits 1 on any "
-            "difference or finding. With --policy, decide every request under that policy "
-            "instead and report which outcomes would flip."
+            "replays the same way. Every record of decisions is accounted for: what cannot "
+            "be verified is counted, with why; an audit record missing, altered, out of "
+            "order, misplaced on another partition, without input, beyond the last input or "
+            "off its partition's chain is named by position. Exits 1 on any difference or "
+            "finding. With --policy, decide every request under that policy instead and "
+            "report which outcomes would flip."
         ),
     )
     add_log_arguments(p)
@@ -65,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument(
         "--partition", type=int, action="append", metavar="N",
-        help="replay only this partition of requests; repeatable (default: all)",
+        help="replay only this partition of requests; repeatable (default: all). The other "
+        "partitions of decisions are still read for its records written there",
     )  # fmt: skip
     p.add_argument(
         "--processes", type=int, default=default_processes(), metavar="N",
@@ -85,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--show", type=int, default=100, metavar="N",
         help="list at most N differences or flips (default %(default)s)",
     )  # fmt: skip
+    add_audit_key_argument(p, sealing=False)
     p.set_defaults(func=run)
 
 
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--processes must be at least 1", EXIT_INVALID)
     if args.policy:
         return what_if(args, cat, limits, _policy(args.policy), from_ms, to_ms)
+    keys = audit_keys_of(args)
     topics = {role: cat.name(role) for role in ("intake", "requests", "decisions")}
     client = reachable_config(args.bootstrap)
     partitions = cat.by_role("requests").partitions
@@ -127,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             f"--partition {wrong[0]}: requests has partitions 0 to {partitions - 1}", EXIT_INVALID
         )
     try:
-        work = parts(client, topics, limits, asked, from_ms, to_ms, args.show)
+        work = parts(client, topics, limits, asked, from_ms, to_ms, args.show, keys)
         with progress_bar(sum(records_in(part) for part in work), "replaying") as advance:
             report = replay_log(work, args.processes, advance)
     except ReadError as exc:

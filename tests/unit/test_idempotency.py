@@ -12,11 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.audit.account import Trail
 from gateway.audit.explain import explain_record
 from gateway.audit.findings import ReplayReport
 from gateway.audit.log import LogRecord
-from gateway.audit.replay import PartitionReplay, audits
+from gateway.audit.replay import PartitionReplay
 from gateway.audit.trail_store import TrailStore
+from gateway.audit.verify import Layout
 from gateway.core import GatewayError
 from gateway.core.idempotency import (
     IDEMPOTENCY_KEY_REUSED,
@@ -359,12 +361,13 @@ def test_a_log_with_idempotency_keys_replays_identically() -> None:
     report = ReplayReport()
     kinds = set()
     for partition, records in sorted(gateway.read.items()):
-        mine = [a for a in audits(trail.get(partition, []), report) if a.source[0] == "requests"]
-        kinds |= {a.value["kind"] for a in mine}
+        decisions = trail.get(partition, [])
+        kinds |= {orjson.loads(d.value or b"")["kind"] for d in decisions}
         with tempfile.TemporaryDirectory() as root:
             store = TrailStore(Path(root) / "replay")
             try:
-                PartitionReplay(PARTITIONS, Limits(), store, report).run(records, iter(mine))
+                mine = Trail(partition, Layout("requests", "intake", PARTITIONS), report)
+                PartitionReplay(PARTITIONS, Limits(), store, report).run(records, mine, decisions)
             finally:
                 store.close()
     assert (report.differences, report.findings) == ([], [])

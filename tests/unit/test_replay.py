@@ -13,9 +13,11 @@ import orjson
 import pytest
 
 from gateway.audit import LogRecord, replay_under_policy
+from gateway.audit.account import Trail
 from gateway.audit.findings import TRUNCATED, ReplayReport
-from gateway.audit.replay import PartitionReplay, audits, replay_intake
+from gateway.audit.replay import PartitionReplay, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
+from gateway.audit.verify import Layout
 from gateway.audit.whatif import paired
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.core.limits import MAX_RECORD_BYTES
@@ -32,6 +34,7 @@ from tests.memory_store import Store
 from tests.support import replaces_code
 
 REQ, INTAKE = "ns.gateway.requests", "ns.gateway.intake"
+LAYOUT = Layout(REQ, INTAKE, 1)
 T0 = 1_760_000_000_000
 JOB = {"type": "email.send", "args": {"user_id": 7}, "unique": {"keys": ["type", "args"]}}
 
@@ -94,7 +97,7 @@ def replayed(records: list[LogRecord], trail: list[LogRecord]) -> ReplayReport:
     report = ReplayReport()
     with tempfile.TemporaryDirectory() as root:
         store = TrailStore(Path(root) / "state")
-        PartitionReplay(1, Limits(), store, report).run(records, audits(trail, report))
+        PartitionReplay(1, Limits(), store, report).run(records, Trail(0, LAYOUT, report), trail)
         store.close()
     return report
 
@@ -161,7 +164,7 @@ def test_invalid_intake_records_are_replayed_by_the_router():
         {"outcome": "accepted", "source": {"topic": INTAKE, "partition": 0, "offset": 0}}
     ))  # fmt: skip
     report = ReplayReport()
-    replay_intake([bad], audits([accepted], report), Limits(), report)
+    replay_intake([bad], intake_audits([accepted], INTAKE, 0), Limits(), report)
     changed = {d.field: (d.recorded, d.replayed) for d in report.differences}
     assert changed["outcome"] == ("accepted", "invalid")
     assert changed["error"][1]["code"] == "invalid_request"

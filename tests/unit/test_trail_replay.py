@@ -15,10 +15,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gateway.audit.account import Trail
 from gateway.audit.findings import BEFORE_TRAIL, INPUT_GONE, ReplayReport
 from gateway.audit.log import LogRecord
-from gateway.audit.replay import Audit, PartitionReplay, audits, replay_intake
+from gateway.audit.replay import PartitionReplay, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
+from gateway.audit.verify import Layout
 from gateway.processor.parsing import Limits
 from tests import differential_log as recorded
 from tests.differential_log import Out, Position, RecordedLog
@@ -27,6 +29,7 @@ from tests.unit.test_differential import DATA, decide_log
 
 Partitioned = dict[int, list[LogRecord]]
 PARTITIONS = 8  # of requests, in the recorded log
+LAYOUT = Layout("gateway.requests", "gateway.intake", PARTITIONS)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +72,8 @@ def replay_requests(requests: Partitioned, decisions: Partitioned, limits: Limit
     for partition, records in sorted(requests.items()):
         with _store() as store:
             replay = PartitionReplay(PARTITIONS, limits, store, report)
-            replay.run(records, (a for a in audits(decisions.get(partition, []), report)
-                                 if a.source[0] == records[0].topic))  # fmt: skip
+            trail = Trail(partition, LAYOUT, report)
+            replay.run(records, trail, decisions.get(partition, []))
     return report
 
 
@@ -104,8 +107,7 @@ def test_intake_decisions_replay_identically(
     _, decisions = trail
     report = ReplayReport()
     for partition, records in sorted(_inputs(log, "intake").items()):
-        mine = (a for a in audits(decisions.get(partition, []), report)
-                if a.source[0] == records[0].topic)  # fmt: skip
+        mine = intake_audits(decisions.get(partition, []), records[0].topic, partition)
         replay_intake(records, mine, Limits(**log.limits), report)
     assert report.verified > 0 and report.different == 0 and report.differences == []
 
@@ -197,13 +199,17 @@ def _after(mine: list[LogRecord], gone: LogRecord) -> Position:
     return following.position
 
 
-def test_audit_records_read_their_source_and_digest() -> None:
+def test_a_record_no_input_of_the_partition_writes_is_named_not_replayed() -> None:
     report = ReplayReport()
-    [audit] = audits([LogRecord("d", 0, 0, 0, None, b'{"source":{"topic":"t","partition":1,'
-                                b'"offset":2}}')], report)  # fmt: skip
-    assert isinstance(audit, Audit) and audit.source == ("t", 1, 2) and not audit.intact
-    assert list(audits([LogRecord("d", 0, 1, 0, None, b"[1")], report)) == []
-    assert sum(report.unverifiable.values()) == 1
+    elsewhere = b'{"source":{"topic":"gateway.requests","partition":1,"offset":2}}'
+    nobody = b'{"source":{"topic":"t","partition":0,"offset":2}}'
+    records = [LogRecord("d", 0, n, 0, None, v) for n, v in enumerate([elsewhere, nobody, b"[1"])]
+    assert list(Trail(0, LAYOUT, report).audits(records)) == []
+    assert [(f.kind, f.position) for f in report.findings] == [
+        ("misplaced", ("d", 0, 0)), ("misplaced", ("d", 0, 1)), ("unreadable", ("d", 0, 2)),
+    ]  # fmt: skip
+    assert "are written to partition 1" in report.findings[0].detail
+    assert "no record of gateway.requests or gateway.intake" in report.findings[1].detail
 
 
 def test_every_audit_record_fits_the_decisions_schema(
