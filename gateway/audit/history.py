@@ -5,7 +5,8 @@ Shared by `gateway explain` and `GET /ojs/v1/admin/unique-jobs/{key}/history`.
 A key is a unique key or a job id; a job id also brings its unique key's
 records (every record of a job that has one is on that key's route), so a
 job's history is its key's. Reading is the caller's (`Read`): this module
-only says which positions, in log order, and what to say of each.
+only says which positions, in log order, and what to say of each, and what refutes it
+(verify.py: its seal, its partition, its place in the chain as the index found it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import orjson
 
 from gateway.audit.explain import Explained, explain_record
 from gateway.audit.index import MAX_ROUTE_BYTES, AuditIndex, Position
+from gateway.audit.verify import PLAIN, Verdict, Verifier
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -94,6 +96,7 @@ class Item:
     record: dict[str, Any] | None  # None: the log no longer holds it
     told: Explained | None
     log_start: int  # the partition's first offset when read
+    verdict: Verdict = Verdict()
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,12 @@ class Page:
     next: Position | None  # where the next page starts; None: this is the last
 
 
-def page(index: AuditIndex, key: str, start: Position, limit: int, read: Read) -> Page | None:
-    """Up to `limit` records of `key`'s history from `start`; None if none names it."""
+def page(
+    index: AuditIndex, key: str, start: Position, limit: int, read: Read,
+    verifier: Verifier = PLAIN,
+) -> Page | None:  # fmt: skip
+    """Up to `limit` records of `key`'s history from `start`, each checked by `verifier`;
+    None if none names it."""
     found = routes_of(index, key)
     if found is None:
         return None
@@ -115,9 +122,15 @@ def page(index: AuditIndex, key: str, start: Position, limit: int, read: Read) -
     values, starts = read(wanted) if wanted else ({}, {})
     items = []
     for position in wanted:
-        record = _record(values.get(position))
-        told = None if record is None else explain_record(record)
-        items.append(Item(position, record, told, starts.get(position[0], 0)))
+        raw = values.get(position)
+        record = _record(raw)
+        if record is None or raw is None:
+            items.append(Item(position, None, None, starts.get(position[0], 0)))
+            continue
+        verdict = verifier.check(position, raw, record, index.marks(position),
+                                 index.chain(position[0]))  # fmt: skip
+        items.append(Item(position, record, explain_record(record), starts.get(position[0], 0),
+                          verdict))  # fmt: skip
     return Page(key, unique_key, items, after)
 
 
@@ -150,6 +163,15 @@ def where(item: Item, topic: str) -> str:
     return text
 
 
+def trail_json(verdict: Verdict) -> dict[str, Any]:
+    """What the trail shows of a record: `refuted` when anything refutes it, `unchecked`
+    when what could refute it could not be checked, else `consistent`: nothing that is
+    cheap to check refutes it (a replay checks it against its input)."""
+    state = "refuted" if verdict.refuted else "unchecked" if verdict.unchecked else "consistent"
+    return {"verdict": state, "refuted": list(verdict.refuted),
+            "unchecked": list(verdict.unchecked)}  # fmt: skip
+
+
 def as_json(item: Item, topic: str) -> dict[str, Any]:
     """An item as the history route answers it."""
     partition, offset = item.position
@@ -158,9 +180,10 @@ def as_json(item: Item, topic: str) -> dict[str, Any]:
         "source": None, "at": None, "kind": None, "record": item.record,
     }  # fmt: skip
     if item.told is None or item.record is None:
-        return {**out, "reason": gone(item, topic)}
+        return {**out, "reason": gone(item, topic), "trail": None}
     told = item.told
-    out.update(source=item.record.get("source"), at=told.at, kind=told.kind)
+    out.update(source=item.record.get("source"), at=told.at, kind=told.kind,
+               trail=trail_json(item.verdict))  # fmt: skip
     if told.kind == "request":
         out["outcome"] = told.summary.get("outcome")
     else:

@@ -12,10 +12,18 @@ any point resumes there, and the directory deleted is read again from the
 log. Nothing is held in memory: positions live on disk, written a batch of
 records at a time.
 
+As it reads each partition it follows its chain (chain.py): what the chain shows of a
+record (off the chain, a gap before it) is kept by the record's position, for explain to
+say beside it; the chain's tail is kept with the offset read, so a later run goes on
+from it.
+
 Layout:
     r<route digest:16><partition:4><offset:8>  -> b""   a route's records, in log order
     k<job id>                                 -> its unique key
-    o<partition:4>                            -> the next offset to read (8 bytes)
+    o<partition:4>                            -> the next offset to read (8 bytes), then
+                                                 the chain's tail (JSON, chain.Chain)
+    x<partition:4><offset:8>                  -> what the chain shows of the record there
+                                                 (a JSON list of sentences)
 A route is named by its blake2b digest: every position takes 29 bytes, whatever
 the route's length, and no two routes share a digest (2^-64 odds for 2^32 routes).
 The directory's identity.json ties it to the cluster, the topic and this layout
@@ -36,6 +44,7 @@ from typing import Any
 import orjson
 from rocksdict import Options, Rdict, WriteBatch
 
+from gateway.audit.chain import Chain
 from gateway.config import gateway_home
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.processor import state_identity
@@ -43,7 +52,7 @@ from gateway.processor.state_identity import Identity
 from gateway.processor.trail import JOB
 
 # Raise with any change of the layout above: an index of another is read anew.
-LAYOUT = 1
+LAYOUT = 2
 DB_DIR = "index"
 Position = tuple[int, int]  # (partition, offset) on decisions
 # (partition, offset, value) of one record of decisions, as read
@@ -52,6 +61,7 @@ Read = tuple[int, int, bytes | None]
 _ROUTE = b"r"
 _KEY_OF = b"k"
 _OFFSET = b"o"
+_MARK = b"x"
 _DIGEST = 16
 _POSITION = struct.Struct(">IQ")
 _PARTITION = struct.Struct(">I")
@@ -133,37 +143,60 @@ class AuditIndex:
 
     def offsets(self) -> dict[int, int]:
         """The next offset to read, per partition read so far."""
-        found: dict[int, int] = {}
+        return {p: _NEXT.unpack(value[: _NEXT.size])[0] for p, value in self._tails()}
+
+    def chain(self, partition: int) -> Chain:
+        """The partition's chain as far as the index has read it."""
+        raw = self._db.get(_OFFSET + _PARTITION.pack(partition))
+        return _tail(bytes(raw))[1] if raw is not None else Chain()  # type: ignore[arg-type]
+
+    def marks(self, position: Position) -> list[str]:
+        """What the chain shows of the record at `position` (nothing: it runs through it)."""
+        raw = self._db.get(_MARK + _POSITION.pack(*position))
+        return [] if raw is None else list(orjson.loads(bytes(raw)))  # type: ignore[arg-type]
+
+    def _tails(self) -> Iterator[tuple[int, bytes]]:
+        """Each partition read so far, and its offset key's value."""
         for key, value in self._db.items(from_key=_OFFSET):
             key = bytes(key)  # type: ignore[arg-type]
             if not key.startswith(_OFFSET):
-                break
-            [partition] = _PARTITION.unpack(key[1:])
-            found[partition] = _NEXT.unpack(bytes(value))[0]  # type: ignore[arg-type]
-        return found
+                return
+            yield _PARTITION.unpack(key[1:])[0], bytes(value)  # type: ignore[arg-type]
 
     def add(self, records: Iterable[Read], reached: Mapping[int, int]) -> None:
-        """Index `records` and move each partition's offset to `reached` (never back), in
-        one write batch. A record that is not JSON names nothing, and is only read past."""
+        """Index `records` (each partition's in offset order), follow each partition's
+        chain through those not read before, and move each partition's offset to `reached`
+        (never back), in one write batch. A record that is not JSON names nothing, and is
+        only read past."""
         batch = WriteBatch(raw_mode=True)
-        for partition, offset, value in records:
-            try:
-                record = orjson.loads(value or b"")
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(record, Mapping):
-                continue
-            routes, keys = named(record)
-            where = _POSITION.pack(partition, offset)
-            for route in routes:
-                batch.put(_route_prefix(route) + where, b"")
-            for job_id, key in keys.items():
-                batch.put(_KEY_OF + job_id.encode(), key.encode())
+        marks: dict[Position, list[str]] = {}
         with self._lock:
-            held = self.offsets()
+            held = {partition: _tail(value) for partition, value in self._tails()}
+            chains = {p: chain for p, (_, chain) in held.items()}
+            for partition, offset, value in records:
+                try:
+                    record = orjson.loads(value or b"")
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(record, Mapping):
+                    continue
+                routes, keys = named(record)
+                where = _POSITION.pack(partition, offset)
+                for route in routes:
+                    batch.put(_route_prefix(route) + where, b"")
+                for job_id, key in keys.items():
+                    batch.put(_KEY_OF + job_id.encode(), key.encode())
+                if offset >= held.get(partition, (0, None))[0]:
+                    link = chains.setdefault(partition, Chain()).follow(offset, record)
+                    for about, text in ({} if link is None else link.said(offset)).items():
+                        marks.setdefault((partition, about), []).append(text)
+            for position, texts in marks.items():
+                batch.put(_MARK + _POSITION.pack(*position),
+                          orjson.dumps(self.marks(position) + texts))  # fmt: skip
             for partition, next_offset in reached.items():
-                if next_offset > held.get(partition, -1):
-                    batch.put(_OFFSET + _PARTITION.pack(partition), _NEXT.pack(next_offset))
+                if next_offset > held.get(partition, (-1, None))[0]:
+                    tail = orjson.dumps(chains.get(partition, Chain()).state())
+                    batch.put(_OFFSET + _PARTITION.pack(partition), _NEXT.pack(next_offset) + tail)
             self._db.write(batch)
 
     def unique_key(self, job_id: str) -> str | None:
@@ -179,6 +212,14 @@ class AuditIndex:
             if not key.startswith(prefix) or len(key) != len(prefix) + _POSITION.size:
                 return
             yield _POSITION.unpack(key[len(prefix) :])
+
+
+def _tail(value: bytes) -> tuple[int, Chain]:
+    """An offset key's value: the next offset to read, and the chain's tail."""
+    [next_offset] = _NEXT.unpack(value[: _NEXT.size])
+    return next_offset, Chain.of(
+        orjson.loads(value[_NEXT.size :]) if len(value) > _NEXT.size else {}
+    )
 
 
 def index_root() -> Path:

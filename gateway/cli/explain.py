@@ -2,7 +2,8 @@
 
 It keeps an index of where each key's records are on `decisions` (audit/index.py),
 brought up to date at each run (the first run reads the topic once, later ones
-what is new), then reads exactly the key's records (audit/follow.py).
+what is new), then reads exactly the key's records (audit/follow.py). A record its
+seal, its partition or its chain refutes is marked so (audit/verify.py).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from gateway.audit.index import (
     default_index_dir,
     open_index,
 )
+from gateway.audit.verify import Layout, Verifier
 from gateway.catalogue import CatalogueError
 from gateway.cli.common import (
     EXIT_INVALID,
     EXIT_UNAVAILABLE,
     CommandError,
+    add_audit_key_argument,
     add_kafka_arguments,
+    audit_keys_of,
     kafka_asked,
     reachable_config,
 )
@@ -48,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(give its id; a job with a unique key shows its key's) or a uniqueness key: each "
             "decision with the policy applied and why its outcome followed, each job event "
             "with what it did, each expiry. Reads only the key's records, found through a "
-            "local index of the topic brought up to date first. Exits 1 if nothing mentions it."
+            "local index of the topic brought up to date first. A record that its digest, "
+            "its partition or the chain of its partition refutes is marked REFUTED. Exits 1 "
+            "if nothing mentions it."
         ),
     )
     p.add_argument(
@@ -62,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "home, audit-index/<topic>/<cluster id>); delete it and the next run reads the "
         "topic again",
     )  # fmt: skip
+    add_audit_key_argument(p, sealing=False)
     p.set_defaults(func=run)
 
 
@@ -70,10 +77,13 @@ def run(args: argparse.Namespace) -> int:
     problem = history.key_problem(target)
     if problem is not None:
         raise CommandError(f"JOB_ID|UNIQUE_KEY {problem}", EXIT_INVALID)
+    keys = audit_keys_of(args)
     try:
-        topic = catalogue.load(namespace=args.namespace).name("decisions")
+        cat = catalogue.load(namespace=args.namespace)
     except CatalogueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
+    topic = cat.name("decisions")
+    layout = Layout(cat.name("requests"), cat.name("intake"), cat.by_role("decisions").partitions)
     settings = reachable_config(args.bootstrap)
     # Both made at once, so they reach the brokers together.
     follower, reader = follow.consumer(settings), follow.consumer(settings, seeking=True)
@@ -88,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
             ) from exc
         try:
             behind = follow.catch_up(follower, topic, index)
-            return _print(index, reader, topic, target, behind, args.bootstrap)
+            verifier = Verifier(layout, keys)
+            return _print(index, reader, topic, target, behind, args.bootstrap, verifier)
         finally:
             index.close()
     except KafkaException as exc:
@@ -103,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(
     index: AuditIndex, client: Consumer, topic: str, target: str,
-    behind: int, bootstrap: str | None,
+    behind: int, bootstrap: str | None, verifier: Verifier,
 ) -> int:  # fmt: skip
     found = history.routes_of(index, target)
     if found is None:
@@ -123,12 +134,21 @@ def _print(
             "open?): the newest records may be missing"
         )
     start: Position | None = (0, 0)
+    refuted = 0
     while start is not None:
-        page = history.page(index, target, start, _PAGE, lambda p: follow.read_at(client, topic, p))
+        page = history.page(index, target, start, _PAGE,
+                            lambda p: follow.read_at(client, topic, p), verifier)  # fmt: skip
         assert page is not None  # the routes were found above
         for item in page.items:
             _print_item(item, topic)
+            refuted += bool(item.verdict.refuted)
         start = page.next
+    if refuted:
+        print(
+            f"{refuted} of these records {'is' if refuted == 1 else 'are'} REFUTED: not as the "
+            "processor wrote them, or not where it wrote them (`gateway replay` checks every "
+            "record against its input)"
+        )
     sys.stdout.flush()
     return 0
 
@@ -139,6 +159,11 @@ def _print_item(item: history.Item, topic: str) -> None:
         print(f"(gone)  ({where})")
         print(f"    {history.gone(item, topic)}")
         return
-    print(f"{item.told.at}  {item.told.head}  ({where})")
+    mark = "REFUTED  " if item.verdict.refuted else ""
+    print(f"{mark}{item.told.at}  {item.told.head}  ({where})")
     for line in item.told.reason:
         print(f"    {line}")
+    for line in item.verdict.refuted:
+        print(f"    REFUTED: {line}")
+    for line in item.verdict.unchecked:
+        print(f"    unchecked: {line}")

@@ -9,8 +9,10 @@ from pathlib import Path
 from gateway import logs
 from gateway.cli.common import (
     CommandError,
+    add_audit_key_argument,
     add_kafka_arguments,
     add_log_level_argument,
+    audit_keys_of,
     reachable_config,
 )
 from gateway.core import DEFAULT_RETENTION_MS
@@ -63,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_json_responses_argument(p)
     add_workers_argument(p, "--workers", 1)
+    add_audit_key_argument(p, sealing=False)
     # A worker of `--workers N`: the listening socket and its board byte, by descriptor.
     p.add_argument("--worker-socket", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-board", help=argparse.SUPPRESS)
@@ -101,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not 1 <= args.workers <= MAX_WORKERS:
         raise CommandError(f"--workers must be from 1 to {MAX_WORKERS}")
     logs.configure(args.log_level)
+    audit_keys_of(args)  # a bad key file is refused before anything starts
     if args.worker_socket is None and args.workers > 1:
         reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
         try:
@@ -144,6 +148,7 @@ def _serve_one(args: argparse.Namespace) -> int:
         retention_ms=args.retention_seconds * 1000,
         json_responses=args.json_responses,
         board=board,
+        audit_keys=audit_keys_of(args),
     )
     config = uvicorn.Config(
         create_app(settings), host=args.host, port=args.port,

@@ -78,6 +78,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         command += ["--namespace", args.namespace]
     if args.json_responses:
         command.append("--json-responses")
+    if args.audit_key_file is not None:  # its path: the secret never is on a command line
+        command += ["--audit-key-file", str(args.audit_key_file)]
     command += ["--workers", str(args.http_workers or default_http_workers())]
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
 

@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import catalogue, config, wire
 from gateway.audit import index as audit_index
+from gateway.audit.verify import Layout, Verifier
 from gateway.core import INVALID_REQUEST
 from gateway.http import (
     admin,
@@ -84,9 +85,13 @@ def create_app(settings: HttpSettings) -> Direct:
         audit_identity = await asyncio.to_thread(
             state_identity.current, admin, [decisions], audit_index.LAYOUT
         )
-        audit = history.KeyHistory.open(
-            history.audit_dir(view_dir), audit_identity, decisions, kafka, admin
+        layout = Layout(
+            cat.name("requests"), cat.name("intake"), cat.by_role("decisions").partitions
         )
+        audit = history.KeyHistory.open(
+            history.audit_dir(view_dir), audit_identity, decisions, kafka, admin,
+            Verifier(layout, settings.audit_keys),
+        )  # fmt: skip
         audit.start()
         client = AsyncClient(settings.bootstrap, settings.namespace, **settings.kafka_settings)
         # Serving starts at once; health says 503 (and every route waits, then 503) until

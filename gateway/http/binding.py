@@ -22,6 +22,7 @@ from gateway.http.errors import ApiError
 from gateway.http.event_feed import EventFeed
 from gateway.http.serving import Board
 from gateway.http.view import Follower, JobView
+from gateway.processor.audit_keys import AuditKeys
 from gateway.sdk import AsyncClient
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class HttpSettings:
     # One of `serve --workers N`: where this worker says its view is live, and health
     # reads whether every worker's is (serving.py).
     board: Board | None = None
+    # The keys a key's history verifies keyed audit records with (`serve --audit-key-file`).
+    audit_keys: AuditKeys | None = None
 
 
 @dataclass

@@ -3,7 +3,9 @@
 Each serve process keeps an audit index of `decisions` beside its job view
 (audit/index.py), followed as records come, and reads exactly the key's
 records by their positions (audit/follow.py); what each says is the record's
-own (audit/explain.py). The key is a unique key or a job id (a job with a unique
+own (audit/explain.py). Each is also checked (audit/verify.py): its seal, with the keys
+of `serve --audit-key-file`, its partition, and its place in the chain as the index
+found it. The key is a unique key or a job id (a job with a unique
 key answers its key's history). A page holds `limit` records in log order;
 `next_cursor`, when there are more, is where the next page starts. `index`
 says whether the index had read all of `decisions` (`complete`) and, if not, how
@@ -26,6 +28,7 @@ from starlette.requests import Request
 
 from gateway.audit import follow, history
 from gateway.audit.index import AuditIndex, Position, open_index
+from gateway.audit.verify import PLAIN, Verifier
 from gateway.core import INVALID_REQUEST
 from gateway.http import errors
 from gateway.http.answers import Answer
@@ -60,15 +63,17 @@ class KeyHistory:
         read: history.Read,
         ends: Callable[[], Mapping[int, int]],
         follower: follow.Follower | None = None,
+        verifier: Verifier = PLAIN,
     ) -> None:
         self.index, self.topic, self._read, self._ends = index, topic, read, ends
         self._follower = follower
+        self.verifier = verifier
         self._lock = threading.Lock()
 
     @staticmethod
     def open(
         directory: Path, identity: Identity, topic: str, settings: Mapping[str, Any],
-        admin: AdminClient,
+        admin: AdminClient, verifier: Verifier,
     ) -> KeyHistory:  # fmt: skip
         index = open_index(directory, identity)
         reader = follow.consumer(settings, seeking=True)
@@ -78,7 +83,8 @@ class KeyHistory:
             return follow.committed_ends(admin, topic, listed)
 
         follower = follow.Follower(index, topic, follow.consumer(settings))
-        return KeyHistory(index, topic, lambda p: follow.read_at(reader, topic, p), ends, follower)
+        read: history.Read = lambda p: follow.read_at(reader, topic, p)  # noqa: E731
+        return KeyHistory(index, topic, read, ends, follower, verifier)
 
     def start(self) -> None:
         if self._follower is not None:
@@ -103,7 +109,7 @@ class KeyHistory:
 
     def page(self, key: str, start: Position, limit: int) -> history.Page | None:
         with self._lock:
-            return history.page(self.index, key, start, limit, self._read)
+            return history.page(self.index, key, start, limit, self._read, self.verifier)
 
 
 async def key_history(request: Request, binding: Binding, _: str) -> Answer | ApiError:

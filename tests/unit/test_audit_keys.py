@@ -68,7 +68,7 @@ def test_a_command_refuses_a_bad_key_file_before_it_reaches_kafka(
     monkeypatch.setattr(root, "level", root.level)
     bad = tmp_path / "keys"
     bad.write_text(f"k1 {OLD[:10]}\n")
-    for command in (["process"], ["replay"]):
+    for command in (["process"], ["replay"], ["explain", "x"], ["serve"]):
         assert main([*command, "--audit-key-file", str(bad)]) == 2
         said = capsys.readouterr().err
         assert said.startswith(f"gateway: --audit-key-file {bad}, line 1: the secret of 'k1'")
