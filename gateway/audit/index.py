@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 from rocksdict import Options, Rdict, WriteBatch
 
+from gateway import store_memory
 from gateway.audit.chain import Chain
 from gateway.config import gateway_home
 from gateway.core.limits import MAX_ID_BYTES
@@ -131,6 +132,7 @@ class AuditIndex:
         path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
+        store_memory.shared().apply(options)
         try:
             self._db = Rdict(str(path), options)
         except Exception as exc:  # rocksdict raises a bare Exception ("IO error: lock ...")

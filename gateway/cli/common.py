@@ -84,6 +84,27 @@ def add_audit_key_argument(p: argparse.ArgumentParser, sealing: bool) -> None:
     )  # fmt: skip
 
 
+def add_store_memory_argument(p: argparse.ArgumentParser) -> None:
+    """--store-memory-mb: what every RocksDB store of one process may hold together."""
+    from gateway.store_memory import DEFAULT_MB, MAX_MB, MIN_MB
+
+    p.add_argument(
+        "--store-memory-mb", type=int, default=DEFAULT_MB, metavar="MB",
+        help="memory all the RocksDB stores of one process share, memtables and block cache "
+        f"({MIN_MB}..{MAX_MB}; default %(default)s; each processor runtime and each serve "
+        "worker has its own)",
+    )  # fmt: skip
+
+
+def store_memory_of(args: argparse.Namespace) -> int:
+    """--store-memory-mb, checked."""
+    from gateway.store_memory import MAX_MB, MIN_MB
+
+    if not MIN_MB <= args.store_memory_mb <= MAX_MB:
+        raise CommandError(f"--store-memory-mb must be from {MIN_MB} to {MAX_MB}")
+    return int(args.store_memory_mb)
+
+
 def audit_keys_of(args: argparse.Namespace) -> AuditKeys | None:
     """The keys --audit-key-file names, or None; a bad file is refused with its code."""
     from gateway.processor import audit_keys

@@ -14,8 +14,10 @@ from gateway.cli.common import (
     add_audit_key_argument,
     add_kafka_arguments,
     add_log_level_argument,
+    add_store_memory_argument,
     audit_keys_of,
     reachable_config,
+    store_memory_of,
 )
 from gateway.config import (
     COMMITTED_LINGER_MS,
@@ -114,6 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "transaction (default %(default)s)",
     )  # fmt: skip
     add_audit_key_argument(p, sealing=True)
+    add_store_memory_argument(p)
     add_log_level_argument(p)
 
 
@@ -133,6 +136,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         raise CommandError("--retention-seconds and --commit-interval must be positive")
     early = args.answers == "early"
     linger_ms = linger_ms_of(args)
+    memory_mb = store_memory_of(args)
     if not 0 <= args.fetch_wait_ms <= MAX_FETCH_WAIT_MS:
         raise CommandError(f"--fetch-wait-ms must be from 0 to {MAX_FETCH_WAIT_MS}")
     try:
@@ -160,6 +164,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         early_answers=early,
         metrics_port=args.metrics_port,
         audit_keys=keys,
+        store_memory_mb=memory_mb,
     )
 
 

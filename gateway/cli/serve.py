@@ -6,14 +6,16 @@ import argparse
 import os
 from pathlib import Path
 
-from gateway import logs
+from gateway import logs, store_memory
 from gateway.cli.common import (
     CommandError,
     add_audit_key_argument,
     add_kafka_arguments,
     add_log_level_argument,
+    add_store_memory_argument,
     audit_keys_of,
     reachable_config,
+    store_memory_of,
 )
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
@@ -66,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_responses_argument(p)
     add_workers_argument(p, "--workers", 1)
     add_audit_key_argument(p, sealing=False)
+    add_store_memory_argument(p)
     # A worker of `--workers N`: the listening socket and its board byte, by descriptor.
     p.add_argument("--worker-socket", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-board", help=argparse.SUPPRESS)
@@ -105,6 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--workers must be from 1 to {MAX_WORKERS}")
     logs.configure(args.log_level)
     audit_keys_of(args)  # a bad key file is refused before anything starts
+    store_memory_of(args)
     if args.worker_socket is None and args.workers > 1:
         reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
         try:
@@ -126,6 +130,7 @@ def _serve_one(args: argparse.Namespace) -> int:
     from gateway.http.serving import Board
     from gateway.http.view import default_view_dir
 
+    store_memory.configure(store_memory_of(args))
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     board, view_dir = None, args.view_dir or default_view_dir(args.namespace, f"port-{args.port}")
     if args.worker_board is not None:

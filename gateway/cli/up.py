@@ -81,6 +81,7 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     if args.audit_key_file is not None:  # its path: the secret never is on a command line
         command += ["--audit-key-file", str(args.audit_key_file)]
     command += ["--workers", str(args.http_workers or default_http_workers())]
+    command += ["--store-memory-mb", str(args.store_memory_mb)]
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
 
 

@@ -75,7 +75,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict, WriteBatch
 
-from gateway import wire
+from gateway import store_memory, wire
 from gateway.catalogue import Catalogue
 from gateway.config import gateway_home
 from gateway.core import DEFAULT_RETENTION_MS, ready_at
@@ -222,6 +222,7 @@ class JobView:
         self._also_write = also_write
         options = Options(raw_mode=True)
         options.create_if_missing(True)
+        store_memory.shared().apply(options)
         self._db = Rdict(str(path), options)
         if self._db.get(_LAYOUT_KEY) != LAYOUT and any(True for _ in self._db.keys(from_key=b"")):
             # Written by a version without today's indexes: read job_states anew.

@@ -23,6 +23,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from gateway import store_memory
 from gateway.admin import check as check_topics
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_FETCH_WAIT_MS, DEFAULT_LINGER_MS, FETCH_MIN_BYTES
@@ -81,6 +82,8 @@ class ProcessorSettings:
     early_answers: bool = True
     # The keys that seal the audit trail (audit_keys.py): the newest seals. None: unkeyed.
     audit_keys: AuditKeys | None = None
+    # What the runtime's stores may hold together (store_memory.py).
+    store_memory_mb: int = store_memory.DEFAULT_MB
 
 
 def runtime_settings(
@@ -142,6 +145,7 @@ def build(settings: ProcessorSettings) -> tuple[Loop, Metrics, ReplyTopics, Earl
         if settings.early_answers
         else None
     )
+    store_memory.configure(settings.store_memory_mb)
     stores = Stores(state_dir_of(settings) / STORES)
     roles = input_roles(cat)
     topics = Topics(

@@ -42,6 +42,8 @@ from typing import Protocol
 
 from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
+from gateway import store_memory
+
 # The version of the layout above. Raise it with any change: a state directory records the
 # layout its stores have (state_identity.py), and one of another layout is deleted at start
 # and restored from the changelog. 1: the first recorded (with `count`).
@@ -87,7 +89,7 @@ def _options() -> Options:
     options.set_memtable_whole_key_filtering(True)
     tables = BlockBasedOptions()
     tables.set_bloom_filter(10, False)
-    options.set_block_based_table_factory(tables)
+    store_memory.shared().apply(options, tables)
     return options
 
 
