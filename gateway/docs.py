@@ -91,14 +91,27 @@ def _help(title: str, parser: argparse.ArgumentParser) -> list[str]:
     return ["", f"## {title}", "", "```text", parser.format_help().rstrip(), "```"]
 
 
+_METRIC_KINDS = (("counter", "Counters"), ("gauge", "Gauges"), ("histogram", "Histograms"))
+
+
 def metrics_table() -> str:
-    """Every metric of the processor's registry: name as exposed, type, labels, meaning."""
-    rows = ["| Metric | Type | Labels | Meaning |", "|---|---|---|---|"]
-    for name, kind, documentation, labels in Metrics().described:
-        shown = f"{name}_total" if kind == "counter" else name
-        label_text = ", ".join(f"`{label}`" for label in labels) or "–"
-        rows.append(f"| `{shown}` | {kind} | {label_text} | {documentation} |")
-    return "\n".join(rows)
+    """Every metric of the processor's registry: name as exposed, labels, meaning; one
+    table per type, so that no table grows into a wall."""
+    described = Metrics().described
+    unknown = {kind for _, kind, _, _ in described} - {kind for kind, _ in _METRIC_KINDS}
+    if unknown:
+        raise ValueError(f"no metrics table for the type {', '.join(sorted(unknown))}")
+    tables = []
+    for kind, title in _METRIC_KINDS:
+        rows = [f"**{title}**", "", "| Metric | Labels | Meaning |", "|---|---|---|"]
+        for name, of_kind, documentation, labels in described:
+            if of_kind == kind:
+                shown = f"{name}_total" if kind == "counter" else name
+                label_text = ", ".join(f"`{label}`" for label in labels) or "–"
+                rows.append(f"| `{shown}` | {label_text} | {documentation} |")
+        if len(rows) > 4:
+            tables.append("\n".join(rows))
+    return "\n\n".join(tables)
 
 
 def limits_table() -> str:

@@ -76,3 +76,56 @@ def test_the_readme_is_a_front_door():
     assert len(README.splitlines()) <= 250
     for target in re.findall(r"\]\((docs/[^)#]+)", README):
         assert (ROOT / target).is_file(), target
+
+
+# A paragraph, list item or table longer than this is a wall, not a paragraph to scan.
+MAX_BLOCK_CHARS = 1_500
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
+
+
+def blocks(markdown: str) -> list[str]:
+    """The page's paragraphs, list items and tables as written, fenced code left out: a
+    blank line ends a block, and each list item is a block of its own."""
+    found: list[str] = []
+    lines: list[str] = []
+    fence = ""
+
+    def close() -> None:
+        if lines:
+            found.append("\n".join(lines))
+            lines.clear()
+
+    for line in markdown.splitlines():
+        marker = _FENCE.match(line)
+        if fence:
+            if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):
+                fence = ""
+            continue
+        if marker:
+            close()
+            fence = marker.group(1)
+        elif not line.strip():
+            close()
+        else:
+            if _ITEM.match(line):
+                close()
+            lines.append(line)
+    close()
+    return found
+
+
+def test_blocks_are_paragraphs_items_and_tables_without_code():
+    page = "A para\nwrapped.\n\n- one\n- two\n  more\n\n```\nx\n\ny\n```\n| a |\n|---|\n"
+    assert blocks(page) == ["A para\nwrapped.", "- one", "- two\n  more", "| a |\n|---|"]
+
+
+def test_no_paragraph_is_a_wall():
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    walls = [
+        f"{page.relative_to(ROOT)}: {len(block):,} characters, {' '.join(block.split()[:8])!r}"
+        for page in pages
+        for block in blocks(page.read_text())
+        if len(block) > MAX_BLOCK_CHARS
+    ]
+    assert walls == [], "split them (at most 1,500 characters each):\n" + "\n".join(walls)
