@@ -17,7 +17,7 @@ import threading
 
 from rocksdict import BlockBasedOptions, Cache, Options, WriteBufferManager
 
-DEFAULT_MB = 256
+DEFAULT_MB = 128
 MIN_MB = 16
 MAX_MB = 1 << 20
 # Of the budget, what memtables may take before a flush (a third); the rest caches blocks.
