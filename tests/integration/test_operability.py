@@ -93,11 +93,12 @@ def test_health_is_503_until_this_runs_processor_owns_its_partitions(
         up = Up(tmp_path / round_, *args)
         try:
             seen = up.wait_ready(f"{base}/ojs/v1/health")
-            if round_ == "first":
-                # From empty state the processor joins after serve answers. Restarted,
-                # its state kept, it may be ready first: then 200 is right at once.
-                assert seen[0].status_code == 503, [a.text for a in seen]
-                body = seen[0].json()
+            # Serve usually answers before the processor owns its partitions, and a fast
+            # processor may beat it (then 200 is right at once): each 503 says why.
+            # test_http.py holds the 503 of a serve without a processor.
+            for answer in seen[:-1]:
+                assert answer.status_code == 503, answer.text
+                body = answer.json()
                 assert body["status"] == "starting" and body["reason"], body
             assert seen[-1].json() == {"status": "ok"}
             # Ready because this run's processor says so, at its own status port.
