@@ -118,6 +118,8 @@ def test_a_broker_restart_on_three_nodes(namespace, tmp_path):
         try:
             load.run(disturb=disturb)
             load.check()
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}\nthe processor's log:\n{proc.log()[-8000:]}") from None
         finally:
             proc.stop()
     finally:

@@ -139,10 +139,12 @@ def _enqueue_through_new_connections(serve: Serve, tag: str, count: int) -> list
     return ids
 
 
-def _restarted(serve: Serve, killed: int) -> None:
+def _restarted(serve: Serve, killed: int, before: set[int]) -> None:
     """Until the killed worker's successor is serving; meanwhile every connection is
-    accepted by a live worker, never by the successor before its view is live."""
-    survivors = _children(serve.proc.pid) - {killed}
+    accepted by a live worker, never by the successor before its view is live.
+    `before` is the children counted before the kill: the supervisor may start the
+    successor before this is called."""
+    survivors = before - {killed}
     deadline = time.monotonic() + 60
     while not (fresh := _children(serve.proc.pid) - survivors - {killed}):
         assert time.monotonic() < deadline, serve.log.read_text()[-3000:]
@@ -168,12 +170,13 @@ def test_a_worker_killed_mid_stream_ends_only_its_stream(serve: Serve):
         assert chunk, first
         first += chunk
     killed = serve.holder(stream.getsockname()[1])
+    before = _children(serve.proc.pid)
     os.kill(killed, signal.SIGKILL)
     assert _ended(stream)
     stream.close()
     tag = uuid.uuid4().hex
     ids = _enqueue_through_new_connections(serve, tag, 10)  # the other worker answers
-    _restarted(serve, killed)
+    _restarted(serve, killed, before)
     for job_id in ids:  # every job answered is there, read through either worker
         assert httpx.get(f"{serve.base}/ojs/v1/jobs/{job_id}", timeout=60).status_code == 200
 
@@ -188,6 +191,7 @@ def test_a_worker_killed_mid_request_loses_nothing_and_its_retry_is_decided_once
     ).encode()
     request = _connect(serve, head + job[: len(job) // 2])  # the body stops halfway
     killed = serve.holder(request.getsockname()[1])
+    before = _children(serve.proc.pid)
     os.kill(killed, signal.SIGKILL)
     assert _ended(request)
     request.close()
@@ -197,7 +201,7 @@ def test_a_worker_killed_mid_request_loses_nothing_and_its_retry_is_decided_once
     again = httpx.post(f"{serve.base}/ojs/v1/jobs", content=job, timeout=60,
                        headers={"Content-Type": "application/json"})  # fmt: skip
     assert again.status_code == 409 and again.json()["error"]["code"] == "duplicate"
-    _restarted(serve, killed)
+    _restarted(serve, killed, before)
 
 
 def test_a_worker_killed_with_a_whole_request_in_hand_decides_it_at_most_once(serve: Serve):
@@ -210,6 +214,7 @@ def test_a_worker_killed_with_a_whole_request_in_hand_decides_it_at_most_once(se
     ).encode()
     request = _connect(serve, head + job)  # answered or not when the kill lands: either way
     killed = serve.holder(request.getsockname()[1])
+    before = _children(serve.proc.pid)
     os.kill(killed, signal.SIGKILL)
     assert _ended(request)
     request.close()
@@ -221,7 +226,7 @@ def test_a_worker_killed_with_a_whole_request_in_hand_decides_it_at_most_once(se
     assert again.status_code == 409, again.text
     if retried.status_code == 201:
         assert again.json()["error"]["details"]["existing_job_id"] == retried.json()["job"]["id"]
-    _restarted(serve, killed)
+    _restarted(serve, killed, before)
 
 
 def _jobs_on_every_partition(serve: Serve, queue: str) -> dict[int, dict[str, Any]]:
