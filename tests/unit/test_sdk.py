@@ -14,9 +14,9 @@ import pytest
 
 from gateway.core import GatewayError, Outcome, parse_request
 from gateway.sdk import Client, ClientClosed, ClientError, EnqueueResult, InvalidJob
-from gateway.sdk.client import _librdkafka_name
 from gateway.sdk.prepare import Outgoing, prepare
 from gateway.sdk.ticket import Ticket
+from gateway.sdk.transport import librdkafka_name
 
 JOB = {
     "type": "email.send",
@@ -164,7 +164,7 @@ class Untouchable:
 
 
 def test_an_invalid_job_raises_before_anything_is_sent(offline: Client):
-    offline._producer = Untouchable()  # type: ignore[assignment]
+    offline._transport._producer = Untouchable()  # type: ignore[assignment]
     with pytest.raises(InvalidJob) as caught:
         offline.enqueue({"type": "t", "args": [], "unique": {"keys": ["meta"]}}, wait=True)
     assert caught.value.code == "invalid_request"
@@ -173,7 +173,7 @@ def test_an_invalid_job_raises_before_anything_is_sent(offline: Client):
 
 
 def test_enqueue_many_answers_invalid_jobs_in_place_without_sending(offline: Client):
-    offline._producer = Untouchable()  # type: ignore[assignment]
+    offline._transport._producer = Untouchable()  # type: ignore[assignment]
     answers = offline.enqueue_many([{"args": []}, {"type": "t"}], wait=True)
     assert all(isinstance(a, InvalidJob) for a in answers)
     assert "type is required" in str(answers[0]) and "args is required" in str(answers[1])
@@ -201,10 +201,10 @@ def test_a_timeout_names_how_many_answers_are_missing(offline: Client):
 
 
 def test_kafka_settings_take_librdkafka_names():
-    assert _librdkafka_name("linger_ms") == "linger.ms"
-    assert _librdkafka_name("security.protocol") == "security.protocol"
-    assert _librdkafka_name("log_level") == "log_level"
-    assert _librdkafka_name("error_cb") == "error_cb"
+    assert librdkafka_name("linger_ms") == "linger.ms"
+    assert librdkafka_name("security.protocol") == "security.protocol"
+    assert librdkafka_name("log_level") == "log_level"
+    assert librdkafka_name("error_cb") == "error_cb"
 
 
 def test_import_gateway_stays_cheap_and_exports_the_clients():
@@ -224,11 +224,12 @@ def test_a_send_that_would_wait_stops_and_leaves_the_rest_for_a_blocking_send():
         call = client._prepare([{"type": "t", "args": [n]} for n in range(3)], None)
         deadline = time.monotonic() + 5
         assert not client._send(call, True, deadline, block=False)  # topics never checked
-        assert len(call.unsent) == 3 and not client._pending
-        client._ready.update({*client._topics.values(), client._replies_topic})
+        transport = client._transport
+        assert len(call.unsent) == 3 and not transport.pending
+        transport.ready.update({*transport.topics.values(), transport.replies_topic})
         assert not client._send(call, True, deadline, block=False)  # the queue holds one
         assert len(call.unsent) == 2
-        assert list(client._pending) == call.ticket.correlation_ids
+        assert list(transport.pending) == call.ticket.correlation_ids
         assert len(call.ticket.correlation_ids) == 1
     finally:
         client.close(timeout=0)
@@ -256,8 +257,8 @@ class Recording(Untouchable):
 def test_a_job_under_an_idempotency_key_goes_to_the_keys_home_without_a_minted_id(
     offline: Client,
 ):
-    producer = offline._producer = Recording()  # type: ignore[assignment]
-    offline._ready.add(offline._topics["requests"])
+    producer = offline._transport._producer = Recording()  # type: ignore[assignment]
+    offline._transport.ready.add(offline._transport.topics["requests"])
     plain = {"type": "report.build", "args": []}
     offline.enqueue(plain, idempotency_key="order-17")
     offline.enqueue_many([plain, JOB], idempotency_key="batch-3")
@@ -271,7 +272,7 @@ def test_a_job_under_an_idempotency_key_goes_to_the_keys_home_without_a_minted_i
 
 @pytest.mark.parametrize("key", ["", "k" * 257, "line\nbreak"])
 def test_a_bad_idempotency_key_raises_before_anything_is_sent(offline: Client, key: str):
-    offline._producer = Untouchable()  # type: ignore[assignment]
+    offline._transport._producer = Untouchable()  # type: ignore[assignment]
     with pytest.raises(InvalidJob) as caught:
         offline.enqueue(JOB, idempotency_key=key)
     assert caught.value.code == "invalid_request" and "idempotency_key" in caught.value.message
