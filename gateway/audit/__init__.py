@@ -8,9 +8,10 @@ per-record code (which calls `core.decide` / `core.on_key`), and
 explanations read decision records and the policies they carry.
 """
 
-from gateway.audit.explain import Explained, explain_decision, explain_event, explain_record
+from gateway.audit.explain import Explained, explain_decision, explain_record
 from gateway.audit.findings import Difference, ReplayReport, compare_records
 from gateway.audit.log import LogRecord
+from gateway.audit.moves import explain_event
 from gateway.audit.whatif import Flip, FlipReport, replay_under_policy
 
 __all__ = [

@@ -22,23 +22,24 @@ from typing import Any
 
 import orjson
 
+from gateway.audit.moves import (
+    event_result,
+    explain_event,
+    job_before,
+    job_moves,
+    state_rows,
+    time_of,
+    what_of,
+)
 from gateway.core import (
     Entry,
-    EventOutcome,
-    EventResult,
-    GatewayError,
-    IgnoredReason,
-    State,
     UniquePolicy,
     effective_state,
-    expire_job,
     holds,
     prune,
 )
-from gateway.core.concurrency import CONCURRENCY_LIMIT
 from gateway.core.periods import format_period
 from gateway.core.successor import SUCCESSOR_OF
-from gateway.core.times import parse_rfc3339
 
 Entries = tuple[Entry, ...]
 NO_STATE = (
@@ -63,12 +64,12 @@ def explain_record(record: Mapping[str, Any]) -> Explained:
     kind = str(record.get("kind") or ("request" if "outcome" in record else "unknown"))
     if kind == "request":
         return _request(record)
-    what = _what(record)
+    what = what_of(record)
     at = record.get("at") if isinstance(record.get("at"), str) else None
     if kind == "event":
         result = event_result(record)
         head = f"event {what.get('outcome')} job {what.get('job_id')}"
-        told = [explain_event(result, _job_before(record, result.job_id))]
+        told = [explain_event(result, job_before(record, result.job_id))]
         if what.get("released"):
             told.append(
                 f"job {result.job_id} was the last job its key's successor waited for: "
@@ -109,7 +110,7 @@ def entries_before(record: Mapping[str, Any]) -> Entries | None:
     if not isinstance(state, Mapping):
         return None
     key = record.get("unique_key")
-    for row in _cells(state):
+    for row in state_rows(state):
         if row[0] == key and row[1] == "entries":
             value = row[2]
             if value is None:
@@ -124,97 +125,11 @@ def entries_before(record: Mapping[str, Any]) -> Entries | None:
 
 
 def _too_large(record: Mapping[str, Any]) -> str:
-    for row in _cells(record["state"]):
+    for row in state_rows(record["state"]):
         if row[1] == "entries" and isinstance(row[2], Mapping):
             size = row[2].get("bytes")
             return f"the key's entries ({size} bytes) were too large for the record to carry"
     return "the key's entries in this record are not readable"
-
-
-def _cells(state: Mapping[str, Any]) -> list[list[Any]]:
-    rows = state.get("before")
-    if not isinstance(rows, list):
-        return []
-    return [r for r in rows if isinstance(r, list) and len(r) >= 3]
-
-
-def _jobs(record: Mapping[str, Any]) -> list[tuple[str, str | None, str | None]]:
-    """[(job id, its state before, after)] of every job record the record wrote."""
-    state = record.get("state")
-    rows = state.get("jobs") if isinstance(state, Mapping) else None
-    if not isinstance(rows, list):
-        return []
-    return [
-        (str(r[0]), _text(r[1]), _text(r[2])) for r in rows if isinstance(r, list) and len(r) == 3
-    ]
-
-
-def _job_before(record: Mapping[str, Any], job_id: str | None) -> Mapping[str, Any] | None:
-    """The job's record as the record read it, before it wrote it."""
-    state = record.get("state")
-    for row in _cells(state) if isinstance(state, Mapping) else []:
-        if row[1] == f"job/{job_id}" and isinstance(row[2], Mapping):
-            return row[2]
-    return None
-
-
-def event_result(record: Mapping[str, Any]) -> EventResult:
-    """What an event's record says became of it, as the core's result, with the job as the
-    event left it (a record written before it carried the job: told from the job before)."""
-    what = _what(record)
-    job = what.get("job") if isinstance(what.get("job"), dict) else None
-    job_id = what.get("job_id") if isinstance(what.get("job_id"), str) else None
-    row = next((r for r in _jobs(record) if r[0] == job_id), None)
-    raw = what.get("error") if isinstance(what.get("error"), Mapping) else None
-    error = None if raw is None else GatewayError(str(raw.get("code")), str(raw.get("message")))
-    outcome = _enum(EventOutcome, what.get("outcome")) or EventOutcome.INVALID
-    return EventResult(
-        outcome, job_id,
-        previous_state=_enum(State, what.get("previous_state")),
-        state=_enum(State, what.get("state")),
-        reason=_enum(IgnoredReason, what.get("reason")),
-        error=error,
-        job=job,
-        deleted=outcome is EventOutcome.APPLIED and row is not None and row[2] is None,
-    )  # fmt: skip
-
-
-def job_moves(record: Mapping[str, Any]) -> list[str]:
-    """A line for each job a record other than a request or an event wrote: an attempt
-    its time ended (told by the core's own rule, `expire_job`, asked of the job as the
-    record read it at the record's time), a job its retention deleted, a job moved."""
-    lines = []
-    at = _time(record.get("at"))
-    for job_id, was, now in _jobs(record):
-        before = _job_before(record, job_id)
-        if now is None:
-            lines.append(f"job {job_id}: `{was}`, deleted: its retention ended")
-            continue
-        ended = None if before is None or at is None else expire_job(before, at)
-        if ended is not None and ended.job is not None and str(ended.state) == now:
-            error = ended.job.get("error") or {}
-            moved = _moved(ended, before).removeprefix(f"job {job_id}: ")
-            lines.append(f"{error.get('type')} job {job_id}: {moved}: {error.get('message')}")
-            continue
-        result = EventResult(EventOutcome.APPLIED, job_id, _enum(State, was), _enum(State, now))
-        lines.append(_moved(result, before))
-    return lines
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _what(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    what = record.get("what")
-    return what if isinstance(what, Mapping) else {}
-
-
-def _enum(kind: Any, value: Any) -> Any:
-    try:
-        return None if value is None else kind(value)
-    except ValueError:
-        return None
 
 
 def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
@@ -223,7 +138,7 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
     Whether a job held the key is asked of `core.holds`, the engine's own predicate.
     """
     outcome = record.get("outcome")
-    now = _time(record.get("decided_at")) or 0
+    now = time_of(record.get("decided_at")) or 0
     policy = _policy(record)
     if outcome == "invalid":
         error = record.get("error") or {}
@@ -348,55 +263,6 @@ def _show(value: Any) -> str:
     return "(none)" if value is None else orjson.dumps(value).decode()
 
 
-def explain_event(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
-    """What a job event did to the job (as it was `before`), as the processor applied it."""
-    if result.outcome is EventOutcome.INVALID:
-        return f"invalid: {None if result.error is None else result.error.message}"
-    if result.outcome is EventOutcome.APPLIED:
-        return _moved(result, before)
-    if result.reason is IgnoredReason.UNKNOWN_JOB:
-        return f"ignored: no job {result.job_id} is held under this key"
-    if result.outcome is EventOutcome.REFUSED and result.error is not None:
-        if result.error.code == CONCURRENCY_LIMIT:
-            return (
-                f"refused (concurrency limit): job {result.job_id} stays {result.state}: "
-                f"{result.error.message}"
-            )
-        return f"refused: {result.error.message}"
-    return f"ignored: job {result.job_id} is already {result.state}"
-
-
-def _moved(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
-    """An applied transition, with what it means for the job's next attempt and its key:
-    from the job afterwards where it is known (`result.job`), else from the job before."""
-    after, was = result.job or {}, before or {}
-    head = f"job {result.job_id}: {result.previous_state} → {result.state}"
-    attempt = after.get("attempt", was.get("attempt"))
-    if result.deleted:
-        return f"job {result.job_id}: {result.previous_state}, deleted: its key is released"
-    if result.state is State.ACTIVE and result.previous_state is State.ACTIVE:
-        return f"job {result.job_id}: heartbeat, its lease renewed"
-    if result.state is State.ACTIVE:
-        return f"{head} (a worker took it)"
-    if result.state is State.RETRYABLE:
-        then = f"; next attempt at {after['next_attempt_at']}" if "next_attempt_at" in after else ""
-        return f"{head} (attempt {attempt} failed{then})"
-    if result.state is State.DISCARDED and result.previous_state is State.ACTIVE:
-        error = after.get("error") or {}
-        limit = int(was.get("max_attempts") or after.get("max_attempts") or 1)
-        why = ""
-        if error.get("retryable") is False:
-            why = ", the error is not retryable"
-        elif int(attempt or 0) >= limit:
-            why = ", attempts exhausted"
-        elif error:
-            why = f", the error type {error.get('type')} is not retried"
-        return f"{head} (attempt {attempt} of {limit} failed{why}: the job is discarded " + (
-            "and releases the key)"
-        )
-    return head
-
-
 def describe_policy(policy: Mapping[str, Any]) -> str:
     parts = [f"keys {_list(policy.get('keys'))}"]
     for name in ("args_keys", "meta_keys"):
@@ -450,7 +316,3 @@ def _policy(record: Mapping[str, Any]) -> UniquePolicy | None:
 
 def _list(values: Any) -> str:
     return "[" + ", ".join(str(v) for v in values or []) + "]"
-
-
-def _time(value: Any) -> int | None:
-    return parse_rfc3339(value) if isinstance(value, str) else None
