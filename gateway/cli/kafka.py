@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gateway.audit.index import index_root
-from gateway.broker import launcher
-from gateway.broker.launcher import BrokerError, Cluster
+from gateway.broker import install, launcher
+from gateway.broker.install import BrokerError, Cluster
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
 from gateway.http.view import views_root
 from gateway.processor import state_identity
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--kafka-version", default=None,
         help="Apache Kafka release (default: the existing cluster's, else "
-        f"$GATEWAY_KAFKA_VERSION, else {launcher.DEFAULT_VERSION})",
+        f"$GATEWAY_KAFKA_VERSION, else {install.DEFAULT_VERSION})",
     )  # fmt: skip
     p.set_defaults(func=_up)
 

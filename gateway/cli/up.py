@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 
 from gateway import admin, catalogue, config, logs
 from gateway.broker import launcher
-from gateway.broker.launcher import BrokerError
+from gateway.broker.install import BrokerError
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import CatalogueError
 from gateway.children import ignore_sigint, python_module

@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from gateway.broker import launcher
+from gateway.broker import install
 from gateway.cli import build_parser
 
 
@@ -46,7 +46,7 @@ def test_every_command_and_flag_has_help_naming_its_default():
 
 def test_docker_compose_runs_the_launchers_kafka_release():
     compose = (Path(__file__).parents[2] / "docker-compose.yml").read_text()
-    assert re.findall(r"image: apache/kafka:(\S+)", compose) == [launcher.DEFAULT_VERSION]
+    assert re.findall(r"image: apache/kafka:(\S+)", compose) == [install.DEFAULT_VERSION]
 
 
 def test_no_default_reads_none():

@@ -5,11 +5,12 @@ import subprocess
 import sys
 import time
 
-from gateway.broker.launcher import _cluster_id, _cmdline, _exit
+from gateway.broker.install import new_cluster_id
+from gateway.broker.launcher import _cmdline, _exit
 
 
 def test_cluster_ids_never_look_like_an_option():
-    ids = {_cluster_id() for _ in range(2000)}
+    ids = {new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000 and not any(i.startswith("-") for i in ids)
 
 
