@@ -27,6 +27,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from gateway.home import gateway_home
+
 _PREFIX = "GATEWAY_KAFKA_"
 # The processor's transactional producer: how long it holds records to send them
 # together (librdkafka's linger.ms). Its records are readable only once their
@@ -52,12 +54,6 @@ KAFKA_LOGGER = logging.getLogger("librdkafka")
 
 class ConfigError(Exception):
     """The configuration file is missing or malformed."""
-
-
-def gateway_home() -> Path:
-    """Where the gateway keeps its files: $GATEWAY_HOME, else ~/.cache/unique-jobs-gateway."""
-    env = os.environ.get("GATEWAY_HOME")
-    return Path(env) if env else Path.home() / ".cache" / "unique-jobs-gateway"
 
 
 def client_config(explicit_bootstrap: str | None = None) -> dict[str, Any]:

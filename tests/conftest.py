@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import config
 from gateway.broker import launcher
+from gateway.home import gateway_home as home_directory
 from tests.support import free_port_block
 
 
@@ -31,7 +31,7 @@ def _docker_answers() -> bool:
 
 
 def start_local_cluster(brokers: int) -> launcher.Cluster:
-    directory = config.gateway_home() / "test-clusters" / uuid.uuid4().hex[:12]
+    directory = home_directory() / "test-clusters" / uuid.uuid4().hex[:12]
     return launcher.up(brokers=brokers, port=free_port_block(), directory=directory).cluster
 
 
@@ -76,9 +76,9 @@ def gateway_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     It lies under the real gateway home so that CI can find and stop anything
     a failed test left running there.
     """
-    jars = config.gateway_home() / "kafka"
+    jars = home_directory() / "kafka"
     jars.mkdir(parents=True, exist_ok=True)
-    home = config.gateway_home() / "test-homes" / uuid.uuid4().hex[:12]
+    home = home_directory() / "test-homes" / uuid.uuid4().hex[:12]
     home.mkdir(parents=True)
     (home / "kafka").symlink_to(jars, target_is_directory=True)
     monkeypatch.setenv("GATEWAY_HOME", str(home))

@@ -46,8 +46,8 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from gateway import store_memory
 from gateway.audit.chain import Chain
-from gateway.config import gateway_home
 from gateway.core.limits import MAX_ID_BYTES
+from gateway.home import gateway_home
 from gateway.processor import state_identity
 from gateway.processor.state_identity import Identity
 from gateway.processor.trail import JOB

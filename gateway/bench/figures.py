@@ -45,7 +45,7 @@ from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import Catalogue
 from gateway.children import python_module
-from gateway.config import gateway_home
+from gateway.home import gateway_home
 
 PROBES = 1000
 # The processor's warning when it deletes its state (state_identity.py): a restart with the

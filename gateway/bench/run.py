@@ -24,7 +24,7 @@ from gateway.bench.streams import BenchError, Broker, Options
 from gateway.bench.workload import Workload, generate
 from gateway.broker import launcher
 from gateway.broker.ports import free_port_block
-from gateway.config import gateway_home
+from gateway.home import gateway_home
 
 EXTRA_MODULES = {"redis": ["redis"], "postgres": ["psycopg"]}
 # The pace of the paced SDK answer row, requests per second.

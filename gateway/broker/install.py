@@ -17,7 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gateway.config import gateway_home
+from gateway.home import gateway_home
 
 DEFAULT_VERSION = "4.3.1"
 DEFAULT_PORT = 9092
