@@ -3,7 +3,7 @@ its audit trail, record by record, as it streams past.
 
 Each `requests` record runs, in offset order, through `Dedup` (which calls the core) over
 a `TrailStore`. Before it runs, the state its audit record says it was decided from (its
-`state.before`, processor/trail.py) fills every value the replay has not seen yet: so a
+`state.before`, stage/trail.py) fills every value the replay has not seen yet: so a
 window of the log whose start is gone replays like the whole log, each key starting from
 the state its first surviving record carries. A value the replay already holds is
 compared instead: the state a record was decided from must be the state the records
@@ -54,13 +54,13 @@ from gateway.audit.findings import (
 from gateway.audit.log import LogRecord
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import seal_of
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.router import Router
-from gateway.processor.schedule import Schedule
-from gateway.processor.trail import CHAIN_KEY, HEAD, SEALED_BY, UNKEYED, Sealer, sealed_bytes
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.router import Router
+from gateway.stage.schedule import Schedule
+from gateway.stage.trail import CHAIN_KEY, HEAD, SEALED_BY, UNKEYED, Sealer, sealed_bytes
 
 
 class PartitionReplay:

@@ -32,10 +32,10 @@ from gateway.core.idempotency import (
     body_digest,
     key_problem,
 )
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output
 from gateway.wire import (
     CORRELATION_ID_HEADER,
     IDEMPOTENCY_CHECKED_HEADER,

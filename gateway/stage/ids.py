@@ -17,10 +17,10 @@ from gateway import wire
 from gateway.core import GatewayError, Request
 from gateway.core.ids import IdClaim, claim_id, holder, parse_report, report_id, summary
 from gateway.partitioner import partition_for
-from gateway.processor.records import Output, Source, decision_outputs, id_report, request_id
+from gateway.stage.records import Output, Source, decision_outputs, id_report, request_id
 
 if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup, KeyState
+    from gateway.stage.dedup import Dedup, KeyState
 
 log = logging.getLogger("gateway.processor")
 CLAIM = "claim"

@@ -20,8 +20,8 @@ from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide
 from gateway.core.lifecycle import cancelled_by_replace
 from gateway.core.updates import updated_record, wants_records
 from gateway.partitioner import partition_for
-from gateway.processor.parsing import dialect_of, parse_limited
-from gateway.processor.records import (
+from gateway.stage.parsing import dialect_of, parse_limited
+from gateway.stage.records import (
     Output,
     Source,
     decision_outputs,
@@ -31,7 +31,7 @@ from gateway.processor.records import (
 )
 
 if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup, KeyState
+    from gateway.stage.dedup import Dedup, KeyState
 
 log = logging.getLogger("gateway.processor")
 

@@ -34,19 +34,19 @@ from gateway.core import (
 )
 from gateway.core.jobs import job_expires_at, job_route
 from gateway.core.limits import headers_refusal
-from gateway.processor.commands import CRON, Commands
-from gateway.processor.due import time_passed
-from gateway.processor.events import Events
-from gateway.processor.idempotency import Idempotency
-from gateway.processor.ids import Ids
-from gateway.processor.kinds import Kind, kind_of
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source, job_state
-from gateway.processor.requests import Requests
-from gateway.processor.schedule import LEASES, TOMBSTONES, Known, Schedule
-from gateway.processor.total import Guard
-from gateway.processor.trail import CHAIN_KEY, JOB, UNKEYED, Sealer, seal
+from gateway.stage.commands import CRON, Commands
+from gateway.stage.due import time_passed
+from gateway.stage.events import Events
+from gateway.stage.idempotency import Idempotency
+from gateway.stage.ids import Ids
+from gateway.stage.kinds import Kind, kind_of
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source, job_state
+from gateway.stage.requests import Requests
+from gateway.stage.schedule import LEASES, TOMBSTONES, Known, Schedule
+from gateway.stage.total import Guard
+from gateway.stage.trail import CHAIN_KEY, JOB, UNKEYED, Sealer, seal
 
 Emit = Callable[[Output, Source], None]
 # The state of the record's key (its fingerprint) in the partition's store:

@@ -21,8 +21,8 @@ from gateway.core import EventOutcome, GatewayError
 from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, registered, shown
 from gateway.core.queues import newer, parse_queue_command, queue_state
 from gateway.partitioner import partition_for
-from gateway.processor.records import Output, Source, command_reply, refused_command
-from gateway.processor.schedule import CRONS
+from gateway.stage.records import Output, Source, command_reply, refused_command
+from gateway.stage.schedule import CRONS
 
 log = logging.getLogger("gateway.processor")
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from gateway.core import expire_job, job_deadline
 from gateway.core.jobs import job_expires_at
-from gateway.processor.records import Source, job_state_tombstone
-from gateway.processor.schedule import LEASES, TOMBSTONES
+from gateway.stage.records import Source, job_state_tombstone
+from gateway.stage.schedule import LEASES, TOMBSTONES
 
 if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup
+    from gateway.stage.dedup import Dedup
 
 log = logging.getLogger("gateway.processor")
 

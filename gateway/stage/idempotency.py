@@ -36,11 +36,11 @@ from gateway.core.idempotency import (
     with_job_id,
 )
 from gateway.partitioner import partition_for
-from gateway.processor.parsing import dialect_of
-from gateway.processor.records import Output, Source, refused_request
+from gateway.stage.parsing import dialect_of
+from gateway.stage.records import Output, Source, refused_request
 
 if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup, KeyState
+    from gateway.stage.dedup import Dedup, KeyState
 
 ADMISSION = "idempotency"
 ANSWER = "idem/"  # + item + "/" + key: an answer kept at the route

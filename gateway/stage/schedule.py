@@ -11,7 +11,7 @@ than when a record about them arrives:
 - LEASES: an active job's attempt ends at its lease or its timeout, and a
   waiting job's chance to run at its expires_at (`core.job_deadline`); then
   the core's `expire_job` fails the attempt, or discards the job.
-- CRONS: a cron's next slot (processor/commands.py); the entry is (the cron's
+- CRONS: a cron's next slot (stage/commands.py); the entry is (the cron's
   key, its name), and `core.crons.fire` says whether it is still due.
 
 Each is a schedule of (route, item) by due time, swept on every record of
@@ -149,7 +149,7 @@ TOMBSTONES = Schedule(b"\x00job-expiry", 10_000)
 # A lease is a few seconds: it falls due at the first tick (two a second) past its
 # bucket's end, so within 0.6 s; an idle partition catches up 14 minutes per record.
 LEASES = Schedule(b"\x00job-lease", 100)
-# A cron's next slot (processor/commands.py): it fires at the first tick past its bucket,
+# A cron's next slot (stage/commands.py): it fires at the first tick past its bucket,
 # within 0.6 s, so a cron firing every second keeps up.
 CRONS = Schedule(b"\x00cron-slot", 100)
 

@@ -25,7 +25,7 @@ from typing import Any
 from gateway.core import INTERNAL, GatewayError
 from gateway.core.limits import MAX_RECORD_BYTES
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import Output, Source, dead_letter, record_size
+from gateway.stage.records import Output, Source, dead_letter, record_size
 
 log = logging.getLogger("gateway.processor")
 

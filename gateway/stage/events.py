@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State, successor
 from gateway.core.jobs import job_route
 from gateway.core.lifecycle import follow, on_key
-from gateway.processor.parsing import parse_event_record
-from gateway.processor.records import (
+from gateway.stage.parsing import parse_event_record
+from gateway.stage.records import (
     Output,
     Source,
     cancellation,
@@ -28,7 +28,7 @@ from gateway.processor.records import (
 )
 
 if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup, KeyState
+    from gateway.stage.dedup import Dedup, KeyState
 
 log = logging.getLogger("gateway.processor")
 Moved = tuple[tuple[Entry, ...], tuple[Entry, ...]]  # a key's entries before and after
