@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 
 from gateway.processor.metrics import Metrics
 from gateway.processor.replies import ReplyTopics
+from gateway.stage.context import Emit
 from gateway.stage.records import Output, Source
-from gateway.stage.total import Emit
 
 log = logging.getLogger("gateway.processor")
 

@@ -14,11 +14,13 @@ from typing import Any, Protocol
 
 from gateway.catalogue import Catalogue
 from gateway.processor.metrics import Metrics
-from gateway.processor.store import KeyState, PartitionStore
-from gateway.stage.dedup import ENTRIES, Dedup, Emit
+from gateway.processor.store import PartitionStore
+from gateway.stage.context import Emit, KeyState
+from gateway.stage.dedup import Dedup
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Source, headers_of
 from gateway.stage.router import Router
+from gateway.stage.shared import ENTRIES
 from gateway.stage.trail import UNKEYED, Sealer
 
 # The inputs, by catalogue role.

@@ -19,15 +19,14 @@ import orjson
 from gateway import wire
 from gateway.core import GatewayError, Outcome, Request, uuid7
 from gateway.core.limits import event_size_refusal, headers_refusal
-from gateway.processor.metrics import Metrics
-from gateway.stage.dedup import Emit
+from gateway.stage.context import Emit, StageMetrics
 from gateway.stage.parsing import Limits, dialect_of, parse_limited
 from gateway.stage.records import Output, Source, refused_event, refused_request, request_id
 from gateway.stage.total import Guard
 
 
 class Router:
-    def __init__(self, emit: Emit, metrics: Metrics, limits: Limits) -> None:
+    def __init__(self, emit: Emit, metrics: StageMetrics, limits: Limits) -> None:
         # Every record is handled all or nothing, and never raises (see total.py).
         self._guard = Guard(emit, None, metrics)
         self.emit = self._guard.emit

@@ -31,11 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
-KeyState = Any  # get_bytes, set_bytes, delete, as in dedup.py
+from gateway.stage.context import KeyState, Staged
+
+# A schedule's state: as a record's handling stages it, or (a replay seeding what an audit
+# record read) as the store holds it.
+State = Staged | KeyState
 _NEXT = "next"
 
 
@@ -49,7 +52,7 @@ class Schedule:
     # over several records, so that no one record reads without end.
     max_buckets_per_record: int = 8_640
 
-    def add(self, state: KeyState, route: str, job_id: str, due_ms: int, now_ms: int) -> None:
+    def add(self, state: State, route: str, job_id: str, due_ms: int, now_ms: int) -> None:
         """Look at `job_id` (stored under `route`) once time has passed `due_ms`; `now_ms`
         is the time of the record that adds it."""
         next_bucket = _int(state.get_bytes(_NEXT))
@@ -73,7 +76,7 @@ class Schedule:
         """Whether a schedule whose first unswept bucket is `next_bucket` has nothing due."""
         return next_bucket is None or now_ms // self.bucket_ms <= next_bucket
 
-    def sweep(self, state: KeyState, now_ms: int) -> tuple[list[tuple[str, str]], int | None]:
+    def sweep(self, state: State, now_ms: int) -> tuple[list[tuple[str, str]], int | None]:
         """(route, job id) of every entry whose bucket ended by `now_ms`, taken off the
         schedule, and the schedule's first unswept bucket afterwards (None: nothing was ever
         scheduled). A bucket is swept only once it has ended, so an entry is seen up to

@@ -146,7 +146,8 @@ class Gateway:
         self.sent: list[Output] = []
         self.stores: dict[int, Store] = {}
         self.offsets: dict[tuple[str, int], int] = {}
-        metrics, limits = Metrics(), limits or Limits()
+        self.metrics = metrics = Metrics()
+        limits = limits or Limits()
         self.router = Router(self.emit, metrics, limits)
         self.dedup = Dedup(PARTITIONS, self.emit, metrics, limits, self.state_of)
         self.clock = T0

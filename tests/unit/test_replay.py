@@ -22,12 +22,12 @@ from gateway.audit.whatif import paired
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.core.limits import MAX_RECORD_BYTES
 from gateway.processor.metrics import Metrics
+from gateway.stage.context import DELETED, Staged
 from gateway.stage.dedup import Dedup
 from gateway.stage.kinds import Kind
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Output, Source, decision_record, record_size, request_id
 from gateway.stage.requests import Requests
-from gateway.stage.total import DELETED, Staged
 from gateway.stage.trail import CHAIN_KEY, digest, intact, seal
 from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
