@@ -1,5 +1,5 @@
-"""What the processor does with one record of `requests`: wiring between Kafka and the
-core, one handler per kind of record.
+"""What the processor does with one record of `requests`, over its key's state: wiring
+between the log and the core, one handler per kind of record.
 
 A record is told once (kinds.py) and handed to the handler of its kind: requests
 (requests.py), job events (events.py), queue and cron commands (commands.py), id reports
