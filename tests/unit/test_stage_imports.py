@@ -15,7 +15,7 @@ FORBIDDEN = ("confluent_kafka", "rocksdict", "gateway.processor", "gateway.audit
 
 
 def _imports(path: Path) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
