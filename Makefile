@@ -31,7 +31,7 @@ lint: install
 # The per-record path's hot modules compiled by mypyc beside their sources, which they
 # shadow (gateway/compiled.py; about a quarter of a decision's CPU, docs/benchmarks.md):
 # rebuilt whenever a source changes. `make uncompiled` goes back to the sources alone.
-$(VENV)/compiled: $(BIN)/gateway $(wildcard gateway/*.py gateway/core/*.py gateway/core/dialects/*.py gateway/processor/*.py)
+$(VENV)/compiled: $(BIN)/gateway $(wildcard gateway/*.py gateway/core/*.py gateway/core/dialects/*.py gateway/processor/*.py gateway/stage/*.py)
 	$(BIN)/python gateway/compiled.py
 	touch $@
 

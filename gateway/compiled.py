@@ -35,12 +35,12 @@ MODULES = (
     "gateway/core/periods.py", "gateway/core/policy.py", "gateway/core/request.py",
     "gateway/core/retry.py", "gateway/core/states.py", "gateway/core/successor.py",
     "gateway/core/times.py", "gateway/core/updates.py", "gateway/partitioner.py",
-    "gateway/processor/dedup.py", "gateway/processor/due.py", "gateway/processor/emitter.py",
-    "gateway/processor/idempotency.py", "gateway/processor/ids.py", "gateway/processor/kinds.py",
-    "gateway/processor/loop.py", "gateway/processor/metrics.py", "gateway/processor/records.py",
-    "gateway/processor/requests.py", "gateway/processor/schedule.py", "gateway/processor/stages.py",
-    "gateway/processor/store.py", "gateway/processor/total.py", "gateway/processor/trail.py",
-    "gateway/wire.py",
+    "gateway/processor/emitter.py", "gateway/processor/loop.py", "gateway/processor/metrics.py",
+    "gateway/processor/stages.py", "gateway/processor/store.py", "gateway/stage/context.py",
+    "gateway/stage/dedup.py", "gateway/stage/due.py", "gateway/stage/idempotency.py",
+    "gateway/stage/ids.py", "gateway/stage/kinds.py", "gateway/stage/records.py",
+    "gateway/stage/requests.py", "gateway/stage/schedule.py", "gateway/stage/shared.py",
+    "gateway/stage/total.py", "gateway/stage/trail.py", "gateway/wire.py",
 )  # fmt: skip
 
 

@@ -145,11 +145,11 @@ class Pipeline:
         from gateway import catalogue
         from gateway.core import GatewayError, parse_request_json
         from gateway.core.times import format_rfc3339
-        from gateway.processor.dedup import Dedup
         from gateway.processor.metrics import Metrics
-        from gateway.processor.parsing import Limits
-        from gateway.processor.records import Source, headers_of
-        from gateway.processor.router import Router
+        from gateway.stage.dedup import Dedup
+        from gateway.stage.parsing import Limits
+        from gateway.stage.records import Source, headers_of
+        from gateway.stage.router import Router
         from tests.memory_store import Store
 
         self.parse: Callable[[bytes], Any] = parse_request_json
@@ -984,7 +984,7 @@ if __name__ == "__main__":
 
     made = simulate()
     # The outputs captured as the simulation went must be those of the log decided alone.
-    from gateway.processor.parsing import Limits
+    from gateway.stage.parsing import Limits
 
     stores: StoreContents = {}
     if decide_log(made, Limits(**made.limits), stores) != made.outputs or stores != made.stores:

@@ -25,7 +25,7 @@ from gateway.core import (
 )
 from gateway.core.lifecycle import on_key
 from gateway.core.times import format_rfc3339
-from gateway.processor import requests as requests_module
+from gateway.stage import requests as requests_module
 
 _Test = TypeVar("_Test")
 
@@ -64,7 +64,7 @@ def validator(name: str) -> Draft202012Validator:
 
 
 def is_trail(output: Any) -> bool:
-    """An audit record of a record that is no request (processor/trail.py)."""
+    """An audit record of a record that is no request (stage/trail.py)."""
     return output.role == "decisions" and b'"kind":"request"' not in (output.value or b"")
 
 

@@ -26,7 +26,7 @@ from gateway.audit.chain import WINDOW, Chain
 from gateway.audit.findings import AFTER_WINDOW, INPUT_GONE, KEY_NOT_HELD, Position, ReplayReport
 from gateway.audit.log import LogRecord
 from gateway.audit.verify import ALTERED, UNCHECKED, UNSEALED, Layout, seal_of
-from gateway.processor.audit_keys import AuditKeys
+from gateway.stage.audit_keys import AuditKeys
 
 
 @dataclass(frozen=True, slots=True)

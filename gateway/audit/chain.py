@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.processor.trail import SEALED_BY
+from gateway.stage.trail import SEALED_BY
 
 # How many of the last sealed records a chain remembers: an insertion of fewer records
 # than this is told apart from a gap.

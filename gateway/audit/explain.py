@@ -78,7 +78,7 @@ def explain_record(record: Mapping[str, Any]) -> Explained:
         return Explained(kind, at, head, dict(what), told)
     moves = job_moves(record)
     head = kind if not what else f"{kind} {orjson.dumps(what).decode()}"
-    if "answered_again" in what:  # an idempotent retry (processor/idempotency.py)
+    if "answered_again" in what:  # an idempotent retry (stage/idempotency.py)
         moves = [
             f"answered again: idempotency key {what.get('idempotency_key')!r} was answered "
             f"for request {what.get('answer_of')} with the same body; its answer is sent "

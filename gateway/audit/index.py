@@ -50,7 +50,7 @@ from gateway.core.limits import MAX_ID_BYTES
 from gateway.home import gateway_home
 from gateway.processor import state_identity
 from gateway.processor.state_identity import Identity
-from gateway.processor.trail import JOB
+from gateway.stage.trail import JOB
 
 # Raise with any change of the layout above: an index of another is read anew.
 LAYOUT = 2

@@ -26,7 +26,7 @@ from gateway.core import (
 )
 from gateway.core.lifecycle import on_key
 from gateway.core.queues import QueueCommand, newer, parse_queue_command, queue_state
-from gateway.processor.schedule import LEASES
+from gateway.stage.schedule import LEASES
 
 
 class JobBook:

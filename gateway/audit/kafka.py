@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from gateway.audit.log import LogRecord
-from gateway.processor.records import headers_of
+from gateway.stage.records import headers_of
 
 # How long a partition may make no progress before we give up on it: longer
 # than the processor's transaction timeout, after which an open transaction

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.processor.records import Source
+from gateway.stage.records import Source
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, and a replay

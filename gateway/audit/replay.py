@@ -3,7 +3,7 @@ its audit trail, record by record, as it streams past.
 
 Each `requests` record runs, in offset order, through `Dedup` (which calls the core) over
 a `TrailStore`. Before it runs, the state its audit record says it was decided from (its
-`state.before`, processor/trail.py) fills every value the replay has not seen yet: so a
+`state.before`, stage/trail.py) fills every value the replay has not seen yet: so a
 window of the log whose start is gone replays like the whole log, each key starting from
 the state its first surviving record carries. A value the replay already holds is
 compared instead: the state a record was decided from must be the state the records
@@ -54,13 +54,14 @@ from gateway.audit.findings import (
 from gateway.audit.log import LogRecord
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import seal_of
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.router import Router
-from gateway.processor.schedule import Schedule
-from gateway.processor.trail import CHAIN_KEY, HEAD, SEALED_BY, UNKEYED, Sealer, sealed_bytes
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.router import Router
+from gateway.stage.schedule import Schedule
+from gateway.stage.shared import Due
+from gateway.stage.trail import CHAIN_KEY, HEAD, SEALED_BY, UNKEYED, Sealer, sealed_bytes
 
 
 class PartitionReplay:
@@ -79,9 +80,11 @@ class PartitionReplay:
         self.started = self.sealed = False
         self.tainted: set[bytes] = set()  # routes a missing or altered record touched
         self._out: list[Output] = []
-        self.dedup = WindowDedup(
+        # What the audit record being replayed says its time made due (schedule, route, item).
+        self.recorded_due: list[tuple[bytes, str, str]] = []
+        self.dedup = Dedup(
             partitions, lambda output, _: self._out.append(output), Metrics(), limits,
-            lambda _, key: store.state(key),
+            lambda _, key: store.state(key), window=self._window,
         )  # fmt: skip
         self.find: Callable[[str, Position, str], None] = lambda kind, position, detail: (
             report.find(kind, position, detail, keep)
@@ -206,10 +209,21 @@ class PartitionReplay:
         self.tainted.difference_update(_route(r) for r in audit.value["state"]["routes"])
         self.store.state(CHAIN_KEY).put_stamped(HEAD, _prev(audit), None)
         self.dedup.sealer = self._sealer(audit.value.get(SEALED_BY))
-        self.dedup.recorded_due = [
+        self.recorded_due = [
             (_route(schedule), route, item) for schedule, route, item in audit.value["state"]["due"]
         ]
         return complete
+
+    def _window(self, schedule: Schedule, own: Due) -> Due:
+        """The replay's schedules may have begun before its window: what a record's audit
+        record says its time made due is due here too, first and in its order, beside
+        anything due on the replay's own schedules (a job it knows whose time came), so that
+        a due item the processor missed shows as a difference. Taking an item is asking the
+        core about the job as it is now, so an item taken twice does nothing twice."""
+        recorded = [(route, item) for key, route, item in self.recorded_due if key == schedule.key]
+        if not recorded:
+            return own
+        return [*recorded, *(x for x in own if x not in recorded)]
 
     def _sealer(self, key_id: Any) -> Sealer:
         """Seals a record as one sealed with the key `key_id` names is (its digest aside)."""
@@ -225,7 +239,7 @@ class PartitionReplay:
         self._out.clear()
         state = self.store.state(record.key or b"")
         self.dedup.on_record(record.value, record.key, source, state)
-        self.dedup.recorded_due = []
+        self.recorded_due = []
         return next((o for o in self._out if o.role == "decisions"), None)
 
     def _rerouted(self) -> bool:
@@ -251,26 +265,6 @@ class PartitionReplay:
         routes = state.get("routes") if isinstance(state, dict) else None
         for route in routes if isinstance(routes, list) else []:
             self.tainted.add(_route(route))
-
-
-class WindowDedup(Dedup):
-    """The processor's Dedup, whose schedules may have begun before the window: what a
-    record's audit record says its time made due is due here too, first and in its order,
-    beside anything due on the replay's own schedules (a job it knows whose time came), so
-    that a due item the processor missed shows as a difference. Taking an item is asking
-    the core about the job as it is now, so an item taken twice does nothing twice."""
-
-    recorded_due: list[tuple[bytes, str, str]] = []
-
-    def take_due(self, schedule: Schedule, source: Source) -> list[tuple[str, str]]:
-        own = super().take_due(schedule, source)
-        recorded = [(route, item) for key, route, item in self.recorded_due if key == schedule.key]
-        if not recorded:
-            return own
-        del self.taken[len(self.taken) - len(own) :]
-        taken = [*recorded, *(x for x in own if x not in recorded)]
-        self.taken.extend((schedule.key, route, item) for route, item in taken)
-        return taken
 
 
 def replay_intake(

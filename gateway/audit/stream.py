@@ -31,8 +31,8 @@ from gateway.audit.log import LogRecord
 from gateway.audit.replay import PartitionReplay, ReplayReport, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import Layout
-from gateway.processor.audit_keys import AuditKeys
-from gateway.processor.parsing import Limits
+from gateway.stage.audit_keys import AuditKeys
+from gateway.stage.parsing import Limits
 
 Bounds = tuple[int, int]  # a partition's first offset and end offset
 PROGRESS_EVERY = 1_000  # records between a worker's progress reports

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.audit.chain import Chain
-from gateway.processor.audit_keys import AuditKeys
-from gateway.processor.trail import SEALED_BY, intact
+from gateway.stage.audit_keys import AuditKeys
+from gateway.stage.trail import SEALED_BY, intact
 
 # A record's seal.
 SOUND = "sound"  # its digest matches its bytes (keyed with a key the reader holds)

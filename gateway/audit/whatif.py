@@ -42,8 +42,8 @@ from gateway.core import (
     fingerprint,
 )
 from gateway.core.lifecycle import follow
-from gateway.processor.kinds import Kind, kind_of
-from gateway.processor.parsing import Limits, parse_event_record, parse_limited
+from gateway.stage.kinds import Kind, kind_of
+from gateway.stage.parsing import Limits, parse_event_record, parse_limited
 
 
 @dataclass(frozen=True, slots=True)

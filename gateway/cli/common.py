@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 if TYPE_CHECKING:
-    from gateway.processor.audit_keys import AuditKeys
+    from gateway.stage.audit_keys import AuditKeys
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -69,7 +69,7 @@ def add_log_level_argument(p: argparse.ArgumentParser) -> None:
 
 def add_audit_key_argument(p: argparse.ArgumentParser, sealing: bool) -> None:
     """--audit-key-file: the processor seals with its newest key, the readers verify with any."""
-    from gateway.processor.audit_keys import ENV
+    from gateway.stage.audit_keys import ENV
 
     use = (
         "seal the audit trail with a key: the last of this file's `ID SECRET` lines "
@@ -107,7 +107,7 @@ def store_memory_of(args: argparse.Namespace) -> int:
 
 def audit_keys_of(args: argparse.Namespace) -> AuditKeys | None:
     """The keys --audit-key-file names, or None; a bad file is refused with its code."""
-    from gateway.processor import audit_keys
+    from gateway.stage import audit_keys
 
     if args.audit_key_file is None:
         return None

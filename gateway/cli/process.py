@@ -28,7 +28,7 @@ from gateway.config import (
 )
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
-from gateway.processor.parsing import Limits
+from gateway.stage.parsing import Limits
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -33,7 +33,7 @@ from gateway.cli.common import (
 from gateway.core import DEFAULT_RETENTION_MS, GatewayError, UniquePolicy, parse_policy
 from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.core.times import parse_rfc3339
-from gateway.processor.parsing import Limits
+from gateway.stage.parsing import Limits
 
 EXIT_DIFFERENT = 1
 LONG_READ = 10_000  # records; shorter reads show no progress bar

@@ -2,7 +2,7 @@
 cancellations workers act on after a replace.
 
 The processor adds the record's own fields (request_id, decided_at, source)
-and writes the records (processor/records.py).
+and writes the records (stage/records.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A caller names an enqueue (or a whole batch) with a key of its own. The same key with
 the same body within the window gets the answer the first one got; the same key with
 another body is refused (`idempotency_key_reused`). Pure: the processor keeps the
-records these functions read and write (processor/idempotency.py).
+records these functions read and write (stage/idempotency.py).
 
 Two records, because a request's route is a function of its body: at the key's home
 (the partition its own bytes route to) an `Admission` remembers, per item, the digest of

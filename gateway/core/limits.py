@@ -30,7 +30,7 @@ job event is parsed, and they add up under that ceiling:
   MAX_ID_BYTES.
 
 The processor checks each record it writes against MAX_RECORD_BYTES before it
-produces anything (processor/total.py): with the limits above that check is a
+produces anything (stage/total.py): with the limits above that check is a
 safety net, never the refusal a valid input meets.
 
 Nesting is at most MAX_DEPTH levels (orjson cannot serialise past 255), and

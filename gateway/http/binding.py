@@ -22,8 +22,8 @@ from gateway.http.errors import ApiError
 from gateway.http.event_feed import EventFeed
 from gateway.http.serving import Board
 from gateway.http.view import Follower, JobView
-from gateway.processor.audit_keys import AuditKeys
 from gateway.sdk import AsyncClient
+from gateway.stage.audit_keys import AuditKeys
 
 if TYPE_CHECKING:
     from gateway.http.history import KeyHistory

@@ -1,7 +1,7 @@
 """Sending queue and cron commands to the processor and waiting for its answers.
 
 The binding decides nothing here either: it sends the command (sdk/commands.py)
-and reports what the processor answered (processor/commands.py).
+and reports what the processor answered (stage/commands.py).
 """
 
 from __future__ import annotations

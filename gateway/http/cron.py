@@ -1,6 +1,6 @@
 """OJS level 2's cron routes: register (an upsert), list, get, enable or disable, delete.
 
-Crons live in the processor (core/crons.py, processor/commands.py): these
+Crons live in the processor (core/crons.py, stage/commands.py): these
 routes check a registration with the core's own rule, send the command and
 report the processor's answer. Lists and gets read this process's view of what
 the processor published, with this process's own answered changes shown at

@@ -29,11 +29,9 @@ from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_FETCH_WAIT_MS, DEFAULT_LINGER_MS, FETCH_MIN_BYTES
 from gateway.partitioner import PRODUCER_SETTING
 from gateway.processor import changelogs
-from gateway.processor.audit_keys import AuditKeys
 from gateway.processor.emitter import emitter
 from gateway.processor.loop import Loop, Topics
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
 from gateway.processor.readiness import Readiness
 from gateway.processor.readiness import serve as serve_status
 from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
@@ -42,7 +40,9 @@ from gateway.processor.stages import Stages, Stores, input_roles
 from gateway.processor.state_identity import current, reconcile, state_root
 from gateway.processor.store import LAYOUT
 from gateway.processor.ticks import Ticker
-from gateway.processor.trail import UNKEYED
+from gateway.stage.audit_keys import AuditKeys
+from gateway.stage.parsing import Limits
+from gateway.stage.trail import UNKEYED
 from gateway.wire import group_name
 
 log = logging.getLogger("gateway.processor")

@@ -10,9 +10,9 @@ import logging
 from collections.abc import Callable, Mapping
 
 from gateway.processor.metrics import Metrics
-from gateway.processor.records import Output, Source
 from gateway.processor.replies import ReplyTopics
-from gateway.processor.total import Emit
+from gateway.stage.context import Emit
+from gateway.stage.records import Output, Source
 
 log = logging.getLogger("gateway.processor")
 

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.catalogue import Catalogue
-from gateway.processor.dedup import ENTRIES, Dedup, Emit
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Source, headers_of
-from gateway.processor.router import Router
-from gateway.processor.store import KeyState, PartitionStore
-from gateway.processor.trail import UNKEYED, Sealer
+from gateway.processor.store import PartitionStore
+from gateway.stage.context import Emit, KeyState
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Source, headers_of
+from gateway.stage.router import Router
+from gateway.stage.shared import ENTRIES
+from gateway.stage.trail import UNKEYED, Sealer
 
 # The inputs, by catalogue role.
 INPUTS = ("intake", "job_events", "requests")

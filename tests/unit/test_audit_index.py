@@ -12,8 +12,8 @@ import pytest
 
 from gateway.audit import history
 from gateway.audit.index import AuditIndex, IndexUnavailable, Position, named, open_index
-from gateway.processor.schedule import LEASES
 from gateway.processor.state_identity import Identity
+from gateway.stage.schedule import LEASES
 from tests.unit import test_explain as processed
 
 KEY = "a" * 64

@@ -10,13 +10,13 @@ import orjson
 import pytest
 
 from gateway.cli import main
-from gateway.processor import audit_keys
-from gateway.processor.audit_keys import AuditKeyError, AuditKeys
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.trail import UNKEYED, Sealer, intact, sealed_bytes
+from gateway.stage import audit_keys
+from gateway.stage.audit_keys import AuditKeyError, AuditKeys
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.trail import UNKEYED, Sealer, intact, sealed_bytes
 from tests.memory_store import Store
 from tests.unit.test_replay import key_of
 

@@ -13,8 +13,8 @@ from gateway import wire
 from gateway.core.crons import CronCommand, command_record, definition
 from gateway.core.queues import queue_command
 from gateway.partitioner import partition_for
-from gateway.processor.commands import CRON
-from gateway.processor.records import Output
+from gateway.stage.commands import CRON
+from gateway.stage.records import Output
 from tests.support import without_trail
 from tests.unit.test_total import PARTITIONS, T0, Harness
 

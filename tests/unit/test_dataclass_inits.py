@@ -13,11 +13,12 @@ import pytest
 
 import gateway.core
 import gateway.processor
+import gateway.stage
 
 
 def _own_inits() -> list[type]:
     found = []
-    for package in (gateway.core, gateway.processor):
+    for package in (gateway.core, gateway.processor, gateway.stage):
         for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
             module = importlib.import_module(info.name)
             for value in vars(module).values():

@@ -354,7 +354,7 @@ def test_the_worked_example_of_the_rules_page() -> None:
 def test_what_if_a_debounce_policy_turns_a_burst_s_duplicates_into_updates() -> None:
     from gateway.audit import replay_under_policy
     from gateway.core import parse_policy
-    from gateway.processor.parsing import Limits
+    from gateway.stage.parsing import Limits
     from tests.unit.test_replay import JOB, REQ, beside, key_of, rec, recorded_by_core
 
     key = key_of(JOB)

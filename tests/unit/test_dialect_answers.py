@@ -10,9 +10,9 @@ from gateway.core import Decision, GatewayError, Request, decide, parse_request
 from gateway.core.updates import updated_record
 from gateway.http.answers import Answer, for_client_error, for_result
 from gateway.http.errors import ApiError
-from gateway.processor.records import Source, decision_record
 from gateway.sdk import EnqueueResult, InvalidJob, zizq_unique_key
 from gateway.sdk.prepare import prepare
+from gateway.stage.records import Source, decision_record
 
 T0 = 1_770_000_000_000
 

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from gateway.core import GatewayError, Outcome, Request, decide, parse_request
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.router import Router
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.router import Router
 from tests.support import payload, validator
 from tests.unit.test_dialect_records import HOUR, INTAKE, T0, Log, schema
 

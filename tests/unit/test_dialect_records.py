@@ -13,11 +13,11 @@ import orjson
 from gateway.audit import LogRecord, explain_record
 from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.router import Router
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.router import Router
 from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.memory_store import Store
 from tests.support import payload, validator

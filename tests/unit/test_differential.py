@@ -18,10 +18,10 @@ import pytest
 
 from gateway.catalogue import Catalogue, TopicSpec
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
 from gateway.processor.stages import Stages, Stores
 from gateway.processor.store import PartitionStore
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
 from tests import differential_log as recorded
 from tests.differential_log import Out, Position, Record, RecordedLog, StoreContents
 from tests.support import Consumed, changelogged

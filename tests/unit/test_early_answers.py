@@ -11,13 +11,13 @@ import orjson
 import pytest
 
 from gateway.core import INTERNAL
-from gateway.processor import requests as requests_module
-from gateway.processor.dedup import Dedup
 from gateway.processor.emitter import emitter
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Source
 from gateway.processor.replies import ReplyTopics
+from gateway.stage import requests as requests_module
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Source
 from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.memory_store import Store
 from tests.support import replaces_code

@@ -25,8 +25,8 @@ from gateway.core import (
 )
 from gateway.core.jobs import accepted_job
 from gateway.core.times import format_rfc3339
-from gateway.processor.dedup import ENTRIES
-from gateway.processor.schedule import LEASES
+from gateway.stage.schedule import LEASES
+from gateway.stage.shared import ENTRIES
 from tests.support import payload
 from tests.unit.test_leases import JOB_ID, T0, UNIQUE, Partition, job, states
 

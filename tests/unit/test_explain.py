@@ -11,11 +11,11 @@ from gateway.audit import explain_decision, explain_record
 from gateway.audit.explain import NO_STATE, Explained, entries_before
 from gateway.core import Request, parse_request
 from gateway.core.times import format_rfc3339
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.schedule import LEASES
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.schedule import LEASES
 from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
 from tests.support import payload

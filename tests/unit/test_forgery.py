@@ -26,12 +26,12 @@ from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import Layout
 from gateway.core import Request, parse_request
 from gateway.partitioner import partition_for
-from gateway.processor.audit_keys import AuditKeys
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output
-from gateway.processor.trail import UNKEYED, Sealer
+from gateway.stage.audit_keys import AuditKeys
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output
+from gateway.stage.trail import UNKEYED, Sealer
 from gateway.wire import JOB_EVENT, KIND_HEADER
 from tests.memory_store import Store
 

@@ -43,10 +43,10 @@ from gateway.core.holder import (
     released_since,
 )
 from gateway.core.matching import holds_key
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Source
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Source
 from tests.memory_store import Store
 
 T0 = 1_770_000_000_000

@@ -88,7 +88,7 @@ def test_get_shows_the_retry_object_as_ojs_defines_it():
 def enqueued(job: dict[str, Any]) -> EnqueueResult:
     """The SDK's result for `job` as the core decides it (a new job, accepted)."""
     from gateway.core import Request, decide, parse_request
-    from gateway.processor.records import Source, decision_record
+    from gateway.stage.records import Source, decision_record
 
     request = parse_request(job)
     assert isinstance(request, Request), request

@@ -15,8 +15,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output
 from gateway.wire import KIND_HEADER, TICK, TICK_KEY
 from tests.unit.test_ids import JOB_ID, PARTITIONS, Gateway
 

@@ -32,10 +32,10 @@ from gateway.core.idempotency import (
     body_digest,
     key_problem,
 )
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output
 from gateway.wire import (
     CORRELATION_ID_HEADER,
     IDEMPOTENCY_CHECKED_HEADER,
@@ -162,7 +162,8 @@ class Idempotent(Gateway):
     def __init__(self, limits: Limits | None = None) -> None:
         super().__init__()
         if limits is not None:
-            self.dedup = Dedup(PARTITIONS, self.emit, Metrics(), limits, self.state_of)
+            self.metrics = Metrics()
+            self.dedup = Dedup(PARTITIONS, self.emit, self.metrics, limits, self.state_of)
         self.asked = 0
 
     def ask(self, job: dict[str, Any], key: str, item: str | None = None, **headers: bytes) -> str:
@@ -212,7 +213,7 @@ def test_a_retry_gets_the_original_answer_byte_for_byte_and_no_new_job(job) -> N
     # And the home's, once: what the key admitted and where it went.
     [admitted] = [t for t in trail if (t.get("what") or {}).get("item", 0) is None]
     assert admitted["kind"] == "forwarded" and admitted["what"]["idempotency_key"] == "order-1"
-    counted = gateway.dedup.metrics.registry.get_sample_value
+    counted = gateway.metrics.registry.get_sample_value
     for result, count in (("admitted", 2), ("answered_again", 1)):
         assert counted("gateway_idempotent_requests_total", {"result": result}) == count
 
@@ -241,7 +242,7 @@ def test_the_same_key_with_another_body_is_refused_naming_it(other) -> None:
     assert reply["outcome"] == "invalid" and reply["error"]["code"] == IDEMPOTENCY_KEY_REUSED
     assert "order-1" in reply["error"]["message"]
     assert len(gateway.jobs()) == 1
-    counted = gateway.dedup.metrics.registry.get_sample_value
+    counted = gateway.metrics.registry.get_sample_value
     assert counted("gateway_idempotent_requests_total", {"result": "reused"}) == 1
 
 

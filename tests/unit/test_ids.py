@@ -17,11 +17,11 @@ from gateway.core.envelope import is_uuid7
 from gateway.core.ids import IdClaim, IdReport, claim_id, holder, parse_report, report_id
 from gateway.core.jobs import uuid7, uuid7_ms
 from gateway.partitioner import partition_for
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.router import Router
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.router import Router
 from gateway.wire import CLAIMED_ID_HEADER, ID_CLAIM_HEADER, ID_CLAIMED, ID_REPORT, KIND_HEADER
 from tests.memory_store import Store
 from tests.support import is_trail
@@ -146,7 +146,8 @@ class Gateway:
         self.sent: list[Output] = []
         self.stores: dict[int, Store] = {}
         self.offsets: dict[tuple[str, int], int] = {}
-        metrics, limits = Metrics(), limits or Limits()
+        self.metrics = metrics = Metrics()
+        limits = limits or Limits()
         self.router = Router(self.emit, metrics, limits)
         self.dedup = Dedup(PARTITIONS, self.emit, metrics, limits, self.state_of)
         self.clock = T0
@@ -326,7 +327,7 @@ def test_a_report_as_a_route_writes_it_is_read() -> None:
 
 def test_a_reports_answer_is_read_back_byte_for_byte() -> None:
     from gateway.core.idempotency import Answer
-    from gateway.processor.records import id_report
+    from gateway.stage.records import id_report
 
     answer = Answer("d", T0, b'{"outcome":"accepted","n":1.0e5,"s":"\\u00e9"}').dump()
     report = parse_report(id_report(JOB_ID, "r", None, True, ("idem/-/k", answer)).value)

@@ -29,11 +29,12 @@ from gateway.core.ids import IdClaim
 from gateway.core.limits import MAX_ERROR_BYTES, MAX_JOB_RECORD_BYTES
 from gateway.core.moves import DEFAULT_VISIBILITY_TIMEOUT_MS, MAX_ERRORS
 from gateway.core.times import format_rfc3339, parse_rfc3339
-from gateway.processor.dedup import ENTRIES, Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.schedule import LEASES
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.schedule import LEASES
+from gateway.stage.shared import ENTRIES
 from gateway.wire import (
     CLAIMED_ID_HEADER,
     ID_CLAIM_HEADER,

@@ -12,7 +12,7 @@ import pytest
 from gateway.audit import history
 from gateway.audit.index import AuditIndex
 from gateway.audit.verify import Verifier
-from gateway.processor.audit_keys import AuditKeys
+from gateway.stage.audit_keys import AuditKeys
 from tests.unit.test_forgery import KEYS, LAYOUT, Log, decided, head, sealed
 
 Found = dict[tuple[int, int], bytes | None]

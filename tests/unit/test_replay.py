@@ -21,14 +21,14 @@ from gateway.audit.verify import Layout
 from gateway.audit.whatif import paired
 from gateway.core import Entry, Request, UniquePolicy, decide, parse_policy, parse_request
 from gateway.core.limits import MAX_RECORD_BYTES
-from gateway.processor.dedup import Dedup
-from gateway.processor.kinds import Kind
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source, decision_record, record_size, request_id
-from gateway.processor.requests import Requests
-from gateway.processor.total import DELETED, Staged
-from gateway.processor.trail import CHAIN_KEY, digest, intact, seal
+from gateway.stage.context import DELETED, Staged
+from gateway.stage.dedup import Dedup
+from gateway.stage.kinds import Kind
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source, decision_record, record_size, request_id
+from gateway.stage.requests import Requests
+from gateway.stage.trail import CHAIN_KEY, digest, intact, seal
 from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
 from tests.support import replaces_code

@@ -7,11 +7,11 @@ from typing import Any
 import orjson
 
 from gateway.core import DEFAULT_RETENTION_MS
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
-from gateway.processor.schedule import TOMBSTONES
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
+from gateway.stage.schedule import TOMBSTONES
 from gateway.wire import CLAIMED_ID_HEADER, ID_CLAIM_HEADER, ID_CLAIMED, JOB_EVENT, KIND_HEADER
 from tests.memory_store import Store
 
@@ -124,7 +124,7 @@ def test_what_a_schedule_is_known_to_hold_follows_the_store() -> None:
     """The memo that spares a record the schedule reads is exact: it keeps only what a
     handling that succeeded saw, reads again once an entry is added, and starts over when
     the epoch changes (the stores' epoch: a rebalance, an abandoned transaction)."""
-    from gateway.processor.schedule import Known
+    from gateway.stage.schedule import Known
 
     epoch = [object()]
     known = Known(lambda: epoch[0])

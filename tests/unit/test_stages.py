@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from gateway.catalogue import Catalogue, TopicSpec
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source
 from gateway.processor.stages import INPUTS, Stages, Stores
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source
 from tests.support import Consumed, changelogged
 from tests.unit.test_total import JOB, PARTITIONS, T0, headers, keys, routed, values
 

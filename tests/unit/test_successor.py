@@ -296,7 +296,7 @@ def test_what_if_follows_the_successor_as_the_processor_does() -> None:
     from gateway.audit import replay_under_policy
     from gateway.audit.whatif import paired
     from gateway.core import UniquePolicy, parse_policy
-    from gateway.processor.parsing import Limits
+    from gateway.stage.parsing import Limits
 
     log = Deploys()
     first = log.running()

@@ -180,7 +180,7 @@ def test_a_runtimes_settings_reach_it_whole():
     # back, compiled modules' classes too (gateway/compiled.py).
     import pickle
 
-    from gateway.processor.parsing import Limits
+    from gateway.stage.parsing import Limits
 
     sent = settings(limits=Limits(max_request_bytes=1000, retention_ms=5, idempotency_ms=7))
     assert pickle.loads(pickle.dumps(sent)) == sent

@@ -23,15 +23,15 @@ from gateway.core.limits import (
     MAX_REQUEST_BYTES,
 )
 from gateway.partitioner import partition_for
-from gateway.processor import requests as requests_module
-from gateway.processor.dedup import Dedup
 from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits
-from gateway.processor.records import Output, Source, record_size
 from gateway.processor.replies import NOT_ALLOWED, reply_refusal
-from gateway.processor.requests import Requests
-from gateway.processor.router import Router
-from gateway.processor.trail import CHAIN_KEY
+from gateway.stage import requests as requests_module
+from gateway.stage.dedup import Dedup
+from gateway.stage.parsing import Limits
+from gateway.stage.records import Output, Source, record_size
+from gateway.stage.requests import Requests
+from gateway.stage.router import Router
+from gateway.stage.trail import CHAIN_KEY
 from gateway.wire import CRON_COMMAND, ID_REPORT, JOB_EVENT, KIND_HEADER, QUEUE_COMMAND, TICK
 from tests.memory_store import Store
 from tests.support import replaces_code

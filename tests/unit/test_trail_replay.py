@@ -21,7 +21,7 @@ from gateway.audit.log import LogRecord
 from gateway.audit.replay import PartitionReplay, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import Layout
-from gateway.processor.parsing import Limits
+from gateway.stage.parsing import Limits
 from tests import differential_log as recorded
 from tests.differential_log import Out, Position, RecordedLog
 from tests.support import validator

@@ -1,7 +1,7 @@
 """A fault for the totality tests, loaded by every Python process started with this folder
 on PYTHONPATH: the processor's handling of a request raises for jobs of the type
 $GATEWAY_TEST_FAULT names, so a test can watch the real processor meet an exception it
-does not expect. It replaces the request's parse (`processor/parsing.py`, which stays
+does not expect. It replaces the request's parse (`stage/parsing.py`, which stays
 Python), since a compiled module's calls between compiled functions reach no replacement
 (gateway/compiled.py)."""
 
@@ -11,7 +11,7 @@ _FAULT = os.environ.get("GATEWAY_TEST_FAULT")
 
 if _FAULT:
     from gateway.core import Request
-    from gateway.processor import parsing
+    from gateway.stage import parsing
 
     _parse_limited = parsing.parse_limited
 

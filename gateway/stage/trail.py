@@ -42,10 +42,10 @@ import orjson
 
 from gateway.core.limits import MAX_RECORD_BYTES
 from gateway.core.times import format_rfc3339
-from gateway.processor.kinds import Kind
-from gateway.processor.records import Output, Source
-from gateway.processor.schedule import CRONS, LEASES, TOMBSTONES
-from gateway.processor.total import Staged
+from gateway.stage.context import Staged
+from gateway.stage.kinds import Kind
+from gateway.stage.records import Output, Source
+from gateway.stage.schedule import CRONS, LEASES, TOMBSTONES
 
 # The chain's head: the digest of the partition's last audit record.
 CHAIN_KEY = b"\x00audit"

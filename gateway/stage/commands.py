@@ -21,8 +21,10 @@ from gateway.core import EventOutcome, GatewayError
 from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, registered, shown
 from gateway.core.queues import newer, parse_queue_command, queue_state
 from gateway.partitioner import partition_for
-from gateway.processor.records import Output, Source, command_reply, refused_command
-from gateway.processor.schedule import CRONS
+from gateway.stage.context import Staged, StateOf
+from gateway.stage.records import Output, Source, command_reply, refused_command
+from gateway.stage.schedule import CRONS
+from gateway.stage.shared import Shared
 
 log = logging.getLogger("gateway.processor")
 
@@ -32,19 +34,21 @@ CRON = "cron"
 
 
 class Commands:
-    """Handles commands and fires crons for a Dedup, through its emit and state."""
+    """Handles commands and fires crons, through the record's emit and state."""
 
-    def __init__(self, dedup: Any) -> None:
-        self._dedup = dedup
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
 
     def paused(self, source: Source, queue: object) -> bool:
         """Whether `queue` is paused on the record's partition, as of the record."""
         if not isinstance(queue, str):
             return False
-        raw = self._dedup.state_of(source, wire.queue_key(queue)).get_bytes(QUEUE)
+        raw = self._shared.state_of(source, wire.queue_key(queue)).get_bytes(QUEUE)
         return raw is not None and bool(orjson.loads(raw).get("paused"))
 
-    def handle(self, value: bytes | None, key: bytes | None, source: Source, _state: Any) -> bool:
+    def handle(
+        self, value: bytes | None, key: bytes | None, source: Source, _state: Staged
+    ) -> bool:
         """A queue or cron command (the handler of its kind: see dedup.py)."""
         if source.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
             self._on_queue(value, key, source)
@@ -57,17 +61,17 @@ class Commands:
 
     def _refuse(self, source: Source, key: bytes | None, error: GatewayError) -> None:
         for output in refused_command(source, error, key):
-            self._dedup.emit(output, source)
-        self._dedup.metrics.refused_inputs.labels("dedup", error.code).inc()
+            self._shared.emit(output, source)
+        self._shared.metrics.refused_inputs.labels("dedup", error.code).inc()
 
     def _answer(self, source: Source, key: bytes, record: dict[str, Any]) -> None:
         reply = command_reply(source, key, record)
         if reply is not None:
-            self._dedup.emit(reply, source)
+            self._shared.emit(reply, source)
 
     def _publish(self, source: Source, key: bytes, record: dict[str, Any] | None) -> None:
         value = None if record is None else orjson.dumps(record)
-        self._dedup.emit(Output(value, key, role="job_states"), source)
+        self._shared.emit(Output(value, key, role="job_states"), source)
 
     # -- queues ---------------------------------------------------------------
 
@@ -77,7 +81,7 @@ class Commands:
             self._refuse(source, key, command)
             return
         queue_key = wire.queue_key(command.queue)
-        state = self._dedup.state_of(source, queue_key)
+        state = self._shared.state_of(source, queue_key)
         raw = state.get_bytes(QUEUE)
         held = None if raw is None else orjson.loads(raw)
         if newer(command, held):
@@ -95,12 +99,12 @@ class Commands:
             self._refuse(source, key, command)
             return
         cron_key = wire.cron_key(command.name)
-        if key != cron_key or partition_for(cron_key, self._dedup.partitions) != source.partition:
+        if key != cron_key or partition_for(cron_key, self._shared.partitions) != source.partition:
             # Its cron lives on another partition: the command goes there, keyed as it must be.
             headers = list(source.headers.items())
-            self._dedup.emit(Output(value, cron_key, role="requests", headers=headers), source)
+            self._shared.emit(Output(value, cron_key, role="requests", headers=headers), source)
             return
-        state = self._dedup.state_of(source, cron_key)
+        state = self._shared.state_of(source, cron_key)
         raw = state.get_bytes(CRON)
         before = None if raw is None else orjson.loads(raw)
         now = source.timestamp_ms
@@ -125,22 +129,24 @@ class Commands:
 
     def _store(self, source: Source, cron_key: bytes, cron: dict[str, Any]) -> None:
         """Keep and publish the cron; its next slot goes on the schedule."""
-        self._dedup.state_of(source, cron_key).set_bytes(CRON, orjson.dumps(cron))
+        self._shared.state_of(source, cron_key).set_bytes(CRON, orjson.dumps(cron))
         self._publish(source, cron_key, shown(cron))
         self.schedule_cron(source, cron)
 
-    def schedule_cron(self, source: Source, cron: dict[str, Any], state_of: Any = None) -> None:
+    def schedule_cron(
+        self, source: Source, cron: dict[str, Any], state_of: StateOf | None = None
+    ) -> None:
         """The cron's next slot on the CRONS schedule (in `state_of`'s, else the record's)."""
         due = next_run_ms(cron)
         if due is not None:
             cron_key = wire.cron_key(cron["name"]).decode()
-            self._dedup.schedule(CRONS, source, cron_key, cron["name"], due, state_of)
+            self._shared.schedule(CRONS, source, cron_key, cron["name"], due, state_of)
 
     def fire_due(self, source: Source) -> None:
         """Every cron of the partition whose slot the record's time has reached fires."""
-        for cron_route, name in self._dedup.take_due(CRONS, source):
+        for cron_route, name in self._shared.take_due(CRONS, source):
             cron_key = cron_route.encode()
-            raw = self._dedup.state_of(source, cron_key).get_bytes(CRON)
+            raw = self._shared.state_of(source, cron_key).get_bytes(CRON)
             fired = None if raw is None else fire(orjson.loads(raw), source.timestamp_ms)
             if fired is None:
                 continue  # deleted, disabled, or moved since: a later entry has it
@@ -150,7 +156,7 @@ class Commands:
                 slot = request.envelope.raw["meta"]["cron_slot"]
                 headers = [(wire.REQUEST_ID_HEADER, f"cron/{name}/{slot}".encode())]
                 value = orjson.dumps(request.envelope.raw)
-                self._dedup.emit(Output(value, route.encode(), role="requests", headers=headers),
+                self._shared.emit(Output(value, route.encode(), role="requests", headers=headers),
                                  source)  # fmt: skip
                 log.info("cron fired", extra={"cron": name, "slot": slot})
             else:

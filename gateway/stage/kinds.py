@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from gateway import wire
-from gateway.processor.records import Source
+from gateway.stage.records import Source
 
 
 class Kind(StrEnum):

@@ -19,15 +19,14 @@ import orjson
 from gateway import wire
 from gateway.core import GatewayError, Outcome, Request, uuid7
 from gateway.core.limits import event_size_refusal, headers_refusal
-from gateway.processor.dedup import Emit
-from gateway.processor.metrics import Metrics
-from gateway.processor.parsing import Limits, dialect_of, parse_limited
-from gateway.processor.records import Output, Source, refused_event, refused_request, request_id
-from gateway.processor.total import Guard
+from gateway.stage.context import Emit, StageMetrics
+from gateway.stage.parsing import Limits, dialect_of, parse_limited
+from gateway.stage.records import Output, Source, refused_event, refused_request, request_id
+from gateway.stage.total import Guard
 
 
 class Router:
-    def __init__(self, emit: Emit, metrics: Metrics, limits: Limits) -> None:
+    def __init__(self, emit: Emit, metrics: StageMetrics, limits: Limits) -> None:
         # Every record is handled all or nothing, and never raises (see total.py).
         self._guard = Guard(emit, None, metrics)
         self.emit = self._guard.emit
@@ -64,7 +63,7 @@ class Router:
         idem = source.header(wire.IDEMPOTENCY_KEY_HEADER)
         if idem is not None:
             # Checked at the key's home first, which gives an id to a job without one, the
-            # same on every attempt (processor/idempotency.py).
+            # same on every attempt (stage/idempotency.py).
             home = wire.idempotency_home(idem)
             self.emit(Output(value or b"", home, role="requests",
                              headers=list(headers.items())), source)  # fmt: skip

@@ -11,7 +11,7 @@ than when a record about them arrives:
 - LEASES: an active job's attempt ends at its lease or its timeout, and a
   waiting job's chance to run at its expires_at (`core.job_deadline`); then
   the core's `expire_job` fails the attempt, or discards the job.
-- CRONS: a cron's next slot (processor/commands.py); the entry is (the cron's
+- CRONS: a cron's next slot (stage/commands.py); the entry is (the cron's
   key, its name), and `core.crons.fire` says whether it is still due.
 
 Each is a schedule of (route, item) by due time, swept on every record of
@@ -31,11 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
-KeyState = Any  # get_bytes, set_bytes, delete, as in dedup.py
+from gateway.stage.context import KeyState, Staged
+
+# A schedule's state: as a record's handling stages it, or (a replay seeding what an audit
+# record read) as the store holds it.
+State = Staged | KeyState
 _NEXT = "next"
 
 
@@ -49,7 +52,7 @@ class Schedule:
     # over several records, so that no one record reads without end.
     max_buckets_per_record: int = 8_640
 
-    def add(self, state: KeyState, route: str, job_id: str, due_ms: int, now_ms: int) -> None:
+    def add(self, state: State, route: str, job_id: str, due_ms: int, now_ms: int) -> None:
         """Look at `job_id` (stored under `route`) once time has passed `due_ms`; `now_ms`
         is the time of the record that adds it."""
         next_bucket = _int(state.get_bytes(_NEXT))
@@ -73,7 +76,7 @@ class Schedule:
         """Whether a schedule whose first unswept bucket is `next_bucket` has nothing due."""
         return next_bucket is None or now_ms // self.bucket_ms <= next_bucket
 
-    def sweep(self, state: KeyState, now_ms: int) -> tuple[list[tuple[str, str]], int | None]:
+    def sweep(self, state: State, now_ms: int) -> tuple[list[tuple[str, str]], int | None]:
         """(route, job id) of every entry whose bucket ended by `now_ms`, taken off the
         schedule, and the schedule's first unswept bucket afterwards (None: nothing was ever
         scheduled). A bucket is swept only once it has ended, so an entry is seen up to
@@ -149,7 +152,7 @@ TOMBSTONES = Schedule(b"\x00job-expiry", 10_000)
 # A lease is a few seconds: it falls due at the first tick (two a second) past its
 # bucket's end, so within 0.6 s; an idle partition catches up 14 minutes per record.
 LEASES = Schedule(b"\x00job-lease", 100)
-# A cron's next slot (processor/commands.py): it fires at the first tick past its bucket,
+# A cron's next slot (stage/commands.py): it fires at the first tick past its bucket,
 # within 0.6 s, so a cron firing every second keeps up.
 CRONS = Schedule(b"\x00cron-slot", 100)
 

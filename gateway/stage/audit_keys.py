@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.processor.trail import Sealer
+from gateway.stage.trail import Sealer
 
 ENV = "GATEWAY_AUDIT_KEY_FILE"
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

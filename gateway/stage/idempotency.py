@@ -18,7 +18,6 @@ Both records expire `Limits.idempotency_ms` after they were written, in event ti
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import orjson
 
@@ -36,19 +35,18 @@ from gateway.core.idempotency import (
     with_job_id,
 )
 from gateway.partitioner import partition_for
-from gateway.processor.parsing import dialect_of
-from gateway.processor.records import Output, Source, refused_request
-
-if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup, KeyState
+from gateway.stage.context import Staged
+from gateway.stage.parsing import dialect_of
+from gateway.stage.records import Output, Source, refused_request
+from gateway.stage.shared import Shared
 
 ADMISSION = "idempotency"
 ANSWER = "idem/"  # + item + "/" + key: an answer kept at the route
 
 
 class Idempotency:
-    def __init__(self, dedup: Dedup) -> None:
-        self.dedup = dedup
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
 
     @staticmethod
     def key_of(source: Source) -> str | None:
@@ -61,14 +59,14 @@ class Idempotency:
 
     def at_home(
         self, request: Request, value: bytes | None, key: bytes | None, source: Source,
-        state: KeyState, idem: str,
+        state: Staged, idem: str,
     ) -> None:  # fmt: skip
         """Admit the request under its key, at the key's home (sent there first if this is
         not it), or refuse it."""
-        dedup = self.dedup
+        shared = self._shared
         home = wire.idempotency_home(idem)
-        if key != home or partition_for(home, dedup.partitions) != source.partition:
-            dedup.emit(Output(value or b"", home, "requests",
+        if key != home or partition_for(home, shared.partitions) != source.partition:
+            shared.emit(Output(value or b"", home, "requests",
                               headers=list(source.headers.items())), source)  # fmt: skip
             return
         item = Item.parse(source.header(wire.IDEMPOTENCY_ITEM_HEADER))
@@ -79,12 +77,12 @@ class Idempotency:
         digest = value_digest(value)
         before = Admission.load(state.get_bytes(ADMISSION))
         now = source.timestamp_ms
-        verdict = admit(idem, before, item, digest, now, dedup.limits.idempotency_ms)
+        verdict = admit(idem, before, item, digest, now, shared.limits.idempotency_ms)
         if not isinstance(verdict, Admitted):
             self._refuse(source, verdict, request, value)
-            dedup.metrics.idempotent.labels("reused").inc()
+            shared.metrics.idempotent.labels("reused").inc()
             return
-        dedup.metrics.idempotent.labels("admitted").inc()
+        shared.metrics.idempotent.labels("admitted").inc()
         admission, job_id = verdict.admission, verdict.job_id
         route = request.envelope.id or wire.route(request)
         if route is None:  # neither key nor id: the same id on every attempt
@@ -97,13 +95,13 @@ class Idempotency:
             ttl = timedelta(milliseconds=max(admission.until_ms - now, 1))
             state.set_bytes(ADMISSION, admission.dump(), ttl=ttl)
             # For its audit record (`kind: forwarded`): what the key admitted, sent where.
-            dedup.what = {"idempotency_key": idem, "item": item.dump() or None, "route": route}
+            shared.what = {"idempotency_key": idem, "item": item.dump() or None, "route": route}
         checked = wire.IDEMPOTENCY_CHECKED_HEADER
         headers = [(k, v) for k, v in source.headers.items() if k != checked]
         headers.append((checked, digest.encode()))
-        dedup.emit(Output(value or b"", route.encode(), "requests", headers=headers), source)
+        shared.emit(Output(value or b"", route.encode(), "requests", headers=headers), source)
 
-    def replayed(self, source: Source, key: bytes | None, state: KeyState, idem: str) -> bool:
+    def replayed(self, source: Source, key: bytes | None, state: Staged, idem: str) -> bool:
         """At the route: a request whose item was answered here within the window gets that
         answer again (True), with no new decision; its audit record shows the answer read."""
         name = _answer_name(source, idem)
@@ -112,38 +110,36 @@ class Idempotency:
         got = answered(held, digest, source.timestamp_ms)
         if got is None:
             return False
-        self.dedup.metrics.idempotent.labels("answered_again").inc()
+        self._shared.metrics.idempotent.labels("answered_again").inc()
         again = Answer(got.digest, got.until_ms, got.record, got.replays + 1)
         state.set_bytes(name, again.dump(), ttl=self._ttl(got.until_ms, source))
         first = orjson.loads(got.record).get("request_id")
-        self.dedup.what = {
+        self._shared.what = {
             "idempotency_key": idem, "answered_again": got.replays + 1, "answer_of": first,
         }  # fmt: skip
         reply_to = source.header(wire.REPLY_TO_HEADER)
         if reply_to:
             correlation = source.headers.get(wire.CORRELATION_ID_HEADER, b"")
-            self.dedup.emit(Output(
+            self._shared.emit(Output(
                 got.record, key or source.seed, topic=reply_to,
                 headers=[(wire.CORRELATION_ID_HEADER, correlation)],
             ), source)  # fmt: skip
         return True
 
-    def replayed_at_home(
-        self, source: Source, key: bytes | None, state: KeyState, idem: str
-    ) -> bool:
+    def replayed_at_home(self, source: Source, key: bytes | None, state: Staged, idem: str) -> bool:
         """`replayed` at the id's home, where a held answer is the exception (see `peek`)."""
         held = state.peek(_answer_name(source, idem)) is not None
         return held and self.replayed(source, key, state, idem)
 
-    def keep(self, source: Source, state: KeyState, idem: str, record: bytes) -> None:
+    def keep(self, source: Source, state: Staged, idem: str, record: bytes) -> None:
         """Where it was decided (its route, or its id's home for a claim it refused): the
         decision record an admitted request got, for its retries."""
         digest = source.header(wire.IDEMPOTENCY_CHECKED_HEADER) or ""
-        until = source.timestamp_ms + self.dedup.limits.idempotency_ms
+        until = source.timestamp_ms + self._shared.limits.idempotency_ms
         answer = Answer(digest, until, record)
         state.set_bytes(_answer_name(source, idem), answer.dump(), ttl=self._ttl(until, source))
 
-    def kept(self, source: Source, state: KeyState) -> tuple[str, bytes] | None:
+    def kept(self, source: Source, state: Staged) -> tuple[str, bytes] | None:
         """At the route, after a claimed request's decision: the answer its key holds here
         (name, bytes), for the report to the id's home."""
         idem = self.key_of(source)
@@ -153,7 +149,7 @@ class Idempotency:
         raw = state.get_bytes(name)
         return None if raw is None else (name, raw)
 
-    def keep_reported(self, source: Source, state: KeyState, name: str, raw: bytes) -> None:
+    def keep_reported(self, source: Source, state: Staged, name: str, raw: bytes) -> None:
         """At the id's home: the answer a route reported, so a retry, which reaches the home
         first, gets it there, whoever claims the id by then."""
         try:
@@ -172,8 +168,8 @@ class Idempotency:
     ) -> None:
         dialect = dialect_of(request, value)
         for output in refused_request(source, error, dialect, request.envelope.raw):
-            self.dedup.emit(output, source)
-        self.dedup.metrics.decided(Outcome.INVALID, dialect, source.timestamp_ms)
+            self._shared.emit(output, source)
+        self._shared.metrics.decided(Outcome.INVALID, dialect, source.timestamp_ms)
 
 
 def _answer_name(source: Source, idem: str) -> str:

@@ -19,80 +19,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
-from typing import Any
 
 from gateway.core import INTERNAL, GatewayError
 from gateway.core.limits import MAX_RECORD_BYTES
-from gateway.processor.metrics import Metrics
-from gateway.processor.records import Output, Source, dead_letter, record_size
+from gateway.stage.context import Emit, KeyState, Staged, StageMetrics, StateOf
+from gateway.stage.records import Output, Source, dead_letter, record_size
 
 log = logging.getLogger("gateway.processor")
 
-Emit = Callable[[Output, Source], None]
-StateOf = Callable[[Source, bytes], Any]
 # What a failed record is answered with: its outputs, built from the source alone.
 Answer = Callable[[Source, GatewayError], list[Output]]
-
-DELETED = object()  # a write that deletes
 
 
 class OutputTooLarge(Exception):
     """An output would exceed its topic's record size: a limit of the core let it through."""
 
 
-class Staged:
-    """A key's state whose writes wait for the record's handling to finish, and what the
-    handling read of it first: the state the record was decided from (see trail.py)."""
-
-    __slots__ = ("_state", "writes", "reads")
-
-    def __init__(self, state: Any) -> None:
-        self._state = state
-        self.writes: dict[str, tuple[object, timedelta | None]] = {}
-        # name -> (value, expiry) as the record found it, read before any write of it
-        self.reads: dict[str, tuple[bytes | None, int | None]] = {}
-
-    def get_bytes(self, name: str) -> bytes | None:
-        written = self.writes.get(name)
-        if written is None:
-            read = self.reads.get(name)
-            if read is None:
-                read = self.reads[name] = self._state.get_stamped(name)
-            return read[0]
-        value = written[0]
-        return None if value is DELETED else value  # type: ignore[return-value]
-
-    def peek(self, name: str) -> bytes | None:
-        """`get_bytes` of a value that is absent but in a rare case, read in a path every
-        record of a kind takes: it joins the record's state (its audit record) only when
-        present. A replay, which starts from an empty store, reads such an absence the same
-        way, so the audit records of that path stay what they were."""
-        if name in self.writes or name in self.reads:
-            return self.get_bytes(name)
-        read = self._state.get_stamped(name)
-        if read[0] is not None:
-            self.reads[name] = read
-        return read[0]
-
-    def set_bytes(self, name: str, value: bytes, ttl: timedelta | None = None) -> None:
-        self.writes[name] = (value, ttl)
-
-    def delete(self, name: str) -> None:
-        self.writes[name] = (DELETED, None)
-
-    def apply(self) -> None:
-        for name, (value, ttl) in self.writes.items():
-            if value is DELETED:
-                self._state.delete(name)
-            else:
-                self._state.set_bytes(name, value, ttl=ttl)
-
-
 class Guard:
     """Runs one record's handling at a time, all or nothing."""
 
-    def __init__(self, emit: Emit, state_of: StateOf | None, metrics: Metrics) -> None:
+    def __init__(self, emit: Emit, state_of: StateOf | None, metrics: StageMetrics) -> None:
         self._emit = emit
         self._state_of = state_of
         self._metrics = metrics
@@ -121,7 +67,7 @@ class Guard:
         """The record's outputs so far."""
         return self._outputs
 
-    def stage(self, key: bytes | None, state: Any) -> Staged:
+    def stage(self, key: bytes | None, state: KeyState) -> Staged:
         """The record's own key's state, as the stages handed it over."""
         staged = self._states.get(key or b"")
         if staged is None:

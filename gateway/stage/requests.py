@@ -7,21 +7,24 @@ request with neither that arrives on `requests` anyway is sent back through `int
 get one. A keyed job's client id is claimed at the id's home first (core/ids.py).
 
 Every accepted job is stored in its route's state (`job/<id>`) and written to
-`job_states`, in the same transaction as its decision (dedup.py keeps the records).
+`job_states`, in the same transaction as its decision (shared.py keeps the records).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway import wire
 from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide, stored_job
 from gateway.core.lifecycle import cancelled_by_replace
 from gateway.core.updates import updated_record, wants_records
 from gateway.partitioner import partition_for
-from gateway.processor.parsing import dialect_of, parse_limited
-from gateway.processor.records import (
+from gateway.stage.context import Staged
+from gateway.stage.idempotency import Idempotency
+from gateway.stage.ids import Ids
+from gateway.stage.parsing import dialect_of, parse_limited
+from gateway.stage.records import (
     Output,
     Source,
     decision_outputs,
@@ -29,73 +32,71 @@ from gateway.processor.records import (
     request_id,
     stored_json,
 )
-
-if TYPE_CHECKING:
-    from gateway.processor.dedup import Dedup, KeyState
+from gateway.stage.shared import Shared
 
 log = logging.getLogger("gateway.processor")
 
 
 class Requests:
-    def __init__(self, dedup: Dedup) -> None:
-        self.dedup = dedup
+    def __init__(self, shared: Shared, ids: Ids, idempotency: Idempotency) -> None:
+        self._shared = shared
+        self._ids = ids
+        self._idempotency = idempotency
 
     def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
         """What a request refused before it was decided writes: as any invalid decision."""
         return refused_request(source, error)
 
-    def handle(
-        self, value: bytes | None, key: bytes | None, source: Source, state: KeyState
-    ) -> bool:
+    def handle(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> bool:
         """Decide a request (True), or send it where it must go first (False)."""
-        dedup = self.dedup
-        request = parse_limited(value, dedup.limits)
-        idem = dedup.idempotency.key_of(source) if isinstance(request, Request) else None
-        if idem is not None and dedup.idempotency.unchecked(source):
-            dedup.idempotency.at_home(request, value, key, source, state, idem)  # type: ignore[arg-type]
+        shared = self._shared
+        request = parse_limited(value, shared.limits)
+        idem = self._idempotency.key_of(source) if isinstance(request, Request) else None
+        if idem is not None and self._idempotency.unchecked(source):
+            self._idempotency.at_home(request, value, key, source, state, idem)  # type: ignore[arg-type]
             return False
         if isinstance(request, Request) and _unclaimed(request, source):
             home = str(request.envelope.id).encode()
-            if key == home and dedup.ids.home(home) == source.partition:
+            if key == home and self._ids.home(home) == source.partition:
                 # A retry under an idempotency key gets its first answer here, where every
                 # attempt arrives first, before the id's claim could decide it otherwise.
-                if idem is not None and dedup.idempotency.replayed_at_home(
+                if idem is not None and self._idempotency.replayed_at_home(
                     source, key, state, idem
                 ):
                     return True
-                dedup.ids.claim(request, value, source, state)
+                self._ids.claim(request, value, source, state)
             else:
                 again = Output(value or b"", home, "requests", headers=list(source.headers.items()))
-                dedup.emit(again, source)
+                shared.emit(again, source)
             return False
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
             self._reroute(request, value, key, source)
             return False
-        if idem is not None and dedup.idempotency.replayed(source, key, state, idem):
+        if idem is not None and self._idempotency.replayed(source, key, state, idem):
             return True
         unique_key = request.unique_key if isinstance(request, Request) else None
-        entries = dedup.load_entries(state) if unique_key else ()
-        known = dedup.ids.known(state, request) if isinstance(request, Request) else None
-        records = _records(entries, state, dedup) if wants_records(request) else None
+        entries = shared.load_entries(state) if unique_key else ()
+        known = self._ids.known(state, request) if isinstance(request, Request) else None
+        records = _records(entries, state, shared) if wants_records(request) else None
         decision = decide(
-            entries, request, source.timestamp_ms, dedup.limits.retention_ms,
-            seed=source.seed, known=known, at_home=dedup.ids.at_home(source.partition),
+            entries, request, source.timestamp_ms, shared.limits.retention_ms,
+            seed=source.seed, known=known, at_home=self._ids.at_home(source.partition),
             records=records,
         )  # fmt: skip
         if unique_key:
-            dedup.store_entries(state, entries, decision.entries, source.timestamp_ms)
+            shared.store_entries(state, entries, decision.entries, source.timestamp_ms)
         decision = self._existing_in_full(decision, state)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = dialect_of(request, value)
         encoded = None  # the new job's JSON, as the jobs topic gets it
         for output in decision_outputs(decision, source, request_id(source, raw), dialect):
-            dedup.emit(output, source)
+            shared.emit(output, source)
             if output.role == "jobs":
                 encoded = output.value
             elif output.role == "decisions" and idem is not None and output.value is not None:
-                dedup.idempotency.keep(source, state, idem, output.value)
+                self._idempotency.keep(source, state, idem, output.value)
         self._record_jobs(decision, state, source, encoded)
-        dedup.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
+        shared.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "decided",
@@ -109,7 +110,7 @@ class Requests:
         """Deciding here could let two copies of one fingerprint be decided on two
         partitions: keyed by its route, it lands where that route is decided; one without
         an id goes through the router, which gives it one."""
-        self.dedup.metrics.reroutes.inc()
+        self._shared.metrics.reroutes.inc()
         log.warning("request on the wrong partition re-routed", extra={"source": source.as_dict()})
         route = wire.route(request)
         headers = list(source.headers.items())
@@ -118,15 +119,15 @@ class Requests:
             if route is None
             else Output(value or b"", route.encode(), role="requests", headers=headers)
         )
-        self.dedup.emit(again, source)
+        self._shared.emit(again, source)
 
-    def _existing_in_full(self, decision: Decision, state: KeyState) -> Decision:
+    def _existing_in_full(self, decision: Decision, state: Staged) -> Decision:
         """The job a duplicate matched, reported as its record holds it (an entry keeps only
         what deciding needs): an ignored request's caller gets the whole job back."""
         existing = decision.existing
         if existing is None or existing.job is not None:
             return decision
-        record = self.dedup.load_job(state, existing.job_id)
+        record = self._shared.load_job(state, existing.job_id)
         if record is None:
             return decision
         shown = {k: v for k, v in record.items() if k not in ("route", "partition")}
@@ -137,41 +138,41 @@ class Requests:
         if route is None:
             return True  # no key and no id: the router gives it an id to route by
         wanted = route.encode()
-        return key != wanted or partition_for(wanted, self.dedup.partitions) != partition
+        return key != wanted or partition_for(wanted, self._shared.partitions) != partition
 
     def _record_jobs(
-        self, decision: Decision, state: KeyState, source: Source, encoded: bytes | None
+        self, decision: Decision, state: Staged, source: Source, encoded: bytes | None
     ) -> None:
         """Store and publish the jobs a decision made or moved: a new one (`encoded`: its
         JSON, whose record is encoded from it), replaced ones cancelled, an updated one
         (Oban's replace) with its changed fields."""
-        dedup = self.dedup
+        shared = self._shared
         if decision.outcome is Outcome.UPDATED and decision.job is not None:
             # The stored record keeps what the update does not touch (attempts, stamps).
-            stored = dedup.load_job(state, str(decision.job["id"]))
+            stored = shared.load_job(state, str(decision.job["id"]))
             if stored is not None:
-                dedup.put_job(state, updated_record(stored, decision), source)
+                shared.put_job(state, updated_record(stored, decision), source)
                 return
         if decision.job is not None:
             job_id = str(decision.job["id"])
             job = stored_job(decision.job, decision.unique_key, source.partition)
             route = job["route"]
-            dedup.put_job(state, job, source, stored_json(encoded, decision.job, job))
+            shared.put_job(state, job, source, stored_json(encoded, decision.job, job))
             if route != job_id and source.header(wire.CLAIMED_ID_HEADER) != job_id:
-                dedup.ids.minted(source, job, route)
+                self._ids.minted(source, job, route)
         for entry in decision.cancelled:
-            old = dedup.load_job(state, entry.job_id)
+            old = shared.load_job(state, entry.job_id)
             cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
             if cancelled is not None:
-                dedup.put_job(state, cancelled, source)
+                shared.put_job(state, cancelled, source)
 
 
-def _records(entries: tuple[Entry, ...], state: KeyState, dedup: Dedup) -> dict[str, Any]:
+def _records(entries: tuple[Entry, ...], state: Staged, shared: Shared) -> dict[str, Any]:
     """The job records of the key's live entries, for a request that may debounce one."""
     records = {}
     for entry in entries:
         if not entry.terminal:
-            record = dedup.load_job(state, entry.job_id)
+            record = shared.load_job(state, entry.job_id)
             if record is not None:
                 records[entry.job_id] = record
     return records
