@@ -13,12 +13,14 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.http import create_app
 from gateway.http.answers import Answer
+from gateway.http.app import create_app
 from gateway.http.binding import HttpSettings
 from gateway.http.errors import ApiError
 
-Handler = Callable[[Request, Any, str], Coroutine[Any, Any, Answer | ApiError]]
+Handler = Callable[[Request, Any, str], Coroutine[Any, Any, Answer]]
+# A handler's answer, or the ApiError it raised (as endpoint answers it).
+Answered = Answer | ApiError
 
 
 def request(
@@ -89,21 +91,33 @@ def route(method: str, path: str) -> Handler:
         raise LookupError(f"no route {method} {path}")
     serve = found[0]
 
-    async def handle(req: Request, binding: Any, _: str) -> Answer | ApiError:
+    async def handle(req: Request, binding: Any, _: str) -> Answer:
         req.scope["app"] = SimpleNamespace(state=SimpleNamespace(binding=binding))
         response = await serve(req)
         body = orjson.loads(response.body)
         if response.status_code < 400:
             return Answer(response.status_code, body)
         error = body["error"]
-        return ApiError(response.status_code, error["code"], error["message"],
-                        error.get("retryable", False), error.get("details") or {})  # fmt: skip
+        raise ApiError(response.status_code, error["code"], error["message"],
+                       error.get("retryable", False), error.get("details") or {})  # fmt: skip
 
     return handle
 
 
-def call(handler: Handler, req: Request, binding: Any = None) -> Answer | ApiError:
-    return asyncio.run(handler(req, binding or refusing_binding(), "r"))
+def call(handler: Handler, req: Request, binding: Any = None) -> Answered:
+    """The handler's answer, or the ApiError it raised."""
+    try:
+        return asyncio.run(handler(req, binding or refusing_binding(), "r"))
+    except ApiError as error:
+        return error
+
+
+def refused(check: Callable[..., Any], *args: Any) -> Any:
+    """What `check(*args)` returns, or the ApiError it raises."""
+    try:
+        return check(*args)
+    except ApiError as error:
+        return error
 
 
 def refusal(handler: Handler, req: Request) -> ApiError:

@@ -12,10 +12,8 @@ and reads on only while the next wanted record is near.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,9 +28,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from gateway import follow
 from gateway.audit.index import AuditIndex, Position, Read
-
-log = logging.getLogger("gateway.audit")
 
 _BATCH = 1000
 _POLL_S = 0.05
@@ -52,10 +49,7 @@ def consumer(settings: Mapping[str, Any], seeking: bool = False) -> Consumer:
         "queued.min.messages": 20000, "queued.max.messages.kbytes": 4096}  # fmt: skip
     return Consumer(
         {
-            **settings,
-            "group.id": f"gateway-audit-index-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            **follow.reader_settings(settings, "gateway-audit-index"),
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             # An empty fetch comes back at once: the end of a partition is news here.
@@ -133,46 +127,33 @@ def committed_ends(admin: AdminClient, topic: str, partitions: Iterable[int]) ->
 
 
 class Follower:
-    """A background thread indexing every partition of `topic` as records come. After any
-    failure it reads again from where the index stopped: a batch it could not index is
-    read again, never skipped."""
+    """A background thread indexing every partition of `topic` as records come (the
+    follower of gateway/follow.py). After any failure it reads again from where the
+    index stopped: a batch it could not index is read again, never skipped."""
 
     def __init__(self, index: AuditIndex, topic: str, client: Consumer) -> None:
         self._index, self._topic, self._client = index, topic, client
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gateway-audit-index", daemon=True)
+        self._follower = follow.Follower(
+            client, topic, self, what="the audit index", thread="gateway-audit-index",
+            batch=_BATCH, poll_s=_POLL_S, reread=True,
+        )  # fmt: skip
 
     def start(self) -> None:
-        self._thread.start()
+        self._follower.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._client.close()
+        self._follower.stop()
 
-    def _run(self) -> None:
-        assigned = False
-        while not self._stopping.is_set():
-            try:
-                if not assigned:
-                    stored = self._index.offsets()
-                    self._client.assign([
-                        TopicPartition(self._topic, p, stored.get(p, OFFSET_BEGINNING))
-                        for p in partitions_of(self._client, self._topic)
-                    ])  # fmt: skip
-                    assigned = True
-                records, reached, _ = _batch(self._client.consume(_BATCH, _POLL_S))
-                if reached:
-                    self._index.add(records, reached)
-            except KafkaException as exc:
-                log.warning("the audit index cannot read %s: %s", self._topic, exc.args[0])
-                assigned = False
-                self._stopping.wait(1.0)
-            except Exception:  # the thread must outlive any one failure
-                log.exception("the audit index failed on a batch; reading it again")
-                assigned = False
-                self._stopping.wait(1.0)
+    def partitions(self, stopping: threading.Event) -> list[int]:
+        return partitions_of(self._client, self._topic)
+
+    def offsets(self) -> dict[int, int]:
+        return self._index.offsets()
+
+    def take(self, messages: list[Message]) -> None:
+        records, reached, _ = _batch(messages)
+        if reached:
+            self._index.add(records, reached)
 
 
 # Per position: the record's value, or None when the log no longer holds it.

@@ -2,8 +2,8 @@
 
 A view (the one `gateway serve` keeps) is filled with N jobs, spread over ten
 queues and five states, through its own `apply`, as job_states records would
-fill it; then `admin_jobs.jobs_page` (what `GET /ojs/v1/admin/jobs?queue=&state=`
-answers) is timed for the first page, a page 100 deep and the last page of one
+fill it; then `view.listing.jobs_page` (what `GET /ojs/v1/admin/jobs?queue=&state=`
+reads) is timed for the first page, a page 100 deep and the last page of one
 queue's jobs in one state, each a median over ROUNDS calls with its spread.
 """
 
@@ -20,8 +20,8 @@ import orjson
 from gateway.core import State
 from gateway.core.job_filter import JobFilter
 from gateway.core.times import format_rfc3339
-from gateway.http.admin_jobs import jobs_page
-from gateway.http.view import JobView
+from gateway.view.listing import jobs_page
+from gateway.view.store import JobView
 
 QUEUES = 10
 STATES = ("available", "scheduled", "active", "retryable", "completed")
@@ -53,14 +53,14 @@ def measure(jobs: int, workdir: Path) -> Listing:
         if batch:
             view.apply(batch, _T0)
         filled = time.monotonic() - started
-        _, matching = jobs_page(view, LISTED, 1, PER_PAGE)
+        _, matching = jobs_page(view, LISTED, 0, PER_PAGE)
         last = max(1, -(-matching // PER_PAGE))
         pages = {}
         for number in sorted({1, min(100, last), last}):
             times = []
             for _ in range(ROUNDS):
                 at = time.perf_counter()
-                jobs_page(view, LISTED, number, PER_PAGE)
+                jobs_page(view, LISTED, (number - 1) * PER_PAGE, PER_PAGE)
                 times.append((time.perf_counter() - at) * 1000)
             pages[number] = (statistics.median(times), min(times), max(times))
         view.close()

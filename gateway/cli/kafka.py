@@ -8,8 +8,8 @@ from gateway.audit.index import index_root
 from gateway.broker import install, launcher
 from gateway.broker.install import BrokerError, Cluster
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
-from gateway.http.view import views_root
 from gateway.processor import state_identity
+from gateway.view.store import views_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:

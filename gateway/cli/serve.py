@@ -126,9 +126,9 @@ def _serve_one(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from gateway.http import HttpSettings, create_app
+    from gateway.http.app import HttpSettings, create_app
     from gateway.http.serving import Board
-    from gateway.http.view import default_view_dir
+    from gateway.view.store import default_view_dir
 
     store_memory.configure(store_memory_of(args))
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]

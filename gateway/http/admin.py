@@ -27,13 +27,19 @@ from gateway.core.concurrency import limit_of
 from gateway.core.job_filter import JobFilter
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
-from gateway.http import errors, queue_stats
-from gateway.http.admin_jobs import matching, page_of, paged, query_filter
+from gateway.http import errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.cron import for_admin_ui
 from gateway.http.errors import ApiError
-from gateway.http.queues import paused_queues, settled
+from gateway.http.shared import (
+    cron_for_admin_ui,
+    page_of,
+    paused_queues,
+    query_filter,
+    settled,
+)
+from gateway.view import queue_stats
+from gateway.view.listing import matching
 
 # The UI's cards: these states, each always present.
 STATES = tuple(str(s) for s in State)
@@ -44,21 +50,18 @@ _STARTED = time.time()
 
 def _listed(
     request: Request, every: list[Any], shape: Callable[[Any], Any], **beside: Any
-) -> Answer | ApiError:
+) -> Answer:
     """The request's page of `every`, each item shaped, in the paged shape."""
-    page = page_of(request)
-    if isinstance(page, ApiError):
-        return page
-    number, per_page = page
-    chosen = [shape(item) for item in every[(number - 1) * per_page : number * per_page]]
-    return Answer(200, {**paged(chosen, len(every), number, per_page), **beside})
+    page = page_of(request, numbered=True)
+    chosen = [shape(item) for item in page.of(every)]
+    return Answer(200, {**page.paged(chosen, len(every)), **beside})
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def stats(request: Request, binding: Binding, _: str) -> Answer:
     """The dashboard: queues, workers running a job, jobs per state, and the last five
     minutes' completions and failures per minute."""
     await settled(binding)
@@ -71,7 +74,7 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     })  # fmt: skip
 
 
-async def stats_history(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def stats_history(request: Request, binding: Binding, _: str) -> Answer:
     """The dashboard's chart: jobs completed (`processed`), attempts failed and jobs
     enqueued, over every queue (or `queue`), for each `period` (1m, 5m, the default, 15m or
     1h) of the minutes the view keeps (queue_stats.KEEP_MINUTES), from the one holding
@@ -79,12 +82,10 @@ async def stats_history(request: Request, binding: Binding, _: str) -> Answer | 
     period = request.query_params.get("period") or "5m"
     width = queue_stats.PERIODS.get(period)
     if width is None:
-        return ApiError(
+        raise ApiError(
             400, INVALID_REQUEST, f"period must be one of {', '.join(queue_stats.PERIODS)}"
         )
     chosen = query_filter(request, HISTORY_FILTER)
-    if isinstance(chosen, ApiError):
-        return chosen
     await settled(binding, chosen.queue)
     names = binding.view.queues() if chosen.queue is None else [chosen.queue]
     buckets = [b for name in names for b in binding.view.queue_activity(name)]
@@ -92,17 +93,17 @@ async def stats_history(request: Request, binding: Binding, _: str) -> Answer | 
     return Answer(200, {"period": period, "data": data})
 
 
-async def queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def queues(request: Request, binding: Binding, _: str) -> Answer:
     await settled(binding)
     known, now = binding.view.queues(), _now_ms()
     return _listed(request, sorted(known), lambda name: _queue(binding, name, known[name], now))
 
 
-async def queue(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def queue(request: Request, binding: Binding, _: str) -> Answer:
     name = request.path_params["name"]
     known = binding.view.queues().get(name)
     if known is None:
-        return ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
+        raise ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
     return Answer(200, _queue(binding, name, known, _now_ms()))
 
 
@@ -122,21 +123,21 @@ def _per_minute(binding: Binding, known: dict[str, Any], now_ms: int) -> dict[st
     return queue_stats.per_minute(buckets, now_ms)
 
 
-async def crons(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def crons(request: Request, binding: Binding, _: str) -> Answer:
     """The crons as the UI's Cron Jobs page reads them, a page at a time (cron.py)."""
     known = binding.view.controls(wire.CRON_KEY_PREFIX)
-    return _listed(request, sorted(known), lambda name: for_admin_ui(known[name]))
+    return _listed(request, sorted(known), lambda name: cron_for_admin_ui(known[name]))
 
 
-async def cron_detail(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def cron_detail(request: Request, binding: Binding, _: str) -> Answer:
     name = request.path_params["name"]
     cron = binding.view.controls(wire.CRON_KEY_PREFIX).get(name)
     if cron is None:
-        return ApiError(404, errors.NOT_FOUND, f"no cron {name} is registered")
-    return Answer(200, for_admin_ui(cron))
+        raise ApiError(404, errors.NOT_FOUND, f"no cron {name} is registered")
+    return Answer(200, cron_for_admin_ui(cron))
 
 
-async def dead_stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def dead_stats(request: Request, binding: Binding, _: str) -> Answer:
     by_queue: dict[str, int] = {}
     by_error: dict[str, int] = {}
     stamps = []
@@ -155,7 +156,7 @@ async def dead_stats(request: Request, binding: Binding, _: str) -> Answer | Api
     })  # fmt: skip
 
 
-async def workers(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def workers(request: Request, binding: Binding, _: str) -> Answer:
     found = sorted(_workers(binding).values(), key=lambda w: str(w["id"]))
     summary = {"total": len(found), "running": len(found), "quiet": 0, "stale": 0}
     return _listed(request, found, lambda worker: worker, summary=summary)
@@ -199,7 +200,7 @@ def _ms(stamp: object) -> int:
     return (parse_rfc3339(stamp) if isinstance(stamp, str) else None) or 0
 
 
-async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer:
     """The keys live jobs hold (a job with a unique key that has not finished), by state;
     a key's pending successor names the job it follows (`successor_of`), and a job with a
     concurrency limit shows it beside its key's active jobs."""

@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import catalogue, config, wire
 from gateway.audit import index as audit_index
+from gateway.audit.key_history import KeyHistory, audit_dir
 from gateway.audit.verify import Layout, Verifier
 from gateway.core import INVALID_REQUEST
 from gateway.http import (
@@ -42,14 +43,15 @@ from gateway.http import (
     workers,
 )
 from gateway.http.binding import Binding, Handler, HttpSettings
-from gateway.http.dead_letter import PAGE_PARAMS
 from gateway.http.errors import ApiError
-from gateway.http.event_feed import EVENT_PREFIX, WINDOW_PREFIX, EventFeed
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
 from gateway.http.responses import error_response, ojs_response
-from gateway.http.view import Follower, JobView, default_view_dir, source_identity
+from gateway.http.shared import PAGE_PARAMS, PAGING
 from gateway.processor import state_identity
 from gateway.sdk import AsyncClient
+from gateway.view.event_feed import EVENT_PREFIX, WINDOW_PREFIX, EventFeed
+from gateway.view.follower import Follower
+from gateway.view.store import JobView, default_view_dir, source_identity
 
 __all__ = ["HttpSettings", "create_app"]
 
@@ -88,8 +90,8 @@ def create_app(settings: HttpSettings) -> Direct:
         layout = Layout(
             cat.name("requests"), cat.name("intake"), cat.by_role("decisions").partitions
         )
-        audit = history.KeyHistory.open(
-            history.audit_dir(view_dir), audit_identity, decisions, kafka, admin,
+        audit = KeyHistory.open(
+            audit_dir(view_dir), audit_identity, decisions, kafka, admin,
             Verifier(layout, settings.audit_keys),
         )  # fmt: skip
         audit.start()
@@ -114,19 +116,18 @@ def create_app(settings: HttpSettings) -> Direct:
             view.close()
 
     # Paths without parameters, answered without Starlette's router and middleware
-    # (a sizeable share of each enqueue's CPU); everything else goes through Starlette.
-    direct = {
-        # Their bodies say everything: no query parameter is understood.
-        ("POST", "/ojs/v1/jobs"): endpoint(jobs.enqueue, query=()),
-        ("POST", "/ojs/v1/jobs/batch"): endpoint(jobs.enqueue_batch, query=()),
-        ("POST", "/ojs/v1/workers/fetch"): endpoint(workers.fetch, query=()),
-        ("POST", "/ojs/v1/workers/ack"): endpoint(workers.ack, query=()),
-        ("POST", "/ojs/v1/workers/nack"): endpoint(workers.nack, query=()),
-        ("POST", "/ojs/v1/workers/heartbeat"): endpoint(workers.heartbeat, query=()),
-    }
+    # (a sizeable share of each enqueue's CPU): see Direct. Their bodies say everything:
+    # no query parameter is understood.
+    direct = [
+        Route("/ojs/v1/jobs", endpoint(jobs.enqueue, query=()), methods=["POST"]),
+        Route("/ojs/v1/jobs/batch", endpoint(jobs.enqueue_batch, query=()), methods=["POST"]),
+        Route("/ojs/v1/workers/fetch", endpoint(workers.fetch, query=()), methods=["POST"]),
+        Route("/ojs/v1/workers/ack", endpoint(workers.ack, query=()), methods=["POST"]),
+        Route("/ojs/v1/workers/nack", endpoint(workers.nack, query=()), methods=["POST"]),
+        Route("/ojs/v1/workers/heartbeat", endpoint(workers.heartbeat, query=()), methods=["POST"]),
+    ]
     routes = [
-        # Starlette keeps the direct routes too, to answer their other methods 405.
-        *(Route(path, handle, methods=[method]) for (method, path), handle in direct.items()),
+        *direct,
         Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/ojs/manifest", _manifest, methods=["GET"]),
         Route("/ojs/v1/health", _health, methods=["GET"]),
@@ -158,7 +159,7 @@ def create_app(settings: HttpSettings) -> Direct:
             ops(admin.stats_history, ("period", *admin.HISTORY_FILTER)),
             methods=["GET"],
         ),
-        Route("/ojs/v1/admin/queues", ops(admin.queues, admin_jobs.PAGING), methods=["GET"]),
+        Route("/ojs/v1/admin/queues", ops(admin.queues, PAGING), methods=["GET"]),
         Route("/ojs/v1/admin/queues/{name}", ops(admin.queue), methods=["GET"]),
         Route("/ojs/v1/admin/queues/{name}/pause", ops(queues.pause), methods=["POST"]),
         Route("/ojs/v1/admin/queues/{name}/resume", ops(queues.resume), methods=["POST"]),
@@ -186,14 +187,14 @@ def create_app(settings: HttpSettings) -> Direct:
         ),
         Route("/ojs/v1/admin/dead-letter/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
         Route("/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
-        Route("/ojs/v1/admin/workers", ops(admin.workers, admin_jobs.PAGING), methods=["GET"]),
-        Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, admin_jobs.PAGING), methods=["GET"]),
+        Route("/ojs/v1/admin/workers", ops(admin.workers, PAGING), methods=["GET"]),
+        Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, PAGING), methods=["GET"]),
         Route(
             "/ojs/v1/admin/unique-jobs/{key}/history",
             ops(history.key_history, history.QUERY),
             methods=["GET"],
         ),
-        Route("/ojs/v1/crons", ops(admin.crons, admin_jobs.PAGING), methods=["GET"]),
+        Route("/ojs/v1/crons", ops(admin.crons, PAGING), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(admin.cron_detail), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(cron.toggle, body=True), methods=["PATCH"]),
         Route("/ojs/v1/crons/{name}", ops(cron.delete), methods=["DELETE"]),
@@ -215,16 +216,23 @@ def ops(
 
 
 class Direct:
-    """The ASGI app: the `direct` routes straight to their endpoint, the rest to Starlette.
+    """The ASGI app: a request for one of the `direct` routes' method and path straight to
+    its endpoint, everything else to Starlette.
 
-    A direct route answers exactly as through Starlette: its exceptions become the
-    same 500 `internal_error`, logged with the traceback."""
+    The direct routes are Starlette's too, which answers them for another method (405,
+    naming the allowed one) and for their path with a trailing slash (a redirect). A
+    direct route answers exactly as through Starlette: its exceptions become the same
+    500 `internal_error`, logged with the traceback."""
 
-    def __init__(self, app: Starlette, routes: dict[tuple[str, str], Endpoint]) -> None:
+    def __init__(self, app: Starlette, direct: list[Route]) -> None:
         self.app = app
         self.state = app.state
         self.routes = app.routes  # every route served, the direct ones among them
-        self._routes = routes
+        self._routes: dict[tuple[str, str], Endpoint] = {
+            (method, route.path): route.endpoint
+            for route in direct
+            for method in route.methods or ()
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handle = (

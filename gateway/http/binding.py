@@ -7,26 +7,25 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.audit.key_history import KeyHistory
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.core.jobs import uuid7_ms
 from gateway.http import errors
 from gateway.http.answers import Answer
 from gateway.http.errors import ApiError
-from gateway.http.event_feed import EventFeed
 from gateway.http.serving import Board
-from gateway.http.view import Follower, JobView
 from gateway.sdk import AsyncClient
 from gateway.stage.audit_keys import AuditKeys
-
-if TYPE_CHECKING:
-    from gateway.http.history import KeyHistory
+from gateway.view.event_feed import EventFeed
+from gateway.view.follower import Follower
+from gateway.view.store import JobView
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # How long a request waits for this process's view to be live before answering 503.
@@ -77,7 +76,7 @@ class Binding:
     job_states_topic: str = "job_states"
     # Job id -> until when (monotonic) this process's own claim of it is pending.
     claims: dict[str, float] = field(default_factory=dict)
-    # This process's audit index of decisions, for a key's history (history.py).
+    # This process's audit index of decisions, for a key's history (http/history.py).
     audit: KeyHistory | None = None
 
     async def job(self, job_id: str) -> dict[str, Any] | None:
@@ -115,14 +114,14 @@ class Binding:
             return None
         return self.follower.reason or "the job view is not live yet"
 
-    async def view_live(self, timeout: float = VIEW_LIVE_WAIT_S) -> ApiError | None:
+    async def view_live(self, timeout: float = VIEW_LIVE_WAIT_S) -> None:
         """Wait (up to `timeout`) for a live view: every route reads it. Else 503."""
         deadline = time.monotonic() + timeout
         while (reason := self.view_not_live()) is not None:
             if time.monotonic() >= deadline:
-                return ApiError(503, errors.UNAVAILABLE, reason, retryable=True)
+                raise ApiError(503, errors.UNAVAILABLE, reason, retryable=True)
             await asyncio.sleep(0.05)
-        return None
 
 
-Handler = Callable[[Request, Binding, str], Awaitable[Answer | ApiError | Response]]
+# A route: its answer, or a ready-made Response (the event stream); it raises an ApiError.
+Handler = Callable[[Request, Binding, str], Awaitable[Answer | Response]]

@@ -17,28 +17,28 @@ from gateway.sdk import ClientError
 from gateway.sdk.prepare import Outgoing
 
 
-async def send(
-    binding: Binding, commands: list[Outgoing], what: str
-) -> list[dict[str, Any]] | ApiError:
-    """Every command's answer, or the first error: a refusal (400) or no answer (503)."""
+async def send(binding: Binding, commands: list[Outgoing], what: str) -> list[dict[str, Any]]:
+    """Every command's answer; else raises the first error: a refusal (400) or no answer
+    (503)."""
     try:
         answers = await binding.client.send_commands(commands, timeout=PUBLISH_TIMEOUT_S)
     except ClientError as exc:
         message = f"{what}: no answer in time ({exc.message}); it may still apply"
-        return ApiError(503, errors.UNAVAILABLE, message, retryable=True)
+        raise ApiError(503, errors.UNAVAILABLE, message, retryable=True) from None
     records: list[dict[str, Any]] = []
     for answer in answers:
         if isinstance(answer, ClientError):
-            return ApiError(503, errors.UNAVAILABLE, f"{what}: {answer.message}", retryable=True)
+            raise ApiError(503, errors.UNAVAILABLE, f"{what}: {answer.message}", retryable=True)
         if answer.get("outcome") == EventOutcome.INVALID:
             error = answer.get("error") or {}
-            return ApiError(400, str(error.get("code")), f"{what}: {error.get('message')}")
+            raise ApiError(400, str(error.get("code")), f"{what}: {error.get('message')}")
         records.append(answer)
     return records
 
 
-async def partitions(binding: Binding) -> int | ApiError:
+async def partitions(binding: Binding) -> int:
+    """How many partitions the processor's topics have; 503 if the SDK cannot say."""
     try:
         return await binding.client.partitions(PUBLISH_TIMEOUT_S)
     except ClientError as exc:
-        return ApiError(503, errors.UNAVAILABLE, exc.message, retryable=True)
+        raise ApiError(503, errors.UNAVAILABLE, exc.message, retryable=True) from None

@@ -21,107 +21,81 @@ from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.dead_letter import page_of, pagination
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json, unknown_fields
+from gateway.http.shared import page_of
 from gateway.sdk.commands import cron_commands
 
 
-async def register(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def register(request: Request, binding: Binding, _: str) -> Answer:
     """201 with the cron when it is new, 200 when it replaced one of the same name."""
     body = await read_json(request, binding.settings.max_body_bytes)
-    if isinstance(body, ApiError):
-        return body
     cron = definition(body)
     if isinstance(cron, GatewayError):
-        return ApiError(400, cron.code, cron.message)
+        raise ApiError(400, cron.code, cron.message)
     answer = await _ask(binding, CronCommand("register", cron["name"], cron))
-    if isinstance(answer, ApiError):
-        return answer
     return Answer(201 if answer.get("created") else 200, _shown(answer["cron"]))
 
 
-async def list_crons(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def list_crons(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request)
-    if isinstance(page, ApiError):
-        return page
-    limit, offset = page
     crons = binding.view.controls(wire.CRON_KEY_PREFIX)
-    shown = [crons[name] for name in sorted(crons)[offset : offset + limit]]
+    shown = [crons[name] for name in page.of(sorted(crons))]
     return Answer(200, {
-        "crons": shown, "cron_jobs": shown, "pagination": pagination(len(crons), limit, offset),
+        "crons": shown, "cron_jobs": shown, "pagination": page.pagination(len(crons)),
     })  # fmt: skip
 
 
-async def get_cron(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def get_cron(request: Request, binding: Binding, _: str) -> Answer:
     name = _name(request)
-    if isinstance(name, ApiError):
-        return name
     cron = binding.view.controls(wire.cron_key(name)).get("")
-    return _not_found(name) if cron is None else Answer(200, _shown(cron))
+    if cron is None:
+        raise _not_found(name)
+    return Answer(200, _shown(cron))
 
 
-async def toggle(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def toggle(request: Request, binding: Binding, _: str) -> Answer:
     """`{"enabled": false}` stops the cron from firing (its next_run_at is null) and keeps
     it; `true` starts it again from the next slot."""
     name = _name(request)
-    if isinstance(name, ApiError):
-        return name
     body = await read_json(request, binding.settings.max_body_bytes)
-    if isinstance(body, ApiError):
-        return body
     if not isinstance(body, dict):
-        return ApiError(400, INVALID_REQUEST, 'the body is {"enabled": true|false}')
-    unknown = unknown_fields(body, ("enabled",), "the body")
-    if unknown is not None:
-        return unknown
+        raise ApiError(400, INVALID_REQUEST, 'the body is {"enabled": true|false}')
+    unknown_fields(body, ("enabled",), "the body")
     on = body.get("enabled")
     if not isinstance(on, bool):
-        return ApiError(
+        raise ApiError(
             400, INVALID_REQUEST, 'enabled is required: the body is {"enabled": true|false}'
         )
     answer = await _ask(binding, CronCommand("enable", name, enabled=on))
-    return answer if isinstance(answer, ApiError) else Answer(200, _shown(answer["cron"]))
+    return Answer(200, _shown(answer["cron"]))
 
 
-async def delete(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def delete(request: Request, binding: Binding, _: str) -> Answer:
     name = _name(request)
-    if isinstance(name, ApiError):
-        return name
     answer = await _ask(binding, CronCommand("delete", name))
-    if isinstance(answer, ApiError):
-        return answer
     return Answer(200, {"deleted": True, "name": name, **_shown(answer["cron"])})
 
 
-async def _ask(binding: Binding, command: CronCommand) -> dict[str, Any] | ApiError:
-    answers = await commands.send(binding, cron_commands(command), f"cron {command.name}")
-    if isinstance(answers, ApiError):
-        return answers
-    [answer] = answers
+async def _ask(binding: Binding, command: CronCommand) -> dict[str, Any]:
+    """The processor's answer to the command; 404 if it names no registered cron."""
+    [answer] = await commands.send(binding, cron_commands(command), f"cron {command.name}")
     if answer.get("outcome") != EventOutcome.APPLIED:
-        return _not_found(command.name)
+        raise _not_found(command.name)
     key = wire.cron_key(command.name)
     binding.view.control_answered(key, None if answer.get("deleted") else answer["cron"])
     return answer
-
-
-def for_admin_ui(cron: dict[str, Any]) -> dict[str, Any]:
-    """A cron in the official OJS Admin UI's shape (its CronJob): named by `id`, its
-    expression as `schedule`, its template's queue."""
-    queue = cron["options"].get("queue") or cron["job_template"]["options"].get("queue")
-    return {**cron, "id": cron["name"], "schedule": cron["expression"], "queue": queue or "default"}
 
 
 def _shown(cron: dict[str, Any]) -> dict[str, Any]:
     return {"cron": cron, "cron_job": cron}
 
 
-def _name(request: Request) -> str | ApiError:
+def _name(request: Request) -> str:
     """The cron the path names."""
     name = request.path_params["name"]
     if not is_valid_name(name):
-        return ApiError(400, INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
+        raise ApiError(400, INVALID_REQUEST, f"a cron's name is {NAME_RULE}")
     return str(name)
 
 

@@ -1,7 +1,11 @@
-"""HTTP errors as values: a status, an OJS error code, a message a caller can act on.
+"""HTTP errors: a status, an OJS error code, a message a caller can act on.
 
-The codes the core answers (invalid_request, duplicate, ...) are the core's
-(core/errors.py); the ones only the HTTP binding answers are here.
+A route raises an ApiError where it finds the problem; the endpoint every route
+is served through (plumbing.endpoint) answers it in the OJS error envelope.
+Where one answer holds several errors (a batch's items, a heartbeat's jobs) an
+ApiError is also a value. The codes the core answers (invalid_request,
+duplicate, ...) are the core's (core/errors.py); the ones only the HTTP
+binding answers are here.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ UNAVAILABLE = "unavailable"
 INTERNAL_ERROR = "internal_error"
 
 
-@dataclass(frozen=True, slots=True)
-class ApiError:
+@dataclass(eq=True)
+class ApiError(Exception):
     status: int
     code: str
     message: str
@@ -28,6 +32,11 @@ class ApiError:
     # The request id the envelope names instead of the call's: the original request's,
     # for an answer given again under an idempotency key.
     request_id: str | None = None
+    # Raised and caught as an exception, compared as a value: hashed as an exception is.
+    __hash__ = Exception.__hash__
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"
 
     def envelope(self, request_id: str) -> dict[str, Any]:
         """The OJS error envelope."""

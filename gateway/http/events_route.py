@@ -1,6 +1,6 @@
-"""GET /ojs/v1/events: the lifecycle events this process's view has derived (events.py).
+"""GET /ojs/v1/events: the lifecycle events this process's view has derived (view/events.py).
 
-Where a reader stands is a cursor (event_cursor.py): a position per job_states
+Where a reader stands is a cursor (view/event_cursor.py): a position per job_states
 partition, the same on every serve process and after any restart. With
 `Accept: text/event-stream`: a stream of server-sent events, each with `id`
 (the cursor past it), `event` (the OJS type) and `data` (the OJS event
@@ -33,16 +33,17 @@ from gateway.core import INVALID_REQUEST
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
-from gateway.http.event_cursor import Cursor, format_cursor, parse, passed, position
-from gateway.http.event_feed import Resumed
 from gateway.http.events import SSE_HEARTBEAT, SSE_PREAMBLE, matches, missed_notice, sse_frame
 from gateway.http.plumbing import int_param
 from gateway.http.responses import OJS_VERSION
+from gateway.http.shared import MAX_PER_PAGE, page_of
+from gateway.view.event_cursor import Cursor, format_cursor, parse, passed, position
+from gateway.view.event_feed import Resumed
 
 log = logging.getLogger("gateway.http")
 
 DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
+MAX_LIMIT = MAX_PER_PAGE
 HEARTBEAT_S = 15.0
 POLL_S = 0.1
 FRAMES_PER_WRITE = 100  # a long replay goes out in parts, so a slow reader holds it back
@@ -54,33 +55,26 @@ def _set(raw: str | None) -> frozenset[str] | None:
     return names or None
 
 
-def _refused_parameters(request: Request) -> ApiError | None:
+def _refuse_parameters(request: Request) -> None:
     given = request.query_params.multi_items()
     unknown = sorted({name for name, _ in given} - set(PARAMETERS))
     if unknown:
         named = ", ".join(repr(name[:64]) for name in unknown[:10])
-        return ApiError(
+        raise ApiError(
             400, INVALID_REQUEST,
             f"unknown query parameter {named}; the events route takes {', '.join(PARAMETERS)}",
         )  # fmt: skip
     names = [name for name, _ in given]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        return ApiError(400, INVALID_REQUEST, f"give {', '.join(repeated)} once")
-    return None
+        raise ApiError(400, INVALID_REQUEST, f"give {', '.join(repeated)} once")
 
 
-async def events(
-    request: Request, binding: Binding, request_id: str
-) -> Answer | ApiError | Response:
-    refused = _refused_parameters(request)
-    if refused is not None:
-        return refused
+async def events(request: Request, binding: Binding, request_id: str) -> Answer | Response:
+    _refuse_parameters(request)
     query = request.query_params
     types, queues = _set(query.get("types")) or _set(query.get("type")), _set(query.get("queues"))
     limit = int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    if isinstance(limit, ApiError):
-        return limit
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if not streaming and ("page" in query or "per_page" in query):
         return _page(binding, request, types, queues)
@@ -97,7 +91,7 @@ async def events(
     elif query.get("after"):
         parsed = parse(query["after"])
         if isinstance(parsed, str):
-            return ApiError(400, INVALID_REQUEST, f"after {parsed}")
+            raise ApiError(400, INVALID_REQUEST, f"after {parsed}")
         cursor = parsed
     if cursor is not None:
         cursor = await _clamped(binding, cursor)
@@ -211,15 +205,8 @@ def _notice(resumed: Resumed, unreadable: str | None) -> bytes:
 
 def _page(
     binding: Binding, request: Request, types: frozenset[str] | None, queues: frozenset[str] | None
-) -> Answer | ApiError:
-    query = request.query_params
-    page = int_param(query.get("page"), "page", 1, 1, 2**31 - 1)
-    if isinstance(page, ApiError):
-        return page
-    per_page = int_param(query.get("per_page"), "per_page", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    if isinstance(per_page, ApiError):
-        return per_page
+) -> Answer:
+    page = page_of(request, numbered=True, default=DEFAULT_LIMIT)
     kept = [k.event for k in binding.feed.kept()[0] if matches(k.event, types, queues)][::-1]
-    items = [{**e, "timestamp": e.get("time")} for e in kept[(page - 1) * per_page :][:per_page]]
-    pagination = {"total": len(kept), "page": page, "per_page": per_page}
-    return Answer(200, {"items": items, "pagination": pagination})
+    items = [{**e, "timestamp": e.get("time")} for e in page.of(kept)]
+    return Answer(200, page.paged(items, len(kept)))

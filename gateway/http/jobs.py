@@ -16,35 +16,23 @@ from typing import Any
 from starlette.requests import Request as HttpRequest
 
 from gateway import wire
-from gateway.core import (
-    INVALID_REQUEST,
-    GatewayError,
-    Outcome,
-    State,
-    job_effective_state,
-    parse_request,
-    stored_job,
-)
+from gateway.core import INVALID_REQUEST, GatewayError, Outcome, State, parse_request, stored_job
 from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_problem
-from gateway.core.retry import with_ojs_retry
 from gateway.core.times import parse_rfc3339
 from gateway.http import answers, caught_up, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
+from gateway.http.shared import shown
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 
 
-async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer | ApiError:
+async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
     """Under an `Idempotency-Key`, a retry gets the first answer again (the decision record
     the processor kept for the key), so the same body: see docs/http.md."""
     idem = _header_key(request)
-    if isinstance(idem, ApiError):
-        return idem
     job = await read_json(request, binding.settings.max_body_bytes)
-    if isinstance(job, ApiError):
-        return job
     if isinstance(job, dict):
         job = {**job, "request_id": request_id}
     sent = time.monotonic()
@@ -53,31 +41,23 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
             job, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
         )
     except ClientError as exc:
-        return answers.for_client_error(exc)
+        raise answers.for_client_error(exc) from None
     await _settled(binding, result, sent)
     answer = answers.for_result(result)
-    if idem is not None and isinstance(answer, ApiError):
-        return _as_first(answer, result, idem)
+    if isinstance(answer, ApiError):
+        raise answer if idem is None else _as_first(answer, result, idem)
     return answer
 
 
-async def enqueue_batch(
-    request: HttpRequest, binding: Binding, request_id: str
-) -> Answer | ApiError:
+async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
     """Validate every job first (one invalid: nothing is enqueued), then enqueue them all.
     Under an idempotency key (the `Idempotency-Key` header, or OJS's `idempotency_key` in
     the body), the whole batch's first answers, or 422 if the key named another batch."""
     header = _header_key(request)
-    if isinstance(header, ApiError):
-        return header
     body = await read_json(request, binding.settings.max_body_bytes)
-    if isinstance(body, ApiError):
-        return body
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
-        return ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
+        raise ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
     idem = _batch_key(header, body)
-    if isinstance(idem, ApiError):
-        return idem
     problems = []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
@@ -85,7 +65,7 @@ async def enqueue_batch(
             problems.append({"index": index, "code": parsed.code, "message": parsed.message})
     if problems:
         first = problems[0]
-        return ApiError(
+        raise ApiError(
             400, INVALID_REQUEST,
             f"batch validation failed: job at index {first['index']}: {first['message']}; "
             "nothing was enqueued",
@@ -101,11 +81,9 @@ async def enqueue_batch(
     except EnqueueTimeout as exc:
         outcomes = exc.results
     except ClientError as exc:
-        return answers.for_client_error(exc)
+        raise answers.for_client_error(exc) from None
     if idem is not None:
-        reused = _reused(outcomes, idem)
-        if reused is not None:
-            return reused
+        _refuse_reused(outcomes, idem)
     # At once, not in turn: the view may bring every item's record in one read.
     decided = [o for o in outcomes if isinstance(o, EnqueueResult)]
     await asyncio.gather(*(_settled(binding, outcome, sent) for outcome in decided))
@@ -119,55 +97,18 @@ async def enqueue_batch(
     return Answer(201, {"jobs": items, "count": len(items)})
 
 
-async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
-    job_id = request.path_params["job_id"]
-    job = await binding.job(job_id)
-    if job is None:
-        return transitions.not_found(job_id)
+async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer:
+    job = await transitions.known_job(binding, request.path_params["job_id"])
     return Answer(200, {"job": shown(job)})
 
 
-async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer | ApiError:
+async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer:
     """Ask the processor to cancel; it writes the cancellation for the job's worker."""
     job_id = request.path_params["job_id"]
-    job = await binding.job(job_id)
-    if job is None:
-        return transitions.not_found(job_id)
+    job = await transitions.known_job(binding, job_id)
     ack = await transitions.ask(binding, job, "job.cancelled")
-    if isinstance(ack, ApiError):
-        return ack
-    refused = transitions.refused(ack, job_id, "cancel")
-    if refused is not None:
-        return refused
-    moved = ack.record["job"]
-    transitions.answered(binding, moved)
+    moved = transitions.moved(binding, ack, job_id, "cancel")
     return Answer(200, {"job": {**shown(moved), "previous_state": ack.previous_state}})
-
-
-INTERNAL_FIELDS = ("route", "partition")
-
-
-def shown(job: dict[str, Any], now_ms: int | None = None) -> dict[str, Any]:
-    """A job as OJS shows it, with what the client sent given back in the shape it sent:
-    a due scheduled or retryable job is available (due at `now_ms`, else now); `retry` is
-    the OJS retry object (ISO 8601 intervals, or the `_ms` integers if the client sent
-    those under options.retry); `unique` is the policy as sent (top-level or under
-    options); `errors` lists every failed attempt's error kept (oldest first), else the
-    last one; no internal fields."""
-    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    state = str(job_effective_state(job, now))
-    out = {k: v for k, v in job.items() if k not in INTERNAL_FIELDS} | {"state": state}
-    raw_options = job.get("options")
-    options: dict[str, Any] = raw_options if isinstance(raw_options, dict) else {}
-    out = with_ojs_retry(out)
-    if out.get("unique") is None and options.get("unique") is not None:
-        out["unique"] = options["unique"]
-    errors_kept = job.get("errors")
-    if isinstance(errors_kept, list):
-        out["errors"] = errors_kept
-    else:
-        out["errors"] = [job["error"]] if job.get("error") else []
-    return out
 
 
 async def _settled(binding: Binding, result: EnqueueResult, sent: float) -> None:
@@ -192,7 +133,7 @@ async def _settled(binding: Binding, result: EnqueueResult, sent: float) -> None
         await caught_up.wait(binding.view.versions, str(decided["id"]), changed, sent)
 
 
-def _header_key(request: HttpRequest) -> str | None | ApiError:
+def _header_key(request: HttpRequest) -> str | None:
     """The `Idempotency-Key` header, if sent; a bad one is 400 naming it. Blanks around it are
     no part of the value (RFC 9110 §5.5), whichever of them the HTTP parser left."""
     key = request.headers.get(wire.HTTP_IDEMPOTENCY_KEY)
@@ -200,10 +141,12 @@ def _header_key(request: HttpRequest) -> str | None | ApiError:
         return None
     key = key.strip(" \t")
     problem = key_problem(key, f"the {wire.HTTP_IDEMPOTENCY_KEY} header")
-    return key if problem is None else ApiError(400, problem.code, problem.message)
+    if problem is not None:
+        raise ApiError(400, problem.code, problem.message)
+    return key
 
 
-def _batch_key(header: str | None, body: dict[str, Any]) -> str | None | ApiError:
+def _batch_key(header: str | None, body: dict[str, Any]) -> str | None:
     """A batch's idempotency key: the header's or the body's (OJS bulk `idempotency_key`),
     which must agree when both are sent."""
     if "idempotency_key" not in body:
@@ -211,9 +154,9 @@ def _batch_key(header: str | None, body: dict[str, Any]) -> str | None | ApiErro
     key = body["idempotency_key"]
     problem = key_problem(key, "idempotency_key")
     if problem is not None:
-        return ApiError(400, problem.code, problem.message)
+        raise ApiError(400, problem.code, problem.message)
     if header is not None and header != key:
-        return ApiError(
+        raise ApiError(
             400, INVALID_REQUEST,
             f"the {wire.HTTP_IDEMPOTENCY_KEY} header and the body's idempotency_key differ; "
             "send one key",
@@ -228,7 +171,7 @@ def _as_first(answer: ApiError, result: EnqueueResult, key: str) -> ApiError:
     return replace(answer, request_id=result.request_id, details=details or answer.details)
 
 
-def _reused(outcomes: list[Any], key: str) -> ApiError | None:
+def _refuse_reused(outcomes: list[Any], key: str) -> None:
     """A batch under a key that named another batch: 422, naming the key and the items."""
     items = [
         {"index": index, "code": o.error.code, "message": o.error.message}
@@ -237,8 +180,8 @@ def _reused(outcomes: list[Any], key: str) -> ApiError | None:
         and o.error.code == IDEMPOTENCY_KEY_REUSED
     ]  # fmt: skip
     if not items:
-        return None
-    return ApiError(
+        return
+    raise ApiError(
         422, IDEMPOTENCY_KEY_REUSED,
         f"idempotency key {key!r} was used with another batch within its window (items "
         f"{', '.join(str(i['index']) for i in items)} differ, or the number of jobs does); "

@@ -1,4 +1,5 @@
-"""Per-request plumbing shared by the routes: request id, authorisation, the JSON body."""
+"""Per-request plumbing shared by the routes: request id, authorisation, the JSON body,
+and the one place an ApiError a route raises becomes its answer (`endpoint`)."""
 
 from __future__ import annotations
 
@@ -50,74 +51,74 @@ def endpoint(
 ) -> Callable[[Request], Awaitable[Response]]:
     """Request id, authorisation, what the route takes, a live view, then the handler; its
     value becomes the response (a handler may also return a ready-made Response, as the
-    event stream does). `query` names the query parameters the route understands (None:
-    not checked here); `body=False` says it takes no body. A parameter or body field
-    a route does not understand is refused, never ignored: ignored, it would widen what
-    the caller asked for."""
+    event stream does), and an ApiError raised on the way the OJS error envelope: the one
+    place routes' errors are answered. `query` names the query parameters the route
+    understands (None: not checked here); `body=False` says it takes no body. A parameter
+    or body field a route does not understand is refused, never ignored: ignored, it
+    would widen what the caller asked for."""
 
     async def handle(request: Request) -> Response:
         request_id = request_id_of(request)
         binding: Binding = request.app.state.binding
         media_type = media_type_of(request)
-        refused = (
+        try:
             authorize(request, binding.settings.token)
-            or (None if query is None else unknown_params(request, query))
-            or (None if body else await no_body(request, binding.settings.max_body_bytes))
-            or await binding.view_live()
-        )
-        answer = refused or await handler(request, binding, request_id)
+            if query is not None:
+                unknown_params(request, query)
+            if not body:
+                await no_body(request, binding.settings.max_body_bytes)
+            await binding.view_live()
+            answer = await handler(request, binding, request_id)
+        except ApiError as error:
+            return error_response(error, request_id, media_type)
         if isinstance(answer, Response):
             return answer
-        if isinstance(answer, ApiError):
-            return error_response(answer, request_id, media_type)
         return ojs_response(answer.status, answer.body, request_id, answer.headers, media_type)
 
     return handle
 
 
-def authorize(request: Request, token: str | None) -> ApiError | None:
+def authorize(request: Request, token: str | None) -> None:
+    """401 unless the request carries the deployment's bearer token (if it has one)."""
     if token is None:
-        return None
+        return
     scheme, _, credential = request.headers.get("authorization", "").partition(" ")
     # compare_digest: the time taken must not tell how much of the token matched.
     if scheme.lower() == "bearer" and hmac.compare_digest(
         credential.strip().encode(), token.encode()
     ):
-        return None
-    return ApiError(401, errors.UNAUTHORIZED, "send `Authorization: Bearer <token>`")
+        return
+    raise ApiError(401, errors.UNAUTHORIZED, "send `Authorization: Bearer <token>`")
 
 
 # A name longer than this is cut where it is shown: it is the caller's input.
 _SHOWN_CHARS = 64
 
 
-def unknown_params(request: Request, known: Collection[str]) -> ApiError | None:
+def unknown_params(request: Request, known: Collection[str]) -> None:
     """400 naming each query parameter the route does not take, or one given twice."""
     names = [name for name, _ in request.query_params.multi_items()]
     unknown = sorted({_shown(name) for name in names if name not in known})
     if unknown:
         takes = ", ".join(sorted(known)) or "none"
-        return ApiError(
+        raise ApiError(
             400, INVALID_REQUEST,
             f"unknown query parameter {', '.join(map(repr, unknown))}: this route takes {takes}",
             details={"unknown_parameters": unknown},
         )  # fmt: skip
     repeated = sorted(_shown(name) for name, count in Counter(names).items() if count > 1)
     if repeated:
-        return ApiError(400, INVALID_REQUEST,
-                        f"query parameter {', '.join(map(repr, repeated))} is given more than "
-                        "once: give each once")  # fmt: skip
-    return None
+        raise ApiError(400, INVALID_REQUEST,
+                       f"query parameter {', '.join(map(repr, repeated))} is given more than "
+                       "once: give each once")  # fmt: skip
 
 
-def unknown_fields(
-    given: Iterable[str], known: Collection[str], where: str = "the body"
-) -> ApiError | None:
+def unknown_fields(given: Iterable[str], known: Collection[str], where: str = "the body") -> None:
     """400 naming each field of `where` the route does not take."""
     unknown = sorted({_shown(name) for name in given if name not in known})
     if not unknown:
-        return None
-    return ApiError(
+        return
+    raise ApiError(
         400, INVALID_REQUEST,
         f"unknown field {', '.join(map(repr, unknown))} in {where}: this route takes "
         f"{', '.join(sorted(known)) or 'no body'}",
@@ -125,65 +126,59 @@ def unknown_fields(
     )  # fmt: skip
 
 
-async def no_body(request: Request, cap: int) -> ApiError | None:
-    """None for a request with no body (or `{}`); a route that takes none refuses any other."""
+async def no_body(request: Request, cap: int) -> None:
+    """Nothing for a request with no body (or `{}`); a route that takes none refuses any
+    other."""
     raw = await read_body(request, cap)
-    if isinstance(raw, ApiError):
-        return raw
     if not raw.strip():
-        return None
-    value = _media_problem(request) or parse_json(raw)
-    if isinstance(value, ApiError):
-        return value
-    if isinstance(value, dict):
-        return unknown_fields(value, ())  # none for {}
-    return ApiError(400, INVALID_REQUEST, "this route takes no body")
+        return
+    _check_media_type(request)
+    value = parse_json(raw)
+    if not isinstance(value, dict):
+        raise ApiError(400, INVALID_REQUEST, "this route takes no body")
+    unknown_fields(value, ())  # none for {}
 
 
 def _shown(name: str) -> str:
     return name if len(name) <= _SHOWN_CHARS else name[:_SHOWN_CHARS] + "…"
 
 
-def _media_problem(request: Request) -> ApiError | None:
+def _check_media_type(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type and media_type not in ACCEPTED_MEDIA_TYPES:
-        return ApiError(
+        raise ApiError(
             415, errors.UNSUPPORTED_MEDIA_TYPE,
             f"send application/openjobspec+json or application/json, not {media_type}",
         )  # fmt: skip
-    return None
 
 
 async def read_json(request: Request, cap: int) -> Any:
-    """The body as JSON, or an ApiError (415, 413, 400 invalid_request).
+    """The body as JSON; else 415, 413 or 400 invalid_request.
 
     Malformed JSON is OJS's `invalid_request` ("Malformed request"); OJS's
     `invalid_payload` means args that fail a schema, which is another thing.
     """
-    problem = _media_problem(request)
-    if problem is not None:
-        return problem
-    body = await read_body(request, cap)
-    return body if isinstance(body, ApiError) else parse_json(body)
+    _check_media_type(request)
+    return parse_json(await read_body(request, cap))
 
 
-async def read_body(request: Request, cap: int) -> bytes | ApiError:
+async def read_body(request: Request, cap: int) -> bytes:
     """The body's bytes, at most `cap` of them (else 413)."""
     too_large = ApiError(413, PAYLOAD_TOO_LARGE, f"the body is over the limit of {cap} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
-        return too_large
+        raise too_large
     body = bytearray()
     try:
         async for chunk in request.stream():  # counted as it comes: a chunked body has no length
             body += chunk
             if len(body) > cap:
-                return too_large
+                raise too_large
     except ClientDisconnect:
         # A caller that goes away mid-body is an ordinary end, not our failure;
         # the answer goes nowhere, nothing was enqueued.
         log.info("the client disconnected before sending its whole body")
-        return ApiError(400, INVALID_REQUEST, "the client disconnected mid-body")
+        raise ApiError(400, INVALID_REQUEST, "the client disconnected mid-body") from None
     return bytes(body)
 
 
@@ -192,19 +187,19 @@ def parse_json(body: bytes) -> Any:
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return ApiError(400, INVALID_REQUEST, f"the body is not valid JSON: {exc}")
+        raise ApiError(400, INVALID_REQUEST, f"the body is not valid JSON: {exc}") from None
     # orjson reads an integer beyond 64 bits as a float, and the body is all that tells
     # it from a double: once re-serialised it would be taken, and could share a key.
     problem = rounded_integer_problem(value, body)
     if problem is not None:
-        return ApiError(400, INVALID_REQUEST, problem)
+        raise ApiError(400, INVALID_REQUEST, problem)
     return value
 
 
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> int | ApiError:
+def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> int:
     """A query parameter as an integer in [low, high]; absent or empty: `default`. Only
     ASCII digits: Python's int() also takes "1_000", " 5" and other scripts' digits."""
     if raw is None or raw == "":
@@ -214,5 +209,5 @@ def int_param(raw: str | None, name: str, default: int, low: int, high: int) -> 
     except ValueError:  # more digits than int() reads
         value = low - 1
     if not low <= value <= high:
-        return ApiError(400, INVALID_REQUEST, f"{name} must be an integer from {low} to {high}")
+        raise ApiError(400, INVALID_REQUEST, f"{name} must be an integer from {low} to {high}")
     return value

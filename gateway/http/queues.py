@@ -1,16 +1,15 @@
 """The queue routes: every queue the view has seen, and one queue's stats.
 
 Counts come from the view's per-queue, per-state counters and the last hour's
-activity from its per-minute buckets (queue_stats.py). The view follows
+activity from its per-minute buckets (view/queue_stats.py). The view follows
 committed records, so a count asked right after this process answered for a
-job of the queue waits (QUEUE_SETTLE_S at most) until the view has that job's
+job of the queue waits (shared.QUEUE_SETTLE_S at most) until the view has that job's
 record: a client that enqueues, fetches or acks and then asks sees its own
 changes counted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -21,32 +20,19 @@ from gateway.core import INVALID_REQUEST, State
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.queues import newer_state
 from gateway.core.times import format_rfc3339
-from gateway.http import commands, errors, queue_stats
+from gateway.http import commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
-from gateway.http.dead_letter import page_of, pagination
 from gateway.http.errors import ApiError
+from gateway.http.shared import page_of, paused_queues, settled
 from gateway.sdk.commands import queue_commands
-
-QUEUE_SETTLE_S = 2.0
-_SETTLE_POLL_S = 0.02
+from gateway.view import queue_stats
 
 
-async def settled(binding: Binding, queue: str | None = None) -> None:
-    """Once the view holds every job of `queue` (or of any queue) this process answered
-    for, or QUEUE_SETTLE_S has passed: counts then include the caller's own changes."""
-    deadline = time.monotonic() + QUEUE_SETTLE_S
-    while binding.view.answered_pending(queue) and time.monotonic() < deadline:
-        await asyncio.sleep(_SETTLE_POLL_S)
-
-
-async def list_queues(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def list_queues(request: Request, binding: Binding, _: str) -> Answer:
     """Every queue the view has seen a job of, or paused, by name: `status` (active or
     paused), `created_at` (its first job's) and `counts` per state now."""
     page = page_of(request)
-    if isinstance(page, ApiError):
-        return page
-    limit, offset = page
     known, paused = binding.view.queues(), paused_queues(binding)
     names = sorted(known.keys() | paused.keys())
     queues = [
@@ -56,24 +42,22 @@ async def list_queues(request: Request, binding: Binding, _: str) -> Answer | Ap
             "created_at": known.get(name, {}).get("created_at"),
             "counts": {s: n for s, n in known.get(name, {}).get("counts", {}).items() if n},
         }  # fmt: skip
-        for name in names[offset : offset + limit]
+        for name in page.of(names)
     ]
-    return Answer(200, {"queues": queues, "pagination": pagination(len(names), limit, offset)})
+    return Answer(200, {"queues": queues, "pagination": page.pagination(len(names))})
 
 
-async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def stats(request: Request, binding: Binding, _: str) -> Answer:
     """OJS level 4's queue stats: jobs per state now, and the last hour's completions,
     failures, mean run and wait times and throughput. The shape holds both OJS's
     documents: the HTTP binding's top-level `status` and `stats`, and the conformance
     suite's `queue` object with the name and the counts."""
     name = _name(request)
-    if isinstance(name, ApiError):
-        return name
     await settled(binding, name)
     known = binding.view.queues().get(name)
     is_paused = name in paused_queues(binding)
     if known is None and not is_paused:
-        return ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
+        raise ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
     now_ms = time.time_ns() // 1_000_000
     held = {} if known is None else known["counts"]
     counts: dict[str, Any] = {str(s): held.get(str(s), 0) for s in State}
@@ -87,33 +71,27 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer | ApiError
     })  # fmt: skip
 
 
-async def pause(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def pause(request: Request, binding: Binding, _: str) -> Answer:
     return await _set_paused(request, binding, True)
 
 
-async def resume(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def resume(request: Request, binding: Binding, _: str) -> Answer:
     return await _set_paused(request, binding, False)
 
 
-async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answer | ApiError:
+async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answer:
     """Pause or resume a queue on every partition; answered once each has applied it, so a
     claim sent after this answer is judged by the new state wherever its job lives. The
     shape holds the OJS binding's `status` and time, the conformance suite's `queue`
     object and the Admin UI's `paused`."""
     name = _name(request)
-    if isinstance(name, ApiError):
-        return name
     count = await commands.partitions(binding)
-    if isinstance(count, ApiError):
-        return count
     verb = "pause" if paused else "resume"
     # Past the newest state this view holds: a pause or resume sent after another's answer
     # wins over it, whatever the clocks of the serve processes that sent them say.
     seen = binding.view.controls(wire.queue_key(name)).get("")
     outgoing = queue_commands(name, paused, count, seen)
     answers = await commands.send(binding, outgoing, f"{verb} {name}")
-    if isinstance(answers, ApiError):
-        return answers
     # Each partition answers the state it holds: this command's, or a newer one's.
     held: dict[str, Any] = answers[0]["queue"]
     for answer in answers[1:]:
@@ -130,15 +108,9 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     )
 
 
-def _name(request: Request) -> str | ApiError:
+def _name(request: Request) -> str:
     """The queue the path names."""
     name = request.path_params["name"]
     if not is_valid_queue_name(name):
-        return ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+        raise ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
     return str(name)
-
-
-def paused_queues(binding: Binding) -> dict[str, dict[str, Any]]:
-    """The queues the processor published as paused, by name, as this view has read them."""
-    published = binding.view.controls(wire.QUEUE_KEY_PREFIX)
-    return {name: state for name, state in published.items() if state.get("paused")}

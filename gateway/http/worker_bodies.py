@@ -1,8 +1,9 @@
 """The worker routes' bodies: the fields each takes, and each field's rule.
 
-A field no route reads is refused (fields.py), and a value the processor would
-refuse is refused here by the processor's own rule (core.job_events), so a
-fetch asked with a lease no claim could carry is a 400, not an empty answer.
+A field no route reads is refused (plumbing.unknown_fields), and a value the
+processor would refuse is refused here (a 400 raised) by the processor's own rule
+(core.job_events), so a fetch asked with a lease no claim could carry is a 400,
+not an empty answer.
 """
 
 from __future__ import annotations
@@ -49,64 +50,64 @@ HEARTBEAT_FIELDS = (
 
 async def worker_body(
     request: Request, binding: Binding, known: tuple[str, ...], shape: str
-) -> dict[str, Any] | ApiError:
+) -> dict[str, Any]:
     """The body, a JSON object of `known` fields only."""
     body = await read_json(request, binding.settings.max_body_bytes)
-    if isinstance(body, ApiError):
-        return body
     if not isinstance(body, dict):
-        return _bad(f"send a JSON object: {shape}")
-    return unknown_fields(body, known, "the body") or body
+        raise _bad(f"send a JSON object: {shape}")
+    unknown_fields(body, known, "the body")
+    return body
 
 
-def count_of(body: dict[str, Any]) -> int | ApiError:
+def count_of(body: dict[str, Any]) -> int:
     count = body.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_FETCH:
-        return _bad(f"count must be an integer from 1 to {MAX_FETCH}")
+        raise _bad(f"count must be an integer from 1 to {MAX_FETCH}")
     return count
 
 
-def queues_of(value: object) -> list[str] | ApiError:
+def queues_of(value: object) -> list[str]:
     """The queues to fetch from: queue names (the enqueue's rule), each once, in order."""
     if not isinstance(value, list) or not value:
-        return _bad("queues is required: a non-empty list of queue names")
+        raise _bad("queues is required: a non-empty list of queue names")
     if len(value) > MAX_FETCH_QUEUES:
-        return _bad(f"queues names at most {MAX_FETCH_QUEUES} queues")
+        raise _bad(f"queues names at most {MAX_FETCH_QUEUES} queues")
     for index, queue in enumerate(value):
         if not isinstance(queue, str) or not is_valid_queue_name(queue):
-            return _bad(f"queues[{index}] is not a queue name: a queue name is {QUEUE_NAME_RULE}")
+            raise _bad(f"queues[{index}] is not a queue name: a queue name is {QUEUE_NAME_RULE}")
     return list(dict.fromkeys(value))
 
 
-def visibility_timeout(body: dict[str, Any]) -> int | None | ApiError:
+def visibility_timeout(body: dict[str, Any]) -> int | None:
     """The lease asked for, by the processor's own rule for it (a claim would be refused)."""
     value = body.get("visibility_timeout_ms")
     if value is None:
         return None
     problem = lease_problem(value)
-    return value if problem is None else _bad(problem)
+    if problem is not None:
+        raise _bad(problem)
+    return value
 
 
-def worker_id_of(body: dict[str, Any], required: bool) -> str | None | ApiError:
+def worker_id_of(body: dict[str, Any], required: bool) -> str | None:
     """The worker's id, by the processor's rule for the one a claim carries."""
     value = body.get("worker_id")
     if value is None and not required:
         return None
     if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_BYTES:
         need = "is required: the worker's identifier" if value is None else "must be"
-        return _bad(f"worker_id {need}, a non-empty string of at most {MAX_ID_BYTES} characters")
+        raise _bad(f"worker_id {need}, a non-empty string of at most {MAX_ID_BYTES} characters")
     return value
 
 
-def worker_description_problem(body: dict[str, Any]) -> ApiError | None:
+def check_worker_description(body: dict[str, Any]) -> None:
     """The worker protocol's description of the worker, when sent, has its types."""
     for field, (shown, valid) in WORKER_FIELDS.items():
         if field in body and not valid(body[field]):
-            return _bad(f"{field} must be {shown}")
-    return None
+            raise _bad(f"{field} must be {shown}")
 
 
-def heartbeat_job_ids(body: dict[str, Any]) -> list[str] | ApiError:
+def heartbeat_job_ids(body: dict[str, Any]) -> list[str]:
     """The jobs named: `active_jobs` (the HTTP binding's list), `active_job_ids` (the worker
     protocol's; there `active_jobs` is a count) or `job_id`; each once, in order."""
     named: list[tuple[str, Any]] = []
@@ -115,17 +116,12 @@ def heartbeat_job_ids(body: dict[str, Any]) -> list[str] | ApiError:
         if isinstance(value, list):
             named.extend((f"{field}[{i}]", job_id) for i, job_id in enumerate(value))
         elif value is not None and not (field == "active_jobs" and _is_count(value)):
-            return _bad(f"{field} must be a list of job ids")
+            raise _bad(f"{field} must be a list of job ids")
     if body.get("job_id") is not None:
         named.append(("job_id", body["job_id"]))
     if len(named) > MAX_HEARTBEAT_JOBS:
-        return _bad(f"at most {MAX_HEARTBEAT_JOBS} active jobs per heartbeat")
-    ids: list[str] = []
-    for field, value in named:
-        job_id = job_id_of(value, field)
-        if isinstance(job_id, ApiError):
-            return job_id
-        ids.append(job_id)
+        raise _bad(f"at most {MAX_HEARTBEAT_JOBS} active jobs per heartbeat")
+    ids = [job_id_of(value, field) for field, value in named]
     return list(dict.fromkeys(ids))
 
 
@@ -137,39 +133,34 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
-async def settle_body(
-    request: Request, binding: Binding, known: tuple[str, ...]
-) -> dict[str, Any] | ApiError:
+async def settle_body(request: Request, binding: Binding, known: tuple[str, ...]) -> dict[str, Any]:
     """An ack's or a nack's body, its job_id in the form ids are stored in."""
     body = await worker_body(request, binding, known, "{job_id, ...}")
-    if isinstance(body, ApiError):
-        return body
     if body.get("job_id") is None:
-        return _bad("job_id is required: the id of the job the worker fetched")
+        raise _bad("job_id is required: the id of the job the worker fetched")
     job_id = job_id_of(body["job_id"], "job_id")
-    worker_id = worker_id_of(body, required=False)
-    for problem in (job_id, worker_id):
-        if isinstance(problem, ApiError):
-            return problem
+    worker_id_of(body, required=False)
     return {**body, "job_id": job_id}
 
 
-def nack_error(body: dict[str, Any]) -> dict[str, Any] | ApiError:
+def nack_error(body: dict[str, Any]) -> dict[str, Any]:
     """A nack's error, by the processor's rule for it (it would refuse the event)."""
     error = body.get("error")
     if error is None:
         return {"code": "handler_error", "message": "the worker reported a failure"}
     problem = failure_problem(error)
-    return _bad(problem) if problem is not None else error
+    if problem is not None:
+        raise _bad(problem)
+    return error
 
 
-def job_id_of(value: object, field: str) -> str | ApiError:
+def job_id_of(value: object, field: str) -> str:
     """A job id as a worker sends it back: a UUID, in lowercase as ids are stored (and as the
     processor reads an event's), so an id in capitals names its job too. Any other string
     can name no job. A UUID that names none is the route's not_found."""
     if isinstance(value, str) and is_uuid(value):
         return value.lower()
-    return _bad(f"{field} must be a job's id, a UUID such as 019078a3-b5c7-7def-8a12-3456789abcde")
+    raise _bad(f"{field} must be a job's id, a UUID such as 019078a3-b5c7-7def-8a12-3456789abcde")
 
 
 def _bad(message: str) -> ApiError:

@@ -35,13 +35,13 @@ from gateway.http import transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
-from gateway.http.jobs import shown
-from gateway.http.queues import paused_queues
+from gateway.http.shared import paused_queues, shown
 from gateway.http.worker_bodies import (
     ACK_FIELDS,
     FETCH_FIELDS,
     HEARTBEAT_FIELDS,
     NACK_FIELDS,
+    check_worker_description,
     count_of,
     heartbeat_job_ids,
     nack_error,
@@ -49,7 +49,6 @@ from gateway.http.worker_bodies import (
     settle_body,
     visibility_timeout,
     worker_body,
-    worker_description_problem,
     worker_id_of,
 )
 from gateway.randomness import random_hex
@@ -67,25 +66,15 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def fetch(request: Request, binding: Binding, _: str) -> Answer:
     body = await worker_body(
         request, binding, FETCH_FIELDS, "{queues, count, visibility_timeout_ms}"
     )
-    if isinstance(body, ApiError):
-        return body
     queues = queues_of(body.get("queues"))
-    if isinstance(queues, ApiError):
-        return queues
     count = count_of(body)
-    if isinstance(count, ApiError):
-        return count
     lease = visibility_timeout(body)
-    if isinstance(lease, ApiError):
-        return lease
     fields: dict[str, Any] = {} if lease is None else {"visibility_timeout_ms": lease}
     worker_id = worker_id_of(body, required=False)
-    if isinstance(worker_id, ApiError):
-        return worker_id
     if worker_id is not None:
         fields["worker_id"] = worker_id  # kept on each job it takes: who runs it
     claimed: list[dict[str, Any]] = []
@@ -112,7 +101,7 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer | ApiError
             elif isinstance(answer, dict):
                 claimed.append(shown(answer))
     if problems and not claimed:
-        return problems[0]
+        raise problems[0]
     out: dict[str, Any] = {"jobs": claimed}
     if claimed:
         out["job"] = claimed[0]
@@ -176,11 +165,12 @@ async def _claim(
     # The claim's own name: a requeue undoes this claim, never another fetch's.
     claim_id = random_hex()
     try:
-        ack = await transitions.ask(binding, job, "job.started", claim_id=claim_id, **fields)
-        if transitions.timed_out(ack):
-            await _requeue(binding, job, claim_id)
-        if isinstance(ack, ApiError):
-            return ack
+        try:
+            ack = await transitions.ask(binding, job, "job.started", claim_id=claim_id, **fields)
+        except ApiError as error:
+            if transitions.timed_out(error):
+                await _requeue(binding, job, claim_id)
+            return error
         moved = ack.record.get("job")
         if ack.error is not None and ack.error.code == QUEUE_PAUSED:
             return PAUSED
@@ -211,7 +201,7 @@ async def _requeue(binding: Binding, job: dict[str, Any], claim_id: str) -> None
         )
 
 
-async def heartbeat(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def heartbeat(request: Request, binding: Binding, _: str) -> Answer:
     """OJS BEAT: extend the lease of each active job named (one job.heartbeat each).
 
     Answers `state` (always `running`: this gateway sends no directive), `directive`,
@@ -221,17 +211,10 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer | ApiE
     body = await worker_body(
         request, binding, HEARTBEAT_FIELDS, "{worker_id, active_jobs, visibility_timeout_ms}"
     )
-    if isinstance(body, ApiError):
-        return body
-    worker_id = worker_id_of(body, required=True)
-    if isinstance(worker_id, ApiError):
-        return worker_id
-    ids = worker_description_problem(body) or heartbeat_job_ids(body)
-    if isinstance(ids, ApiError):
-        return ids
+    worker_id_of(body, required=True)
+    check_worker_description(body)
+    ids = heartbeat_job_ids(body)
     lease = visibility_timeout(body)
-    if isinstance(lease, ApiError):
-        return lease
     fields = {} if lease is None else {"visibility_timeout_ms": lease}
     results = await asyncio.gather(*(_beat(binding, job_id, fields) for job_id in ids))
     return Answer(
@@ -249,7 +232,7 @@ async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[s
     if job is None:
         error = transitions.not_found(job_id)
         return {"job_id": job_id, "extended": False, "error": _error_of(error)}
-    answer = await transitions.ask(binding, job, "job.heartbeat", **fields)
+    answer = await transitions.try_ask(binding, job, "job.heartbeat", **fields)
     if isinstance(answer, ApiError):
         return {"job_id": job_id, "extended": False, "error": _error_of(answer)}
     moved = answer.record.get("job")
@@ -275,14 +258,10 @@ def _error_of(error: ApiError) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def ack(request: Request, binding: Binding, _: str) -> Answer:
     body = await settle_body(request, binding, ACK_FIELDS)
-    if isinstance(body, ApiError):
-        return body
     fields = {"result": body["result"]} if body.get("result") is not None else {}
     moved = await _settle(binding, body["job_id"], "job.completed", "ack", fields)
-    if isinstance(moved, ApiError):
-        return moved
     return Answer(
         200,
         {
@@ -293,17 +272,11 @@ async def ack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
     )  # fmt: skip
 
 
-async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
+async def nack(request: Request, binding: Binding, _: str) -> Answer:
     """One failed attempt: the processor retries it (with backoff) or discards it."""
     body = await settle_body(request, binding, NACK_FIELDS)
-    if isinstance(body, ApiError):
-        return body
     error = nack_error(body)
-    if isinstance(error, ApiError):
-        return error
     moved = await _settle(binding, body["job_id"], "job.failed", "nack", {"error": error})
-    if isinstance(moved, ApiError):
-        return moved
     out = {
         "job_id": moved["id"], "id": moved["id"], "state": moved["state"],
         "attempt": moved.get("attempt"), "max_attempts": moved.get("max_attempts"),
@@ -318,17 +291,8 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer | ApiError:
 
 async def _settle(
     binding: Binding, job_id: str, event_type: str, action: str, fields: dict[str, Any]
-) -> dict[str, Any] | ApiError:
+) -> dict[str, Any]:
     """Ask the processor to end an attempt; the job as it moved (this view shows it so)."""
-    job = await binding.job(job_id)
-    if job is None:
-        return transitions.not_found(job_id)
+    job = await transitions.known_job(binding, job_id)
     answer = await transitions.ask(binding, job, event_type, **fields)
-    if isinstance(answer, ApiError):
-        return answer
-    refused = transitions.refused(answer, job["id"], action)
-    if refused is not None:
-        return refused
-    moved: dict[str, Any] = answer.record["job"]
-    transitions.answered(binding, moved)
-    return moved
+    return transitions.moved(binding, answer, job["id"], action)

@@ -20,7 +20,7 @@ import pytest
 from gateway import Client
 from gateway.core import EventOutcome
 from gateway.core.times import parse_rfc3339
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from gateway.sdk import ClientError, EventAck
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from gateway.sdk import Client, EnqueueResult, zizq_unique_key
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served, assert_ojs_headers

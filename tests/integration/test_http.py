@@ -22,7 +22,7 @@ import uvicorn
 
 from gateway.catalogue import Catalogue
 from gateway.core.times import format_rfc3339, parse_rfc3339
-from gateway.http import HttpSettings, create_app
+from gateway.http.app import HttpSettings, create_app
 from tests.integration.harness import Processor, apply_topics, fingerprint_of, producer, send
 
 pytestmark = pytest.mark.kafka

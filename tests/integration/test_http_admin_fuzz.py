@@ -24,8 +24,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.http import HttpSettings
 from gateway.http.app import OPENAPI
+from gateway.http.binding import HttpSettings
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served
 from tests.integration.test_http_openapi import operation

@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served, running
 

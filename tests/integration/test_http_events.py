@@ -18,8 +18,10 @@ import httpx
 import orjson
 import pytest
 
-from gateway.http import HttpSettings, event_feed, events_route
-from gateway.http.event_cursor import parse
+from gateway.http import events_route
+from gateway.http.binding import HttpSettings
+from gateway.view import event_feed
+from gateway.view.event_cursor import parse
 from tests.integration.test_http import Served, running
 from tests.integration.test_serve_workers import _children, _wait_health
 from tests.support import free_port_block

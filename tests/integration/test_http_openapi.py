@@ -31,8 +31,8 @@ from schemathesis.specs.openapi.checks import (
 )
 from starlette.routing import Route
 
-from gateway.http import HttpSettings
 from gateway.http.app import OPENAPI
+from gateway.http.binding import HttpSettings
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served
 

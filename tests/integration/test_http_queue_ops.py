@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.core.times import parse_rfc3339
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from gateway.sdk import Client, EventAck
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, Reader, apply_topics

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.core.times import parse_rfc3339
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served, assert_ojs_headers
 from tests.integration.test_http_admin import eventually

@@ -20,7 +20,7 @@ import pytest
 
 from gateway.bench.services import free_port
 from gateway.core import Outcome
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from gateway.sdk import Client
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.http import HttpSettings
+from gateway.http.binding import HttpSettings
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served
 

@@ -13,9 +13,10 @@ import orjson
 import pytest
 
 from gateway.http import jobs
-from gateway.http.caught_up import ReadVersions, caught_up
-from gateway.http.view import JobView
+from gateway.http.caught_up import caught_up
 from gateway.sdk import EnqueueResult
+from gateway.view.store import JobView
+from gateway.view.versions import ReadVersions
 from tests.http_requests import bound, call, request
 
 T0 = 1_770_000_000_000

@@ -18,9 +18,9 @@ from gateway.core.engine import entry_of
 from gateway.core.lifecycle import on_key
 from gateway.http.answers import Answer
 from gateway.http.binding import HttpSettings
-from gateway.http.view import JobView
 from gateway.http.workers import fetch
 from gateway.sdk import EventAck
+from gateway.view.store import JobView
 from tests.unit.test_http_edge import post_request
 
 KEY = "b" * 64

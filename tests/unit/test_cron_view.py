@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from gateway import wire
-from gateway.http.view import JobView
+from gateway.view.store import JobView
 
 KEY = wire.cron_key("nightly")
 OFF = {"name": "nightly", "enabled": False, "updated_at": "2026-01-01T00:00:00.000Z"}

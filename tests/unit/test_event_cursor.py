@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.http.event_cursor import (
+from gateway.view.event_cursor import (
     MAX_CHARS,
     MAX_INDEX,
     MAX_OFFSET,
@@ -20,8 +20,8 @@ from gateway.http.event_cursor import (
     parse,
     passed,
 )
-from gateway.http.event_feed import EVENT_PREFIX, WINDOW_PREFIX, EventFeed
-from gateway.http.view import JobView
+from gateway.view.event_feed import EVENT_PREFIX, WINDOW_PREFIX, EventFeed
+from gateway.view.store import JobView
 
 positions = st.tuples(st.integers(0, MAX_OFFSET), st.integers(0, MAX_INDEX))
 cursors = st.dictionaries(st.integers(0, MAX_PARTITION), positions, min_size=1, max_size=40)

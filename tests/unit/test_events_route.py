@@ -14,9 +14,9 @@ from starlette.routing import Route
 
 from gateway.http import events_route
 from gateway.http.binding import Binding, HttpSettings
-from gateway.http.event_feed import EventFeed
 from gateway.http.plumbing import endpoint
-from gateway.http.view import JobView
+from gateway.view.event_feed import EventFeed
+from gateway.view.store import JobView
 
 
 def job(job_id: str, state: str = "available") -> dict[str, Any]:

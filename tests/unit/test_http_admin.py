@@ -13,11 +13,10 @@ import httpx
 import orjson
 import pytest
 
-from gateway.http import HttpSettings, create_app
-from gateway.http.app import OPENAPI
+from gateway.http.app import OPENAPI, HttpSettings, create_app
 from gateway.http.binding import Binding
-from gateway.http.view import JobView
 from gateway.sdk import EventAck
+from gateway.view.store import JobView
 
 JOB_IDS = [f"01900000-0000-7000-8000-00000000000{n}" for n in range(6)]
 # The Admin UI's filter that cancelled every live job when `since`/`until` were ignored.

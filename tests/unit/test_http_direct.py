@@ -8,7 +8,7 @@ import logging
 import httpx
 import pytest
 
-from gateway.http import HttpSettings, create_app
+from gateway.http.app import HttpSettings, create_app
 
 
 def call(method: str, path: str) -> httpx.Response:

@@ -4,6 +4,7 @@ refusals, events and their SSE frames, heartbeat bodies, and the view's readines
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,11 +16,14 @@ from confluent_kafka import TopicPartition
 from gateway.catalogue import Catalogue, TopicSpec
 from gateway.core.retry import iso_duration, ojs_retry
 from gateway.http.answers import Answer, batch_item, for_result
-from gateway.http.events import derive, matches, sse_frame
-from gateway.http.jobs import shown
+from gateway.http.events import matches, sse_frame
 from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
-from gateway.http.view import Change, Follower, JobView
+from gateway.http.shared import shown
 from gateway.sdk import EnqueueResult
+from gateway.view.apply import Change
+from gateway.view.events import derive
+from gateway.view.follower import Follower
+from gateway.view.store import JobView
 
 KEY = "a" * 64
 JOB_ID = "01900000-0000-7000-8000-000000000001"
@@ -352,6 +356,7 @@ class FakeConsumer:
         self.assigned = partitions
 
     def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        time.sleep(timeout)
         return []
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
@@ -367,25 +372,35 @@ class FakeConsumer:
 def test_the_view_is_live_only_once_metadata_lists_every_partition_and_it_caught_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr("gateway.http.view._METADATA_RETRY_S", 0.01)
+    monkeypatch.setattr("gateway.view.follower._METADATA_RETRY_S", 0.01)
     cat = Catalogue((TopicSpec("job_states", "ns.job_states", 3, 1),))
     fake = FakeConsumer("ns.job_states", 3, {0: 0, 1: 5, 2: 2})
     view = JobView(tmp_path)
     follower = Follower(view, cat, {}, consumer=fake)
     assert not follower.live.is_set() and follower.reason
-    assert follower._await_partitions() == [0, 1, 2]
-    assert fake.asked == 3  # an empty list, then one partition of three: asked again
-    assert follower._assign()
-    assert [tp.partition for tp in fake.assigned] == [0, 1, 2]
-    assert not follower.live.is_set()
-    assert "2 partitions to go" in follower.reason  # partition 0 is empty: nothing to read
-    fake.positions.update({1: 5, 2: 1})
-    follower._check_caught_up()
-    assert not follower.live.is_set() and "1 partitions to go" in follower.reason
-    fake.positions[2] = 2  # past the last transaction marker
-    follower._check_caught_up()
-    assert follower.live.is_set() and follower.reason == ""
+    follower.start()
+    try:
+        wait_until(lambda: bool(fake.assigned))
+        assert fake.asked == 3  # an empty list, then one partition of three: asked again
+        assert [tp.partition for tp in fake.assigned] == [0, 1, 2]
+        assert not follower.live.is_set()
+        assert "2 partitions to go" in follower.reason  # partition 0 is empty: nothing to read
+        fake.positions.update({1: 5, 2: 1})
+        wait_until(lambda: "1 partitions to go" in follower.reason)
+        assert not follower.live.is_set()
+        fake.positions[2] = 2  # past the last transaction marker
+        wait_until(follower.live.is_set)
+        assert follower.reason == ""
+    finally:
+        follower.stop()
     view.close()
+
+
+def wait_until(done: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.005)
 
 
 # -- fetch never leaves a job active that it did not hand out --------------------------
@@ -553,8 +568,10 @@ def test_fetch_answers_an_error_only_when_it_claimed_nothing():
     from gateway.http.workers import fetch
 
     binding = fake_binding(["c"])
-    answer = asyncio.run(fetch(post_request({"queues": ["q"]}), binding, "r"))
-    assert isinstance(answer, ApiError) and answer.status == 503 and answer.retryable
+    with pytest.raises(ApiError) as raised:
+        asyncio.run(fetch(post_request({"queues": ["q"]}), binding, "r"))
+    answer = raised.value
+    assert answer.status == 503 and answer.retryable
     assert "visibility_timeout_ms" not in binding.client.sent[0][0]
 
 
@@ -651,7 +668,7 @@ class Liveness:
 
 def served_with_view(clock: VirtualClock, live_after_s: float | None, jobs: list[str]) -> Any:
     """The app, its view holding `jobs`, its follower live `live_after_s` from now."""
-    from gateway.http import HttpSettings, create_app
+    from gateway.http.app import HttpSettings, create_app
     from gateway.http.binding import Binding
 
     app = create_app(HttpSettings(bootstrap="127.0.0.1:1", namespace="unit"))

@@ -11,12 +11,12 @@ import httpx
 import orjson
 import pytest
 
-from gateway.audit import explain_record
+from gateway.audit import explain_record, key_history
 from gateway.audit.index import AuditIndex
-from gateway.http import HttpSettings, create_app, history
-from gateway.http.app import OPENAPI
+from gateway.http import history
+from gateway.http.app import OPENAPI, HttpSettings, create_app
 from gateway.http.binding import Binding
-from gateway.http.view import JobView
+from gateway.view.store import JobView
 
 KEY = "c" * 64
 JOB = "0199cccc-0000-7000-8000-000000000001"
@@ -43,7 +43,7 @@ class Served:
         self.index.add([(p, o, v) for (p, o), v in self.records.items()], {1: 10 * records})
         self.view = JobView(tmp_path / "view")
         self.end = end
-        audit = history.KeyHistory(self.index, "ns.decisions", self.read, lambda: {1: self.end})
+        audit = key_history.KeyHistory(self.index, "ns.decisions", self.read, lambda: {1: self.end})
         settings = HttpSettings(bootstrap="127.0.0.1:1", namespace="unit")
         self.app = create_app(settings)  # its lifespan is not run: the binding is this one
         self.app.state.binding = Binding(
@@ -83,7 +83,7 @@ class Served:
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(history, "SETTLE_S", 0.0)  # an index behind answers at once
+    monkeypatch.setattr(key_history, "SETTLE_S", 0.0)  # an index behind answers at once
     made = Served(tmp_path, records=5, end=50)
     yield made
     made.close()

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 
 from gateway.core.times import format_rfc3339
-from gateway.http import queue_stats
-from gateway.http.view import JobView
+from gateway.view import queue_stats
+from gateway.view.store import JobView
 
 T0 = 1_770_000_000_000
 JOB_ID = "019b0a4c-1f00-7000-8000-000000000001"

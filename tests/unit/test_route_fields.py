@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.http.answers import Answer
 from gateway.http.plumbing import unknown_fields
-from tests.http_requests import Handler, bound, call, refusal, request, route
+from tests.http_requests import Handler, bound, call, refusal, refused, request, route
 
 PAUSE = route("POST", "/ojs/v1/queues/{name}/pause")
 RESUME = route("POST", "/ojs/v1/queues/{name}/resume")
@@ -101,7 +101,7 @@ def test_a_query_parameter_a_route_does_not_take_is_refused_by_name(
 
 @given(st.text(min_size=1, max_size=20))
 def test_any_unknown_name_is_refused_and_named(name: str):
-    problem = unknown_fields({name: 1}, ("limit", "offset"), "the query")
+    problem = refused(unknown_fields, {name: 1}, ("limit", "offset"), "the query")
     assert (problem is None) == (name in ("limit", "offset"))
     if problem is not None:
         assert problem.details["unknown_fields"] == [name]

@@ -9,7 +9,7 @@ import orjson
 
 from gateway.core.jobs import job_expires_at
 from gateway.core.times import format_rfc3339
-from gateway.http.view import JobView
+from gateway.view.store import JobView
 
 T0 = 1_770_000_000_000
 RETENTION = 60_000

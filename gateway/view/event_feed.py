@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from gateway.http.event_cursor import START, Cursor, Position, position
-from gateway.http.events import derive
-from gateway.http.view import Change
+from gateway.view.apply import Change
+from gateway.view.event_cursor import START, Cursor, Position, position
+from gateway.view.events import derive
 
 MAX_EVENTS = 10_000
 _EVICT_EVERY = 256  # evicted in runs, so a full window costs no list shift per event

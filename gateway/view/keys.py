@@ -1,0 +1,116 @@
+"""The view's RocksDB layout: every key it writes, and where a job sorts in each index.
+
+Layout (one RocksDB under the gateway home per serve process):
+    j/<id>                         -> the job (JSON)
+    q/<queue>\\0<rank><id>          -> b"" for every job that may become fetchable
+                                      (available, scheduled, retryable), in fetch
+                                      order: priority descending, then ready time
+    x/<expiry ms><id>              -> b"" for every terminal job, in expiry order
+    s/<state>\\0<queue>\\0<id>        -> b"" for every job, by state then queue (dead letters:
+                                      the discarded ones)
+    c/<queue>\\0<state>              -> how many jobs of the queue are in the state
+    a/<unique key>\\0<id>            -> b"" for every active job with a unique key: fetch counts
+                                      a key's running jobs by it (core/concurrency.py)
+    r/<queue>\\0<minute>             -> what the queue's jobs did in the minute (queue_stats.py)
+    n/<queue>                      -> when the queue's first job was created (RFC 3339)
+    k/<key>                        -> a queue's or a cron's state, as the processor published
+                                      it under its NUL-prefixed key (wire.queue_key, cron_key)
+    o/<partition>                  -> the next offset to read
+    e/..., ew/...                  -> the events feed's window, written in the same batch
+                                      (event_feed.py)
+    meta/layout                    -> this layout's version; a view of another is read anew
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.core import ready_at
+from gateway.core.moves import WAITING_STATES
+from gateway.core.states import State
+from gateway.core.times import parse_rfc3339
+
+LAYOUT = b"6"
+LAYOUT_KEY = b"meta/layout"
+JOB = b"j/"
+EXPIRY = b"x/"
+COUNT = b"c/"
+FIRST_SEEN = b"n/"
+CONTROL = b"k/"
+OFFSET = b"o/"
+_PRIORITY_BIAS = 2**31
+RANK_BYTES = 12  # a queue key's rank: 4 bytes of priority, 8 of ready time
+
+
+def version(job_id: str, job: Mapping[str, Any] | None) -> tuple[str, int]:
+    """A job's version by content (None: its tombstone), whatever its fields' order."""
+    return job_id, hash(orjson.dumps(job, option=orjson.OPT_SORT_KEYS))
+
+
+def job_key(job_id: str) -> bytes:
+    return JOB + job_id.encode()
+
+
+def queue_prefix(queue: str) -> bytes:
+    return b"q/" + queue.encode() + b"\x00"
+
+
+def queue_key(job: Mapping[str, Any]) -> bytes | None:
+    """Where a waiting job sorts in its queue; None if it is not waiting."""
+    if job.get("state") not in WAITING_STATES:
+        return None
+    at = ready_at(job)
+    ready_ms = (parse_rfc3339(at) if isinstance(at, str) else None) or 0
+    raw_priority = job.get("priority")
+    priority = raw_priority if isinstance(raw_priority, int) else 0
+    # Higher priority first: store the distance below the largest priority.
+    clamped = max(-_PRIORITY_BIAS, min(priority, _PRIORITY_BIAS - 1))
+    rank = (_PRIORITY_BIAS - 1 - clamped).to_bytes(4, "big") + max(ready_ms, 0).to_bytes(8, "big")
+    return queue_prefix(str(job.get("queue", ""))) + rank + str(job["id"]).encode()
+
+
+def expiry_key(expires_ms: int, job_id: bytes) -> bytes:
+    return EXPIRY + max(expires_ms, 0).to_bytes(8, "big") + job_id
+
+
+def state_prefix(state: str, queue: str | None = None) -> bytes:
+    prefix = b"s/" + state.encode() + b"\x00"
+    return prefix if queue is None else prefix + queue.encode() + b"\x00"
+
+
+def state_key(job: Mapping[str, Any]) -> bytes:
+    return (
+        state_prefix(str(job.get("state", "")), str(job.get("queue", ""))) + str(job["id"]).encode()
+    )
+
+
+def active_prefix(unique_key: str) -> bytes:
+    return b"a/" + unique_key.encode() + b"\x00"
+
+
+def active_key(job: Mapping[str, Any]) -> bytes | None:
+    """Where an active job of a unique key is counted; None for any other job."""
+    key = job.get("unique_key")
+    if job.get("state") != State.ACTIVE or not isinstance(key, str):
+        return None
+    return active_prefix(key) + str(job["id"]).encode()
+
+
+def count_key(queue: str, state: str) -> bytes:
+    return COUNT + queue.encode() + b"\x00" + state.encode()
+
+
+def job_count_key(job: Mapping[str, Any]) -> bytes:
+    """The counter of the job's queue and state."""
+    return count_key(str(job.get("queue", "")), str(job.get("state", "")))
+
+
+def first_seen_key(queue: str) -> bytes:
+    return FIRST_SEEN + queue.encode()
+
+
+def offset_key(partition: int) -> bytes:
+    return OFFSET + str(partition).encode()
