@@ -274,33 +274,33 @@ class Loop:
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """The group waits for this: finish the open transaction before the partitions go."""
-        going = self._going(partitions)
+        suspended = self._going(partitions)
         if self._transaction.open and not self.failed:
             self._commit()
-        self._forget(going)
+        self._forget(suspended)
 
     def _lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """Another member may own them already: nothing of this transaction may commit."""
-        going = self._going(partitions)
+        suspended = self._going(partitions)
         if self._transaction.open:
             self._transaction.abort()
         for task in self._tasks.values():
             task.abandon()
-        self._forget(going)  # closing stores: the stages forget what they remember of them
+        self._forget(suspended)  # closing stores: the stages forget what they remember of them
 
     def _going(self, partitions: list[TopicPartition]) -> list[PartitionTask]:
-        """The tasks of partitions no longer owned: a restoring one holds nothing of the open
-        transaction and closes at once; a running one waits for the transaction's end."""
+        """The tasks of partitions no longer owned. A restoring one holds nothing of the open
+        transaction and closes at once; a running one is suspended until the transaction's
+        end, and returned."""
         going = [self._tasks[(tp.topic, tp.partition)] for tp in partitions]
-        for task in going:
-            if task.state is State.RESTORING:
-                self._close_tasks([task])
-            else:
-                task.suspend()
-        return going
+        self._close_tasks([task for task in going if task.state is State.RESTORING])
+        running = [task for task in going if task.state is State.RUNNING]
+        for task in running:
+            task.suspend()
+        return running
 
-    def _forget(self, going: list[PartitionTask]) -> None:
-        self._close_tasks([task for task in going if task.state is State.SUSPENDED])
+    def _forget(self, suspended: list[PartitionTask]) -> None:
+        self._close_tasks(suspended)
         self._count_keys()
 
     def _close_tasks(self, tasks: list[PartitionTask]) -> None:

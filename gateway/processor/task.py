@@ -78,7 +78,8 @@ class PartitionTask:
         self.changelog = changelog
         self.state = State.RUNNING
         self.position: int | None = None
-        # This commit: whether the store is written (changed), and whether it logged a change.
+        # This commit's: None, the store is unchanged; False, it is written under the offset
+        # it has (only local work); True, at the offset its last changelog record reached.
         self._logged: bool | None = None
         self._reached: int | None = None
 
