@@ -10,8 +10,8 @@ batch's edge, and the next restore goes on from there. Changelogs are read
 `read_committed`: records of an aborted transaction never reach a store.
 
 The loop reads a chunk between its own polls, with the input partitions
-whose stores are behind paused, so the other partitions go on deciding and a
-rebalance is never held up by a restore.
+whose stores are behind paused (their tasks restoring, task.py), so the other
+partitions go on deciding and a rebalance is never held up by a restore.
 """
 
 from __future__ import annotations
