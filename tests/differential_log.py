@@ -77,7 +77,7 @@ ID_CLAIM, CLAIMED, CLAIMED_ID = "id_claim", b"claimed", "claimed_id"
 TICK_KEY = b"\x00tick"
 
 Headers = list[tuple[str, bytes]]
-Position = tuple[str, int, int]  # input role, partition, offset
+RecordAt = tuple[str, int, int]  # input role, partition, offset
 # One output as a stage emitted it: role, reply topic, key, value, headers.
 Out = tuple[
     str | None, str | None, bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None
@@ -100,7 +100,7 @@ class Record:
     headers: Headers
 
     @property
-    def position(self) -> Position:
+    def position(self) -> RecordAt:
         return (self.role, self.partition, self.offset)
 
 
@@ -112,7 +112,7 @@ class RecordedLog:
     topics: dict[str, str]  # role -> topic name (Source.topic)
     partitions: dict[str, int]  # input role -> partition count
     limits: dict[str, int]  # the Limits fields
-    outputs: dict[Position, list[Out]] = field(default_factory=dict)
+    outputs: dict[RecordAt, list[Out]] = field(default_factory=dict)
     stores: StoreContents = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -163,7 +163,7 @@ class Pipeline:
         self.now = T0
         self.logs: dict[tuple[str, int], list[Record]] = defaultdict(list)
         self.handled: dict[tuple[str, int], int] = defaultdict(int)
-        self.outputs: dict[Position, list[Out]] = {}
+        self.outputs: dict[RecordAt, list[Out]] = {}
         self.stores: dict[tuple[str, int], Any] = {
             (role, p): Store() for role in STATEFUL for p in range(self.partitions[role])
         }
@@ -961,7 +961,7 @@ def load(directory: Path) -> RecordedLog:
         Record(role, p, o, ts, _dec(key), _dec(value), list(_headers(headers)))
         for role, p, o, ts, key, value, headers in _read_lines(directory / LOG)
     ]
-    outputs: dict[Position, list[Out]] = {
+    outputs: dict[RecordAt, list[Out]] = {
         (role, p, o): [
             (r, t, _dec(k), _dec(v), None if h is None else _headers(h)) for r, t, k, v, h in outs
         ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +25,8 @@ from gateway.core import (
 )
 from gateway.core.lifecycle import on_key
 from gateway.core.times import format_rfc3339
+from gateway.processor.store import PartitionStore
+from gateway.processor.task import PartitionTask, commit
 from gateway.stage import requests as requests_module
 
 _Test = TypeVar("_Test")
@@ -146,6 +148,52 @@ def changelogged(
 ) -> list[Changelogged]:
     """Changelog records (key, value) at offsets from `start`."""
     return [Changelogged(k, v, start + i) for i, (k, v) in enumerate(records)]
+
+
+class MemoryTransaction:
+    """A transaction into changelogs in memory (task.Transaction): each (topic, partition)'s
+    records in order, each at its index as offset, reported delivered at the flush."""
+
+    def __init__(self) -> None:
+        self.logs: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = {}
+        self.offsets: dict[tuple[str, int], int] = {}  # the input offsets committed
+        self._reports: list[tuple[Callable[..., None], Changelogged]] = []
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None,
+        partition: int = -1, on_delivery: Callable[..., None] | None = None,
+    ) -> None:  # fmt: skip
+        assert key is not None, "a changelog record has a key"
+        log = self.logs.setdefault((topic, partition), [])
+        log.append((key, value))
+        if on_delivery is not None:
+            self._reports.append((on_delivery, Changelogged(key, value, len(log) - 1)))
+
+    def send_offsets(self, offsets: list[tuple[str, int, int]]) -> None:
+        self.offsets.update({(topic, partition): offset for topic, partition, offset in offsets})
+
+    def flush(self) -> None:
+        for report, record in self._reports:
+            report(None, record)
+        self._reports.clear()
+
+    def commit_transaction(self) -> None:
+        assert not self._reports, "flushed first"
+
+    def log(self, role: str, partition: int) -> list[tuple[bytes, bytes | None]]:
+        return self.logs.get((role, partition), [])
+
+
+def commit_stores(
+    stores: Mapping[tuple[str, int], PartitionStore], transaction: MemoryTransaction
+) -> None:
+    """Commit stores (by role and partition) as the loop commits its tasks (task.commit),
+    each role's changelog being the topic named as the role."""
+    tasks = [
+        PartitionTask(role, partition, role, store, role)
+        for (role, partition), store in stores.items()
+    ]
+    commit(tasks, transaction)
 
 
 @dataclass(frozen=True)

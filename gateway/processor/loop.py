@@ -9,19 +9,20 @@ offsets. The loop only decides:
     begin a transaction if none is open
     hand the records to the stages, each partition's in log order; their
         outputs are produced into the transaction as they come
-    once the commit interval has passed:
+    once the commit interval has passed, commit (task.commit):
         produce each changed store's writes to its changelog
         send the consumed offsets with the group's metadata
         commit
         only then write each store (one RocksDB batch with its changelog offset)
 
-On revoke the open transaction is committed before the partitions go (the
-group waits for it); on a lost assignment it is aborted and its writes
-forgotten. On assign each stateful partition whose store is behind its
-changelog is paused, and restored a chunk per step (restore.py), before any
-of its records is handled; the other partitions decide meanwhile. Any Kafka error on the way
-ends the run: the supervisor starts a successor, which fences this one and
-resumes from the last commit.
+Each owned input partition is a task (task.py), which holds its store, its
+position and its state. On revoke the open transaction is committed before the
+partitions go (the group waits for it); on a lost assignment it is aborted and
+its writes forgotten. On assign each stateful partition whose store is behind
+its changelog is paused, and restored a chunk per step (restore.py), before any
+of its records is handled; the other partitions decide meanwhile. Any Kafka
+error on the way ends the run: the supervisor starts a successor, which fences
+this one and resumes from the last commit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from gateway.processor.changelogs import STATEFUL
 from gateway.processor.metrics import Metrics
 from gateway.processor.restore import Restorer
 from gateway.processor.stages import Stores
-from gateway.processor.store import PartitionStore
+from gateway.processor.task import InputOffset, PartitionTask, State, commit
 
 log = logging.getLogger("gateway.processor")
 
@@ -65,38 +66,14 @@ class Topics:
     changelogs: dict[str, str]  # stateful role -> its changelog topic
 
 
-class Loop:
-    def __init__(
-        self,
-        consumer_config: dict[str, Any],
-        producer_config: dict[str, Any],
-        restore_config: dict[str, Any],
-        topics: Topics,
-        stores: Stores,
-        commit_interval: float,
-        metrics: Metrics,
-    ) -> None:
-        self._consumer = Consumer(consumer_config)
-        self._producer = Producer(producer_config)
-        self._restorer = Restorer(
-            restore_config, str(consumer_config["group.id"]), metrics.observe_consumer_stats
-        )
-        # Changelog partition -> the input partition paused until its store is restored.
-        self._paused: dict[tuple[str, int], TopicPartition] = {}
-        self._topics = topics
-        self._stores = stores
-        # Set once built (they emit through `produce`): they handle every record.
-        self.stages: Handler | None = None
-        self._commit_interval = commit_interval
-        self._metrics = metrics
-        self._open = False
-        self._due = 0.0
-        self._positions: dict[tuple[str, int], int] = {}
-        self.owned: set[tuple[str, int]] = set()
-        self.stopping = False
-        self.failed = False
+class KafkaTransaction:
+    """The loop's transactional producer, as the stages produce into it and a commit drives
+    it (task.Transaction)."""
 
-    # -- producing -----------------------------------------------------------------
+    def __init__(self, producer: Producer, consumer: Consumer) -> None:
+        self._producer = producer
+        self._consumer = consumer
+        self.open = False
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None,
@@ -115,6 +92,59 @@ class Loop:
             except BufferError:
                 self._producer.poll(_FULL_WAIT_S)
 
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+        self.open = True
+
+    def send_offsets(self, offsets: list[InputOffset]) -> None:
+        self._producer.send_offsets_to_transaction(
+            [TopicPartition(t, p, o) for t, p, o in offsets],
+            self._consumer.consumer_group_metadata(), 30,
+        )  # fmt: skip
+
+    def flush(self) -> None:
+        self._producer.flush(30)  # serves the changelog's delivery reports
+
+    def commit_transaction(self) -> None:
+        self._producer.commit_transaction(30)
+        self.open = False
+
+    def abort(self) -> None:
+        self._producer.abort_transaction(30)
+        self.open = False
+
+
+class Loop:
+    def __init__(
+        self,
+        consumer_config: dict[str, Any],
+        producer_config: dict[str, Any],
+        restore_config: dict[str, Any],
+        topics: Topics,
+        stores: Stores,
+        commit_interval: float,
+        metrics: Metrics,
+    ) -> None:
+        self._consumer = Consumer(consumer_config)
+        self._producer = Producer(producer_config)
+        self._transaction = KafkaTransaction(self._producer, self._consumer)
+        # Produce into the open transaction (what the stages emit through).
+        self.produce = self._transaction.produce
+        self._restorer = Restorer(
+            restore_config, str(consumer_config["group.id"]), metrics.observe_consumer_stats
+        )
+        self._topics = topics
+        self._stores = stores
+        # Set once built (they emit through `produce`): they handle every record.
+        self.stages: Handler | None = None
+        self._commit_interval = commit_interval
+        self._metrics = metrics
+        self._due = 0.0
+        # (input topic, partition) -> its task, from its assignment until it goes.
+        self._tasks: dict[tuple[str, int], PartitionTask] = {}
+        self.stopping = False
+        self.failed = False
+
     # -- the loop ------------------------------------------------------------------
 
     def run(self) -> None:
@@ -128,7 +158,7 @@ class Loop:
             )  # fmt: skip
             while not self.stopping:
                 self._step()
-            if self._open:
+            if self._transaction.open:
                 self._commit()
         except BaseException:
             self.failed = True
@@ -137,9 +167,14 @@ class Loop:
             self._close()
 
     @property
+    def owned(self) -> list[tuple[str, int]]:
+        """The input partitions this run owns (read from any thread)."""
+        return [where for where, task in list(self._tasks.items()) if task.owned]
+
+    @property
     def restoring(self) -> bool:
         """Whether a store of this run's partitions is still behind its changelog."""
-        return bool(self._restorer.pending)
+        return any(task.state is State.RESTORING for task in list(self._tasks.values()))
 
     def stop(self) -> None:
         """End the run after the current batch (from any thread: a flag)."""
@@ -147,23 +182,25 @@ class Loop:
 
     def _step(self) -> None:
         consumer = self._consumer
-        if self._restorer.pending:
+        restoring = self.restoring
+        if restoring:
             self._restore_chunk()
+            restoring = self.restoring
         messages = consumer.consume(BATCH, 0)
-        if not messages and not self._restorer.pending:
+        if not messages and not restoring:
             wait = IDLE_WAIT_S
-            if self._open:
+            if self._transaction.open:
                 wait = max(0.0, min(wait, self._due - time.monotonic()))
             first = consumer.poll(wait)
             messages = [] if first is None else [first, *consumer.consume(BATCH - 1, 0)]
         if messages:
             self._handle(messages)
-        if self._open and time.monotonic() >= self._due:
+        if self._transaction.open and time.monotonic() >= self._due:
             self._commit()
 
     def _handle(self, messages: list[Message]) -> None:
         records = []
-        positions = self._positions
+        tasks = self._tasks
         for message in messages:
             error = message.error()
             if error is not None:
@@ -171,46 +208,21 @@ class Loop:
                     raise KafkaException(error)
                 continue
             records.append(message)
-            positions[(message.topic(), message.partition())] = message.offset() + 1  # type: ignore[index,operator]
+            tasks[(message.topic(), message.partition())].position = message.offset() + 1  # type: ignore[index,operator]
         if not records:
             return
-        if not self._open:
-            self._producer.begin_transaction()
-            self._open = True
+        if not self._transaction.open:
+            self._transaction.begin()
             self._due = time.monotonic() + self._commit_interval
         assert self.stages is not None, "the loop runs with its stages"
         self.stages.handle(records)
         processed = self._metrics.processed
-        for (topic, partition), position in positions.items():
-            processed(topic, partition, position - 1)
-
-    # -- committing ------------------------------------------------------------------
+        for task in tasks.values():
+            if task.position is not None:
+                processed(task.topic, task.partition, task.position - 1)
 
     def _commit(self) -> None:
-        """Changelogs, offsets, commit; then the stores (see the module's docstring)."""
-        reached: dict[tuple[str, int], int] = {}
-        # A store still restoring is written by its restore alone: a sweep's deletes would
-        # move its changelog offset past records it has yet to read.
-        restoring = {r.store for r in self._restorer.pending.values()}
-        for store in self._stores.open.values():
-            if store not in restoring:
-                store.sweep_expired()
-        changed = [(key, store) for key, store in self._stores.open.items() if store.dirty]
-        logged = {key for key, store in changed if self._log_changes(*key, store, reached)}
-        offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
-        if offsets:
-            self._producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), 30
-            )
-        self._producer.flush(30)  # serves the changelog's delivery reports
-        self._producer.commit_transaction(30)
-        self._open = False
-        self._positions.clear()
-        for key, store in changed:
-            offset = reached.get(key) if key in logged else store.changelog_offset
-            if offset is None:
-                raise KafkaException(KafkaError(KafkaError._FAIL, "changelog offset unknown"))
-            store.committed(offset)
+        commit(self._tasks.values(), self._transaction)
         self._count_keys()
 
     def _count_keys(self) -> None:
@@ -218,93 +230,86 @@ class Loop:
         closed: at most a commit interval old."""
         self._metrics.state_keys.set(self._stores.fingerprints())
 
-    def _log_changes(
-        self, role: str, partition: int, store: PartitionStore, reached: dict[tuple[str, int], int]
-    ) -> bool:
-        """Produce a store's writes to its changelog, and note the offset the last one gets;
-        False when it has none (a sweep that only tidied its local expiry index)."""
-        topic = self._topics.changelogs[role]
-        changes = list(store.changes())
-        if not changes:
-            return False
-        for key, value in changes[:-1]:
-            self.produce(topic, key, value, None, partition)
-
-        def delivered(err: KafkaError | None, message: Message) -> None:
-            if err is None:
-                reached[(role, partition)] = message.offset()  # type: ignore[assignment]
-
-        key, value = changes[-1]
-        self.produce(topic, key, value, None, partition, delivered)
-        return True
-
     # -- rebalances ------------------------------------------------------------------
 
     def _restore_chunk(self) -> None:
         """One chunk of the restore; resume the inputs whose stores it brought up to date."""
-        deciding = self.owned - self._paused_inputs()
-        done = self._restorer.step(SHARED_WAIT_S if deciding else RESTORE_WAIT_S)
-        resumed = [self._paused.pop(where) for where in done if where in self._paused]
+        tasks = self._tasks.values()
+        deciding = any(task.state is State.RUNNING for task in tasks)
+        done = set(self._restorer.step(SHARED_WAIT_S if deciding else RESTORE_WAIT_S))
+        resumed = []
+        for task in tasks:
+            if task.state is State.RESTORING and (task.changelog, task.partition) in done:
+                task.restored()
+                resumed.append(TopicPartition(task.topic, task.partition))
         if resumed:
             self._consumer.resume(resumed)
         self._count_keys()
-        if not self._restorer.pending:
+        if not self.restoring:
             log.info("processing partitions", extra={"partitions": len(self.owned)})
-
-    def _paused_inputs(self) -> set[tuple[str, int]]:
-        return {(tp.topic, tp.partition) for tp in self._paused.values()}
 
     def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Open the stores; pause each input whose store is behind until it is restored."""
         consumer.assign(partitions)
-        stateful, inputs = [], {}
+        stateful: dict[tuple[str, int], PartitionTask] = {}  # by changelog partition
         for tp in partitions:
             role = self._topics.roles[tp.topic]
+            task = PartitionTask(tp.topic, tp.partition, role)
             if role in STATEFUL:
-                changelog = (self._topics.changelogs[role], tp.partition)
-                stateful.append((*changelog, self._stores.get(role, tp.partition)))
-                inputs[changelog] = tp
-        self._restorer.add(stateful)
-        behind = [inputs[where] for where in self._restorer.pending if where in inputs]
-        if behind:
-            consumer.pause(behind)
-            self._paused |= {where: inputs[where] for where in self._restorer.pending}
-        self.owned |= {(tp.topic, tp.partition) for tp in partitions}
+                task.store = self._stores.get(role, tp.partition)
+                task.changelog = self._topics.changelogs[role]
+                stateful[(task.changelog, tp.partition)] = task
+            self._tasks[(tp.topic, tp.partition)] = task
+        behind = self._restorer.add(
+            [(*where, t.store) for where, t in stateful.items() if t.store is not None]
+        )
+        paused = [stateful[where] for where in behind]
+        for task in paused:
+            task.restoring()
+        if paused:
+            consumer.pause([TopicPartition(t.topic, t.partition) for t in paused])
         self._count_keys()
-        if not self._restorer.pending:
+        if not self.restoring:
             log.info("processing partitions", extra={"partitions": len(self.owned)})
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """The group waits for this: finish the open transaction before the partitions go."""
-        self.owned -= {(tp.topic, tp.partition) for tp in partitions}
-        if self._open and not self.failed:
+        suspended = self._going(partitions)
+        if self._transaction.open and not self.failed:
             self._commit()
-        self._forget(partitions)
+        self._forget(suspended)
 
     def _lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """Another member may own them already: nothing of this transaction may commit."""
-        self.owned -= {(tp.topic, tp.partition) for tp in partitions}
-        if self._open:
-            self._producer.abort_transaction(30)
-            self._open = False
-        self._positions.clear()
-        self._stores.abandon()
-        self._forget(partitions)
+        suspended = self._going(partitions)
+        if self._transaction.open:
+            self._transaction.abort()
+        for task in self._tasks.values():
+            task.abandon()
+        self._forget(suspended)  # closing stores: the stages forget what they remember of them
 
-    def _forget(self, partitions: list[TopicPartition]) -> None:
-        roles, changelogs = self._topics.roles, self._topics.changelogs
-        gone = [
-            (changelogs[roles[tp.topic]], tp.partition)
-            for tp in partitions
-            if roles[tp.topic] in STATEFUL
-        ]
-        self._restorer.drop(gone)
-        for where in gone:
-            self._paused.pop(where, None)
-        for tp in partitions:
-            self._positions.pop((tp.topic, tp.partition), None)
-        self._stores.close((roles[tp.topic], tp.partition) for tp in partitions)
+    def _going(self, partitions: list[TopicPartition]) -> list[PartitionTask]:
+        """The tasks of partitions no longer owned. A restoring one holds nothing of the open
+        transaction and closes at once; a running one is suspended until the transaction's
+        end, and returned."""
+        going = [self._tasks[(tp.topic, tp.partition)] for tp in partitions]
+        self._close_tasks([task for task in going if task.state is State.RESTORING])
+        running = [task for task in going if task.state is State.RUNNING]
+        for task in running:
+            task.suspend()
+        return running
+
+    def _forget(self, suspended: list[PartitionTask]) -> None:
+        self._close_tasks(suspended)
         self._count_keys()
+
+    def _close_tasks(self, tasks: list[PartitionTask]) -> None:
+        """Close the tasks and their stores (the stages forget what they knew of them)."""
+        self._restorer.drop([(t.changelog, t.partition) for t in tasks if t.changelog is not None])
+        for task in tasks:
+            task.close()
+            del self._tasks[(task.topic, task.partition)]
+        self._stores.close((task.role, task.partition) for task in tasks)
 
     def _close(self) -> None:
         try:

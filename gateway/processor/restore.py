@@ -10,8 +10,8 @@ batch's edge, and the next restore goes on from there. Changelogs are read
 `read_committed`: records of an aborted transaction never reach a store.
 
 The loop reads a chunk between its own polls, with the input partitions
-whose stores are behind paused, so the other partitions go on deciding and a
-rebalance is never held up by a restore.
+whose stores are behind paused (their tasks restoring, task.py), so the other
+partitions go on deciding and a rebalance is never held up by a restore.
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ class Restorer:
         self._started = 0.0
         self._records = 0
 
-    def add(self, stores: list[tuple[str, int, PartitionStore]]) -> None:
-        """Restore these (changelog topic, partition, store) where they are behind."""
+    def add(self, stores: list[tuple[str, int, PartitionStore]]) -> list[tuple[str, int]]:
+        """Restore these (changelog topic, partition, store) where they are behind; the
+        changelog partitions that are."""
         behind_now = {
             (r.topic, r.partition): r
             for topic, partition, store in stores
@@ -107,6 +108,7 @@ class Restorer:
                 self._started, self._records = time.monotonic(), 0
             self.pending |= behind_now
             self._assign()
+        return list(behind_now)
 
     def drop(self, partitions: list[tuple[str, int]]) -> None:
         """Stop restoring these changelog partitions (their input was revoked)."""

@@ -45,7 +45,8 @@ class Record(Protocol):
 
 
 class Stores:
-    """The open stores of this runtime's partitions, under `root`/<role>/<partition>.
+    """The open stores of this runtime's partitions, under `root`/<role>/<partition>: the
+    stages read them here, and the loop opens and closes them with its tasks (task.py).
 
     A `requests` store counts the routes that hold entries: the fingerprints it holds."""
 
@@ -70,15 +71,12 @@ class Stores:
         return sum(store.count for (role, _), store in self.open.items() if role == "requests")
 
     def close(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Close these stores; after a rebalance or an abandoned transaction, with no keys
+        too: what the stages remember of the stores is forgotten."""
         for key in list(keys):
             store = self.open.pop(key, None)
             if store is not None:
                 store.close()
-        self.epoch = object()
-
-    def abandon(self) -> None:
-        for store in self.open.values():
-            store.abandon()
         self.epoch = object()
 
 

@@ -2,9 +2,9 @@
 
 The processor is the single writer of each partition's store. Writes wait in
 memory (`pending`) while a transaction is open: reads see them first, then the
-store. When the transaction commits, the same writes have gone to the
-changelog inside it; only then are they written to RocksDB, in one batch with
-the changelog offset they reach and the partition's time. A crash before that
+store. When the transaction commits (task.commit), the same writes have gone to
+the changelog inside it; only then are they written to RocksDB, in one batch
+with the changelog offset they reach and the partition's time. A crash before that
 batch loses nothing: the next start finds the store behind its changelog and
 restores the difference (restore.py). For the same reason RocksDB writes no
 write-ahead log (as Kafka Streams' stores): a crash that loses the batches
@@ -28,8 +28,8 @@ A value is 0x00 + bytes, or 0x01 + its expiry (8 bytes, event-time ms) + bytes.
 
 Expiry is event time, the processor's only clock: a value set with a ttl at a
 record's time reads as absent once the partition's time (the greatest record
-time it has handled) reaches its stamp. The replay's in-memory store
-(audit/replay.py) keeps the same rule, so a replay decides as the processor did.
+time it has handled) reaches its stamp. The replay's store (audit/trail_store.py)
+keeps the same rule, so a replay decides as the processor did.
 """
 
 from __future__ import annotations

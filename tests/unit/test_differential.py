@@ -23,8 +23,8 @@ from gateway.processor.store import PartitionStore
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Output, Source
 from tests import differential_log as recorded
-from tests.differential_log import Out, Position, Record, RecordedLog, StoreContents
-from tests.support import Consumed, changelogged
+from tests.differential_log import Out, Record, RecordAt, RecordedLog, StoreContents
+from tests.support import Consumed, MemoryTransaction, changelogged, commit_stores
 
 # -- the driver: the one place that says which code decides the log -------------------------
 
@@ -35,18 +35,18 @@ COMMIT_EVERY = 40
 
 def decide_log(
     log: RecordedLog, limits: Limits, states: StoreContents | None = None
-) -> dict[Position, list[Out]]:
+) -> dict[RecordAt, list[Out]]:
     """Every output the processor's stages emit for each input record, in order.
 
     The processor's own stages (gateway/processor/stages.py) over real RocksDB stores,
     each partition's records in offset order. Every COMMIT_EVERY records the stores commit
-    as the loop commits them (expired values swept, changes to a changelog, then the
-    store's batch); halfway the stores are deleted and restored from that changelog, as a
-    successor would after a crash, and the records since the last commit are decided again
-    (their outputs are those of the second time). `states`, if given, receives each store's
-    live contents once the log is decided.
+    as the loop commits them (gateway/processor/task.py: expired values swept, changes to a
+    changelog, here in memory, then the store's batch); halfway the stores are deleted and
+    restored from that changelog, as a successor would after a crash, and the records since
+    the last commit are decided again (their outputs are those of the second time).
+    `states`, if given, receives each store's live contents once the log is decided.
     """
-    outputs: dict[Position, list[Out]] = {}
+    outputs: dict[RecordAt, list[Out]] = {}
     current: list[Out] = []
 
     def emit(output: Output, _source: Source) -> None:
@@ -58,19 +58,15 @@ def decide_log(
     root = Path(tempfile.mkdtemp(prefix="differential-"))
     stores = Stores(root)
     stages = Stages(catalogue, emit, Metrics(), limits, stores)
-    changelogs: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = {}
+    changelogs = MemoryTransaction()
 
     def commit() -> None:
-        for where, store in stores.open.items():
-            store.sweep_expired()
-            changelog = changelogs.setdefault(where, [])
-            changelog.extend(store.changes())
-            store.committed(len(changelog) - 1)
+        commit_stores(stores.open, changelogs)
 
     def crash_and_restore() -> None:
         stores.close(list(stores.open))
         shutil.rmtree(root / "requests", ignore_errors=True)
-        for (role, partition), changelog in changelogs.items():
+        for (role, partition), changelog in changelogs.logs.items():
             stores.get(role, partition).restore(changelogged(changelog))
 
     records = sorted(log.records, key=lambda r: r.position)
@@ -118,13 +114,13 @@ def log() -> RecordedLog:
 
 
 @pytest.fixture(scope="module")
-def decided(log: RecordedLog) -> tuple[dict[Position, list[Out]], StoreContents]:
+def decided(log: RecordedLog) -> tuple[dict[RecordAt, list[Out]], StoreContents]:
     states: StoreContents = {}
     return decide_log(log, Limits(**log.limits), states), states
 
 
 def test_the_current_code_decides_every_record_as_the_recording_code_did(
-    log: RecordedLog, decided: tuple[dict[Position, list[Out]], StoreContents]
+    log: RecordedLog, decided: tuple[dict[RecordAt, list[Out]], StoreContents]
 ) -> None:
     outputs, _ = decided
     assert len(log.records) == log.meta["records"] > 1_000
@@ -136,7 +132,7 @@ def test_the_current_code_decides_every_record_as_the_recording_code_did(
 
 
 def test_the_stores_end_as_they_did(
-    log: RecordedLog, decided: tuple[dict[Position, list[Out]], StoreContents]
+    log: RecordedLog, decided: tuple[dict[RecordAt, list[Out]], StoreContents]
 ) -> None:
     _, states = decided
     assert states.keys() == log.stores.keys()

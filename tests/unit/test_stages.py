@@ -17,7 +17,7 @@ from gateway.processor.metrics import Metrics
 from gateway.processor.stages import INPUTS, Stages, Stores
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Output, Source
-from tests.support import Consumed, changelogged
+from tests.support import Consumed, MemoryTransaction, changelogged, commit_stores
 from tests.unit.test_total import JOB, PARTITIONS, T0, headers, keys, routed, values
 
 CATALOGUE = Catalogue(tuple(TopicSpec(role, f"t.{role}", PARTITIONS, 1) for role in INPUTS))
@@ -43,13 +43,10 @@ def test_any_records_then_a_valid_request_is_decided_and_a_restore_holds_the_sam
 
     stores = Stores(root / "a")
     stages = Stages(CATALOGUE, emit, Metrics(), Limits(), stores)
-    changelogs: dict[tuple[str, int], list[tuple[bytes, bytes | None]]] = {}
+    changelogs = MemoryTransaction()
 
     def commit() -> None:
-        for where, store in stores.open.items():
-            store.sweep_expired()
-            changelogs.setdefault(where, []).extend(store.changes())
-            store.committed(len(changelogs[where]) - 1)
+        commit_stores(stores.open, changelogs)
 
     try:
         offset = 0
@@ -73,7 +70,7 @@ def test_any_records_then_a_valid_request_is_decided_and_a_restore_holds_the_sam
         assert not any(o.role == "dead_letters" for o in outputs)
         commit()
         restored = Stores(root / "b")
-        for (role, p), changelog in changelogs.items():
+        for (role, p), changelog in changelogs.logs.items():
             restored.get(role, p).restore(changelogged(changelog))
         for where, store in stores.open.items():
             assert sorted(restored.get(*where).live()) == sorted(store.live())

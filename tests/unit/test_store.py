@@ -1,5 +1,6 @@
-"""A partition's store reads as the replay's in-memory store does, whatever is written, and
-a store restored from its changelog holds what the original held."""
+"""A partition's store reads as an in-memory model of it (tests/memory_store.py) does,
+whatever is written and committed (as the loop commits, task.py) or abandoned, and a store
+restored from its changelog holds what the original held."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from gateway.processor import store as store_module
 from gateway.processor.store import PartitionStore
 from tests.memory_store import Store as Model
-from tests.support import changelogged
+from tests.support import MemoryTransaction, changelogged, commit_stores
 
 ROUTES = [b"a", b"b\xff", b"", b"\x00tick"]
 NAMES = ["entries", "job/1", "job/\u00e9", "claim"]
@@ -33,7 +34,7 @@ ops = st.lists(
 def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
     store = PartitionStore(tmp / "a", counted="entries")
     model, committed = Model(), Model()
-    changelog: list[tuple[bytes, bytes | None]] = []
+    transaction = MemoryTransaction()
     now = 1_000
     for n, (kind, r, k, step, ttl) in enumerate(script):
         now += step
@@ -53,9 +54,7 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
         elif kind == "sweep":
             store.sweep_expired()  # deletes only what reads as absent already
         elif kind == "commit":
-            store.sweep_expired()
-            changelog.extend(store.changes())
-            store.committed(len(changelog) - 1)
+            commit_stores({("requests", 0): store}, transaction)
             committed.items, committed.high_water_ms = dict(model.items), model.high_water_ms
         else:  # abandon: back to the last commit
             store.abandon()
@@ -66,6 +65,7 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
                 got = store.state(route).get_bytes(name)
                 assert got == model.state(route).get_bytes(name), (route, name)
     store.abandon()
+    changelog = transaction.log("requests", 0)
     live = sorted(store.live())
     # Counted: the routes whose `entries` the committed writes left stored (expired or not).
     held = {key: value for key, value in changelog}
@@ -90,7 +90,7 @@ def _check(tmp: Path, script: list[Op], restore_bytes: int) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(script=ops, restore_bytes=st.sampled_from([1, 40, 8 << 20]))
-def test_reads_follow_the_replay_store_and_a_restore_holds_the_same(
+def test_reads_follow_the_model_and_a_restore_holds_the_same(
     tmp_path_factory, script: list[Op], restore_bytes: int
 ) -> None:
     _check(tmp_path_factory.mktemp("store"), script, restore_bytes)
@@ -150,11 +150,14 @@ def test_a_sweep_can_leave_only_local_work_which_a_commit_writes_without_a_chang
     store.at(20)
     store.committed(2)  # the time moved
     store_module.SWEEP_LIMIT, before = 2, store_module.SWEEP_LIMIT
+    transaction = MemoryTransaction()
     try:
         for _ in range(2):  # two entries a sweep: nothing for the changelog, work for the store
             store.sweep_expired()
             assert store.dirty and list(store.changes()) == []
-            store.committed(2)  # the loop writes it under the offset the store already has
+            # The commit writes it under the offset the store already has.
+            commit_stores({("requests", 0): store}, transaction)
+            assert transaction.logs == {}
         store.sweep_expired()
     finally:
         store_module.SWEEP_LIMIT = before

@@ -16,14 +16,14 @@ import orjson
 import pytest
 
 from gateway.audit.account import Trail
-from gateway.audit.findings import BEFORE_TRAIL, INPUT_GONE, ReplayReport
+from gateway.audit.findings import BEFORE_TRAIL, INPUT_GONE, Position, ReplayReport
 from gateway.audit.log import LogRecord
 from gateway.audit.replay import PartitionReplay, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import Layout
 from gateway.stage.parsing import Limits
 from tests import differential_log as recorded
-from tests.differential_log import Out, Position, RecordedLog
+from tests.differential_log import Out, RecordAt, RecordedLog
 from tests.support import validator
 from tests.unit.test_differential import DATA, decide_log
 
@@ -55,7 +55,7 @@ def _inputs(log: RecordedLog, role: str) -> Partitioned:
     return out
 
 
-def _decisions(log: RecordedLog, outputs: dict[Position, list[Out]]) -> Partitioned:
+def _decisions(log: RecordedLog, outputs: dict[RecordAt, list[Out]]) -> Partitioned:
     """The audit records on `decisions`, each on its source's partition, in handling order."""
     out: Partitioned = {}
     for role in ("intake", "requests"):
