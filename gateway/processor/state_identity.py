@@ -22,7 +22,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from gateway.config import gateway_home
+from gateway.home import gateway_home
 
 log = logging.getLogger("gateway.processor")
 

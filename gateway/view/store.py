@@ -39,8 +39,8 @@ from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict, WriteBatch
 
 from gateway import store_memory, wire
-from gateway.config import gateway_home
 from gateway.core import DEFAULT_RETENTION_MS
+from gateway.home import gateway_home
 from gateway.processor.state_identity import Identity
 from gateway.view import apply, keys, queue_stats
 from gateway.view.apply import Change, Record
