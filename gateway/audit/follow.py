@@ -29,7 +29,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from gateway import follow
-from gateway.audit.index import AuditIndex, Position, Read
+from gateway.audit.index import AuditIndex, DecisionAt, Read
 
 _BATCH = 1000
 _POLL_S = 0.05
@@ -157,11 +157,11 @@ class Follower:
 
 
 # Per position: the record's value, or None when the log no longer holds it.
-Found = dict[Position, bytes | None]
+Found = dict[DecisionAt, bytes | None]
 
 
 def read_at(
-    client: Consumer, topic: str, positions: Sequence[Position]
+    client: Consumer, topic: str, positions: Sequence[DecisionAt]
 ) -> tuple[Found, dict[int, int]]:
     """The records at `positions`, and each partition's first offset (older ones are gone:
     retention). Reads only them, and the records between two that are near each other."""

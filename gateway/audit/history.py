@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from gateway.audit.explain import Explained, explain_record
-from gateway.audit.index import MAX_ROUTE_BYTES, AuditIndex, Position
+from gateway.audit.index import MAX_ROUTE_BYTES, AuditIndex, DecisionAt
 from gateway.audit.verify import PLAIN, Verdict, Verifier
 
 DEFAULT_LIMIT = 100
@@ -32,7 +32,7 @@ _UNIQUE_KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_PARTITION = 2**31 - 1
 _MAX_OFFSET = 2**63 - 1
 # The records at some positions, and each partition's first offset (follow.read_at).
-Read = Callable[[Sequence[Position]], tuple[Mapping[Position, bytes | None], Mapping[int, int]]]
+Read = Callable[[Sequence[DecisionAt]], tuple[Mapping[DecisionAt, bytes | None], Mapping[int, int]]]
 
 
 def key_problem(key: str) -> str | None:
@@ -48,7 +48,7 @@ def key_problem(key: str) -> str | None:
     return None
 
 
-def parse_cursor(text: str) -> Position | str:
+def parse_cursor(text: str) -> DecisionAt | str:
     """The position a cursor names, or what is wrong with it."""
     match = _CURSOR.fullmatch(text)
     if match is None:
@@ -59,7 +59,7 @@ def parse_cursor(text: str) -> Position | str:
     return (partition, offset)
 
 
-def format_cursor(position: Position) -> str:
+def format_cursor(position: DecisionAt) -> str:
     return f"{position[0]}:{position[1]}"
 
 
@@ -81,7 +81,7 @@ def _job_route(route: str) -> bool:
     return _UNIQUE_KEY.fullmatch(route) is None
 
 
-def positions(index: AuditIndex, routes: Sequence[str], start: Position) -> Iterator[Position]:
+def positions(index: AuditIndex, routes: Sequence[str], start: DecisionAt) -> Iterator[DecisionAt]:
     """The positions of every route's records from `start` on, in log order, each once."""
     last = None
     for position in heapq.merge(*(index.positions(r, start) for r in routes)):
@@ -92,7 +92,7 @@ def positions(index: AuditIndex, routes: Sequence[str], start: Position) -> Iter
 
 @dataclass(frozen=True)
 class Item:
-    position: Position
+    position: DecisionAt
     record: dict[str, Any] | None  # None: the log no longer holds it
     told: Explained | None
     log_start: int  # the partition's first offset when read
@@ -104,11 +104,11 @@ class Page:
     key: str
     unique_key: str | None
     items: list[Item]
-    next: Position | None  # where the next page starts; None: this is the last
+    next: DecisionAt | None  # where the next page starts; None: this is the last
 
 
 def page(
-    index: AuditIndex, key: str, start: Position, limit: int, read: Read,
+    index: AuditIndex, key: str, start: DecisionAt, limit: int, read: Read,
     verifier: Verifier = PLAIN,
 ) -> Page | None:  # fmt: skip
     """Up to `limit` records of `key`'s history from `start`, each checked by `verifier`;

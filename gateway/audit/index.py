@@ -55,7 +55,7 @@ from gateway.stage.trail import JOB
 # Raise with any change of the layout above: an index of another is read anew.
 LAYOUT = 2
 DB_DIR = "index"
-Position = tuple[int, int]  # (partition, offset) on decisions
+DecisionAt = tuple[int, int]  # (partition, offset) on decisions
 # (partition, offset, value) of one record of decisions, as read
 Read = tuple[int, int, bytes | None]
 
@@ -152,7 +152,7 @@ class AuditIndex:
         raw = self._db.get(_OFFSET + _PARTITION.pack(partition))
         return _tail(bytes(raw))[1] if raw is not None else Chain()  # type: ignore[arg-type]
 
-    def marks(self, position: Position) -> list[str]:
+    def marks(self, position: DecisionAt) -> list[str]:
         """What the chain shows of the record at `position` (nothing: it runs through it)."""
         raw = self._db.get(_MARK + _POSITION.pack(*position))
         return [] if raw is None else list(orjson.loads(bytes(raw)))  # type: ignore[arg-type]
@@ -171,7 +171,7 @@ class AuditIndex:
         (never back), in one write batch. A record that is not JSON names nothing, and is
         only read past."""
         batch = WriteBatch(raw_mode=True)
-        marks: dict[Position, list[str]] = {}
+        marks: dict[DecisionAt, list[str]] = {}
         with self._lock:
             held = {partition: _tail(value) for partition, value in self._tails()}
             chains = {p: chain for p, (_, chain) in held.items()}
@@ -206,7 +206,7 @@ class AuditIndex:
         raw = self._db.get(_KEY_OF + job_id.encode())
         return None if raw is None else bytes(raw).decode()  # type: ignore[arg-type]
 
-    def positions(self, route: str, start: Position = (0, 0)) -> Iterator[Position]:
+    def positions(self, route: str, start: DecisionAt = (0, 0)) -> Iterator[DecisionAt]:
         """The positions of `route`'s records from `start` on, in log order."""
         prefix = _route_prefix(route)
         for key in self._db.keys(from_key=prefix + _POSITION.pack(*start)):

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from gateway.audit import follow, history
-from gateway.audit.index import AuditIndex, Position, open_index
+from gateway.audit.index import AuditIndex, DecisionAt, open_index
 from gateway.audit.verify import PLAIN, Verifier
 from gateway.processor.state_identity import Identity
 
@@ -88,6 +88,6 @@ class KeyHistory:
                 return behind
             time.sleep(_SETTLE_POLL_S)
 
-    def page(self, key: str, start: Position, limit: int) -> history.Page | None:
+    def page(self, key: str, start: DecisionAt, limit: int) -> history.Page | None:
         with self._lock:
             return history.page(self.index, key, start, limit, self._read, self.verifier)

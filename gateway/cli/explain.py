@@ -20,8 +20,8 @@ from gateway.audit import follow, history
 from gateway.audit.index import (
     LAYOUT,
     AuditIndex,
+    DecisionAt,
     IndexUnavailable,
-    Position,
     default_index_dir,
     open_index,
 )
@@ -133,7 +133,7 @@ def _print(
             f"note: the index is {behind} offsets behind {topic} (a transaction still "
             "open?): the newest records may be missing"
         )
-    start: Position | None = (0, 0)
+    start: DecisionAt | None = (0, 0)
     refuted = 0
     while start is not None:
         page = history.page(index, target, start, _PAGE,

@@ -51,7 +51,7 @@ SHARED_WAIT_S = 0.005
 _FULL_WAIT_S = 0.05  # the producer's queue is full: serve deliveries this long, then retry
 
 
-class Handler(Protocol):
+class BatchDecider(Protocol):
     """What decides a batch's records (stages.Stages; the bench floor's empty decision)."""
 
     def handle(self, records: list[Message]) -> None: ...
@@ -136,7 +136,7 @@ class Loop:
         self._topics = topics
         self._stores = stores
         # Set once built (they emit through `produce`): they handle every record.
-        self.stages: Handler | None = None
+        self.stages: BatchDecider | None = None
         self._commit_interval = commit_interval
         self._metrics = metrics
         self._due = 0.0

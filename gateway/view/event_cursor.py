@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-Position = tuple[int, int]  # (offset, index): the first event not yet seen
-Cursor = dict[int, Position]
+EventAt = tuple[int, int]  # (offset, index): the first event not yet seen
+Cursor = dict[int, EventAt]
 
-START: Position = (0, 0)
+START: EventAt = (0, 0)
 MAX_CHARS = 4096
 MAX_PARTITION = 2**31 - 1  # Kafka's partition ids are int32
 MAX_OFFSET = 2**63 - 1  # Kafka's offsets are int64
@@ -56,14 +56,14 @@ def parse(text: str) -> Cursor | str:
     return cursor
 
 
-def format_cursor(cursor: Mapping[int, Position]) -> str:
+def format_cursor(cursor: Mapping[int, EventAt]) -> str:
     """The canonical text of `cursor`: every partition it holds, even at the start
     (`0:0` for none, which means the same and is not empty)."""
     entries = sorted(cursor.items()) or [(0, START)]
     return ",".join(f"{p}:{o}" if i == 0 else f"{p}:{o}.{i}" for p, (o, i) in entries)
 
 
-def position(cursor: Mapping[int, Position], partition: int) -> Position:
+def position(cursor: Mapping[int, EventAt], partition: int) -> EventAt:
     return cursor.get(partition, START)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.view.apply import Change
-from gateway.view.event_cursor import START, Cursor, Position, position
+from gateway.view.event_cursor import START, Cursor, EventAt, position
 from gateway.view.events import derive
 
 MAX_EVENTS = 10_000
@@ -56,7 +56,7 @@ class Resumed:
 
     events: list[Kept]
     start: Cursor
-    missed: dict[int, Position] = field(default_factory=dict)
+    missed: dict[int, EventAt] = field(default_factory=dict)
     seq: int = -1
 
 
@@ -148,7 +148,7 @@ class EventFeed:
         older than the window, from the window's start, named in `missed`."""
         with self._lock:
             start = dict(cursor)
-            missed: dict[int, Position] = {}
+            missed: dict[int, EventAt] = {}
             for partition, first in self._first.items():
                 if position(start, partition) < first:
                     missed[partition] = first

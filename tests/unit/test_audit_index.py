@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway.audit import history
-from gateway.audit.index import AuditIndex, IndexUnavailable, Position, named, open_index
+from gateway.audit.index import AuditIndex, DecisionAt, IndexUnavailable, named, open_index
 from gateway.processor.state_identity import Identity
 from gateway.stage.schedule import LEASES
 from tests.unit import test_explain as processed
@@ -126,11 +126,11 @@ def test_an_index_built_from_another_cluster_topic_or_layout_is_read_anew(tmp_pa
 class Log:
     """decisions as a reader finds it: some records, the first `start` offsets deleted."""
 
-    def __init__(self, records: Mapping[Position, dict], start: int = 0) -> None:
+    def __init__(self, records: Mapping[DecisionAt, dict], start: int = 0) -> None:
         self.records, self.start = records, start
-        self.asked: list[list[Position]] = []
+        self.asked: list[list[DecisionAt]] = []
 
-    def read(self, positions: Sequence[Position]) -> tuple[dict, dict]:
+    def read(self, positions: Sequence[DecisionAt]) -> tuple[dict, dict]:
         self.asked.append(list(positions))
         found = {p: orjson.dumps(self.records[p]) if p[1] >= self.start else None
                  for p in positions}  # fmt: skip
