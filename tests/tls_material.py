@@ -5,6 +5,7 @@ signed, and a client certificate another CA signed. Nothing of it outlives the t
 from __future__ import annotations
 
 import shutil
+import socket
 import ssl
 import subprocess
 import warnings
@@ -75,3 +76,19 @@ def make(directory: Path) -> Material:
     d = directory
     return Material(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem",
                     d / "client.key", d / "stranger.pem", d / "stranger.key")  # fmt: skip
+
+
+def refusal(base: str, context: ssl.SSLContext) -> str:
+    """Why a client with `context` got no answer: its handshake's error, or of its first
+    read, or "closed" (TLS 1.3 refuses a client certificate after the client thinks the
+    handshake done). Asserts it was not served."""
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                got = conn.recv(1)
+        except OSError as exc:  # ssl.SSLError among them
+            return str(exc)
+    assert got == b"", f"served: {got!r}"
+    return "closed"

@@ -22,7 +22,7 @@ from gateway.cli import main
 from gateway.http.peer import distinguished_name, peer_subject
 from gateway.http.tls import PeerCertProtocol, TlsError, TlsFiles, server_context
 from tests.support import free_port_block
-from tests.tls_material import CLIENT_CN, Material, make
+from tests.tls_material import CLIENT_CN, Material, make, refusal
 
 NO_BROKER = ("--bootstrap", "127.0.0.1:1")  # were a command to go on, it would exit 3
 
@@ -195,22 +195,6 @@ def mutual(tls: Material) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def mutual_optional(tls: Material) -> Iterator[str]:
     yield from _serving(TlsFiles(tls.server_cert, tls.server_key, tls.ca, "optional"))
-
-
-def refusal(base: str, context: ssl.SSLContext) -> str:
-    """Why a client with `context` got no answer: its handshake's error, or of its first
-    read, or "closed" (TLS 1.3 refuses a client certificate after the client thinks the
-    handshake done). Asserts it was not served."""
-    port = int(base.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        try:
-            with context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
-                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                got = conn.recv(1)
-        except OSError as exc:  # ssl.SSLError among them
-            return str(exc)
-    assert got == b"", f"served: {got!r}"
-    return "closed"
 
 
 def test_a_verified_client_certificate_names_the_peer(mutual, tls):
