@@ -26,9 +26,7 @@ from tests.tls_material import make, refusal
 pytestmark = pytest.mark.kafka
 
 
-def _wait_ready(
-    url: str, verify: ssl.SSLContext, proc: subprocess.Popen[bytes], log: Path
-) -> None:
+def _wait_ready(url: str, verify: ssl.SSLContext, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
