@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway import logs, store_memory
 from gateway.cli.common import (
+    EXIT_INVALID,
     CommandError,
     add_audit_key_argument,
     add_kafka_arguments,
@@ -20,6 +22,11 @@ from gateway.cli.common import (
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
+
+if TYPE_CHECKING:
+    import ssl
+
+    from gateway.http.tls import TlsFiles
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "after it ended (default %(default)s)",
     )  # fmt: skip
     add_json_responses_argument(p)
+    add_tls_arguments(p)
     add_workers_argument(p, "--workers", 1)
     add_audit_key_argument(p, sealing=False)
     add_store_memory_argument(p)
@@ -99,6 +107,80 @@ def add_json_responses_argument(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def add_tls_arguments(p: argparse.ArgumentParser) -> None:
+    """HTTPS (docs/security.md, "TLS"); shared with `gateway up`, which passes the paths on."""
+    env = os.environ.get
+    p.add_argument(
+        "--tls-cert-file", type=Path, default=env("GATEWAY_TLS_CERT_FILE") or None,
+        metavar="FILE",
+        help="serve HTTPS (TLS 1.2 or later) with this PEM certificate, its chain after it "
+        "(default $GATEWAY_TLS_CERT_FILE, else plain HTTP)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tls-key-file", type=Path, default=env("GATEWAY_TLS_KEY_FILE") or None, metavar="FILE",
+        help="the certificate's PEM private key, unencrypted (default $GATEWAY_TLS_KEY_FILE)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tls-client-ca-file", type=Path, default=env("GATEWAY_TLS_CLIENT_CA_FILE") or None,
+        metavar="FILE",
+        help="mutual TLS: verify each client's certificate against the CA certificates of "
+        "this PEM file; its subject's CN names the client to the HTTP layer "
+        "(default $GATEWAY_TLS_CLIENT_CA_FILE, else no client certificate is asked for)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tls-client-cert", choices=("required", "optional"), type=str.lower,
+        default=env("GATEWAY_TLS_CLIENT_CERT") or None,
+        help="with --tls-client-ca-file, whether a client without a certificate is refused in "
+        "the handshake (required) or served without a name (optional: health probes, token "
+        "holders); a certificate that does not verify is refused either way "
+        "(default $GATEWAY_TLS_CLIENT_CERT, else required)",
+    )  # fmt: skip
+
+
+def tls_files_of(args: argparse.Namespace) -> TlsFiles | None:
+    """The TLS options, checked as a whole (not each file: see tls_context_of); None when
+    serve speaks plain HTTP."""
+    from gateway.http.tls import TlsFiles
+
+    cert, key, ca = args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file
+    if cert is None and key is None:
+        if ca is not None or args.tls_client_cert is not None:
+            raise CommandError(
+                "--tls-client-ca-file and --tls-client-cert need --tls-cert-file and "
+                "--tls-key-file [tls_incomplete]", EXIT_INVALID,
+            )  # fmt: skip
+        return None
+    if cert is None or key is None:
+        raise CommandError(
+            "--tls-cert-file and --tls-key-file go together [tls_incomplete]", EXIT_INVALID
+        )
+    if args.tls_client_cert not in (None, "required", "optional"):  # $GATEWAY_TLS_CLIENT_CERT
+        raise CommandError(
+            f"--tls-client-cert must be required or optional, not {args.tls_client_cert!r} "
+            "[tls_client_cert_invalid]", EXIT_INVALID,
+        )  # fmt: skip
+    if args.tls_client_cert is not None and ca is None:
+        raise CommandError(
+            "--tls-client-cert needs --tls-client-ca-file, the CA to verify client certificates "
+            "against [tls_incomplete]", EXIT_INVALID,
+        )  # fmt: skip
+    return TlsFiles(cert, key, ca, args.tls_client_cert or "required")
+
+
+def tls_context_of(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context the options describe, every file read and checked; None for plain
+    HTTP. A file that cannot be used is refused with its code."""
+    from gateway.http.tls import TlsError, server_context
+
+    files = tls_files_of(args)
+    if files is None:
+        return None
+    try:
+        return server_context(files)
+    except TlsError as exc:
+        raise CommandError(f"{exc} [{exc.code}]", EXIT_INVALID) from exc
+
+
 def _serve(args: argparse.Namespace) -> int:
     from gateway.http import serving
 
@@ -108,6 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--workers must be from 1 to {MAX_WORKERS}")
     logs.configure(args.log_level)
     audit_keys_of(args)  # a bad key file is refused before anything starts
+    tls_context_of(args)  # and so is a bad TLS file
     store_memory_of(args)
     if args.worker_socket is None and args.workers > 1:
         reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
@@ -128,9 +211,11 @@ def _serve_one(args: argparse.Namespace) -> int:
 
     from gateway.http.app import HttpSettings, create_app
     from gateway.http.serving import Board
+    from gateway.http.tls import PeerCertProtocol
     from gateway.view.store import default_view_dir
 
     store_memory.configure(store_memory_of(args))
+    tls = tls_context_of(args)
     bootstrap = reachable_config(args.bootstrap)["bootstrap.servers"]
     board, view_dir = None, args.view_dir or default_view_dir(args.namespace, f"port-{args.port}")
     if args.worker_board is not None:
@@ -160,7 +245,8 @@ def _serve_one(args: argparse.Namespace) -> int:
         log_level=args.log_level.lower(), log_config=None,
         # The C event loop and HTTP parser: each takes a large share of the CPU an
         # answer costs off what asyncio and h11 spend. Named, so a missing one is an error.
-        loop="uvloop", http="httptools",
+        loop="uvloop", http=PeerCertProtocol if tls else "httptools",
+        ssl_context_factory=None if tls is None else lambda _config, _default: tls,
         # Nothing here reads the client's address; the header rewrite costs every request.
         proxy_headers=False,
         # Requests still waiting for a decision get this long after Ctrl-C.

@@ -5,8 +5,9 @@ catalogue, and runs the dedup processor and the HTTP binding until Ctrl-C, then
 stops what it started, all within STOP_BUDGET_S. If the HTTP binding cannot
 start or dies (its port is taken, say), `up` stops the rest and exits 1
 naming why: half a product that looks up is worse than none. Ports it will
-listen on that are already taken (the HTTP port, the metrics ports) are
-refused the same way before anything is started or printed.
+listen on that are already taken (the HTTP port, the metrics ports), and TLS
+files the HTTP binding could not use (exit 2), are refused before anything is
+started or printed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from gateway.catalogue import CatalogueError
 from gateway.children import ignore_sigint, python_module
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
-from gateway.cli.serve import add_json_responses_argument, add_workers_argument
+from gateway.cli.serve import (
+    add_json_responses_argument,
+    add_tls_arguments,
+    add_workers_argument,
+    tls_context_of,
+)
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
 
 # From Ctrl-C to the last process gone; the processor takes at most
@@ -55,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-host", default="127.0.0.1", help="HTTP address (default %(default)s)")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
     add_json_responses_argument(p)
+    add_tls_arguments(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     process.add_arguments(p)
     p.set_defaults(func=_up)
@@ -80,6 +87,9 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         command.append("--json-responses")
     if args.audit_key_file is not None:  # its path: the secret never is on a command line
         command += ["--audit-key-file", str(args.audit_key_file)]
+    for flag in ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "tls_client_cert"):
+        if getattr(args, flag) is not None:  # paths: a key is never on a command line
+            command += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     command += ["--workers", str(args.http_workers or default_http_workers())]
     command += ["--store-memory-mb", str(args.store_memory_mb)]
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
@@ -97,6 +107,7 @@ def _up(args: argparse.Namespace) -> int:
 
     if args.http_workers is not None and not 1 <= args.http_workers <= MAX_WORKERS:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
+    scheme = "http" if tls_context_of(args) is None else "https"  # bad files: exit 2 now
     _check_ports(args)
     started: launcher.Cluster | None = None
     stop = {"at": float("inf")}
@@ -137,7 +148,7 @@ def _up(args: argparse.Namespace) -> int:
             threading.Thread(
                 target=_watch, args=(http, args, stop, died), name="gateway-up-http", daemon=True
             ).start()
-            print(f"http: http://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
+            print(f"http: {scheme}://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
             print("processor: starting; press Ctrl-C to stop", flush=True)
             logs.configure(args.log_level)
             code = supervise(settings, args.log_level, on_stop, processes)

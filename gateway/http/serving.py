@@ -9,7 +9,9 @@ one byte per worker saying whether its view is live, written by that worker
 alone, so health answers for every worker wherever it is asked. A worker that
 dies is started again (health is not ready meanwhile), and accepts no connection
 until its view is live, so the live ones take them all; SIGTERM or Ctrl-C stops
-them all, each finishing the requests it holds (GRACEFUL_SHUTDOWN_S).
+them all, each finishing the requests it holds (GRACEFUL_SHUTDOWN_S). With TLS,
+the socket stays a plain one: each worker reads the TLS files itself and handshakes
+on the connections it accepts (gateway/http/tls.py).
 """
 
 from __future__ import annotations
