@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-CLIENT_CN = "worker-7, eu"  # a comma: its subject string escapes it
-
 
 @dataclass(frozen=True)
 class Material:

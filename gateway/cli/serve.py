@@ -124,15 +124,15 @@ def add_tls_arguments(p: argparse.ArgumentParser) -> None:
         "--tls-client-ca-file", type=Path, default=env("GATEWAY_TLS_CLIENT_CA_FILE") or None,
         metavar="FILE",
         help="mutual TLS: verify each client's certificate against the CA certificates of "
-        "this PEM file; its subject's CN names the client to the HTTP layer "
-        "(default $GATEWAY_TLS_CLIENT_CA_FILE, else no client certificate is asked for)",
+        "this PEM file (default $GATEWAY_TLS_CLIENT_CA_FILE, else no client certificate is "
+        "asked for)",
     )  # fmt: skip
     p.add_argument(
         "--tls-client-cert", choices=("required", "optional"), type=str.lower,
         default=env("GATEWAY_TLS_CLIENT_CERT") or None,
         help="with --tls-client-ca-file, whether a client without a certificate is refused in "
-        "the handshake (required) or served without a name (optional: health probes, token "
-        "holders); a certificate that does not verify is refused either way "
+        "the handshake (required) or served (optional: health probes, token holders); a "
+        "certificate that does not verify is refused either way "
         "(default $GATEWAY_TLS_CLIENT_CERT, else required)",
     )  # fmt: skip
 
@@ -211,7 +211,6 @@ def _serve_one(args: argparse.Namespace) -> int:
 
     from gateway.http.app import HttpSettings, create_app
     from gateway.http.serving import Board
-    from gateway.http.tls import PeerCertProtocol
     from gateway.view.store import default_view_dir
 
     store_memory.configure(store_memory_of(args))
@@ -245,7 +244,7 @@ def _serve_one(args: argparse.Namespace) -> int:
         log_level=args.log_level.lower(), log_config=None,
         # The C event loop and HTTP parser: each takes a large share of the CPU an
         # answer costs off what asyncio and h11 spend. Named, so a missing one is an error.
-        loop="uvloop", http=PeerCertProtocol if tls else "httptools",
+        loop="uvloop", http="httptools",
         ssl_context_factory=None if tls is None else lambda _config, _default: tls,
         # Nothing here reads the client's address; the header rewrite costs every request.
         proxy_headers=False,

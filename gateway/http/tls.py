@@ -1,10 +1,10 @@
-"""HTTPS for `gateway serve`: the server's TLS context, and the client certificate in scope.
+"""HTTPS for `gateway serve`: the server's TLS context from the deployment's files.
 
 TLS 1.2 is the least a client may speak. With a client CA, each client's certificate is
 verified in the handshake (mutual TLS): required by default, so a connection without one
 is refused before any HTTP; optional if asked, so a client without one (a health probe, a
-producer with a token) is served and has no peer subject (gateway/http/peer.py). A
-certificate presented and not signed by that CA is refused either way.
+producer with a token) is served. A certificate presented and not signed by that CA is
+refused either way.
 
 Every file is read when serve starts: one that cannot be used is a TlsError, its `code`
 naming the problem, and serve exits 2 saying which file and why, before it listens.
@@ -12,19 +12,13 @@ naming the problem, and serve exits 2 saying which file and why, before it liste
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-from gateway.http.peer import distinguished_name
-
 ClientCert = Literal["required", "optional"]
-_TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}  # as ASGI's TLS extension numbers them
 
 
 class TlsError(Exception):
@@ -103,32 +97,3 @@ def _encrypted(key: Path) -> Callable[[], bytes]:
         )
 
     return refuse
-
-
-class PeerCertProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, each request's scope also carrying the connection's
-    TLS facts as ASGI's TLS extension: the client certificate the handshake verified, its
-    subject (RFC 4514), the TLS version. uvicorn fills no such extension itself."""
-
-    tls: dict[object, object] | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        ssl_object = transport.get_extra_info("ssl_object")
-        if ssl_object is None:
-            return
-        # The app protocol is told of the connection once the handshake is done.
-        peer, der = ssl_object.getpeercert(), ssl_object.getpeercert(binary_form=True)
-        self.tls = {
-            "server_cert": None,
-            "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
-            "client_cert_name": distinguished_name(peer["subject"]) if peer else None,
-            "client_cert_error": None,
-            "tls_version": _TLS_VERSIONS.get(ssl_object.version() or ""),
-            "cipher_suite": None,
-        }
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self.tls is not None:
-            self.scope["extensions"] = {"tls": self.tls}
