@@ -11,8 +11,9 @@ tick's record carries the jobs its time made due as they were: the attempt
 it ended is told by the core's own rule (`core.expire_job`) at the record's
 time, which is what the processor did; a record its retention deleted, by
 its state. Nothing is decided anew. A record sent for a caller says who asked for it
-(`by`: the principal, with its role, and the source address), after what it did. A record written before records carried
-their state is told from its own fields, and says so.
+(`by`: the principal, with its role, and the source address), after what it did. A
+record written before records carried their state is told from its own fields, and says
+so.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from gateway.audit.moves import (
 from gateway.core import (
     Entry,
     UniquePolicy,
+    actor,
     effective_state,
     holds,
     prune,
 )
-from gateway.core import actor
 from gateway.core.periods import format_period
 from gateway.core.successor import SUCCESSOR_OF
 
