@@ -103,8 +103,9 @@ async def _bulk(
     request: Request, binding: Binding, actor: Actor, action: str, fields: tuple[str, ...]
 ) -> Answer:
     """The first BULK_MAX jobs the filter names (core.job_filter.bulk_filter), each asked of
-    the processor for `actor`, one answer each in `BulkResult`; `matched` counts every job named and
-    `remaining` those left for another call. Without `confirm: true` nothing is done."""
+    the processor for `actor`, one answer each in `BulkResult`; `matched` counts every job
+    named and `remaining` those left for another call. Without `confirm: true` nothing is
+    done."""
     body = await read_json(request, binding.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise ApiError(400, INVALID_REQUEST, 'the body must be {"filter": {...}, "confirm": true}')

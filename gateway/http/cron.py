@@ -37,8 +37,8 @@ async def register(request: Request, binding: Binding, request_id: str) -> Answe
     cron = definition(body)
     if isinstance(cron, GatewayError):
         raise ApiError(400, cron.code, cron.message)
-    answer = await _ask(binding, caller(request, request_id),
-                        CronCommand("register", cron["name"], cron))  # fmt: skip
+    command = CronCommand("register", cron["name"], cron)
+    answer = await _ask(binding, caller(request, request_id), command)
     return Answer(201 if answer.get("created") else 200, _shown(answer["cron"]))
 
 

@@ -17,6 +17,7 @@ from gateway.audit.log import LogRecord
 from gateway.core.actor import FIELD_BYTES, MAX_ACTOR_BYTES, Actor, cut, parse, told
 from gateway.core.queues import queue_command
 from gateway.stage.trail import intact
+from tests.support import validator
 from tests.unit.test_replay import JOB, REQ, T0, event, key_of, processed, rec, replayed
 
 ALICE = Actor("alice", "admin", "10.0.0.5", "req-1")
@@ -96,6 +97,7 @@ def test_the_audit_record_carries_by_sealed_and_replayed_identically():
     assert cancel["by"] == ALICE.fields()
     assert list(cancel).index("by") == list(cancel).index("state") - 1
     assert all(intact(t.value or b"") for t in trail)
+    validator("audit.json").validate(cancel)
     # `by` is sealed: altered, the digest no longer matches.
     value = trail[1].value or b""
     assert not intact(value.replace(b'"alice"', b'"mallo"'))
@@ -133,6 +135,8 @@ def test_requests_and_commands_carry_by_too():
     decided, paused = _audits([request, command])
     assert decided["kind"] == "request" and decided["by"]["principal"] == "bob"
     assert paused["kind"] == "command" and paused["by"] == ALICE.fields()
+    for audit in (decided, paused):
+        validator("audit.json").validate(audit)
     assert explain_record(decided).by == "bob from 10.0.0.7"
     assert explain_record(paused).by == "admin:alice from 10.0.0.5"
 
