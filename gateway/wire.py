@@ -17,6 +17,10 @@ from gateway.core import Request, route_key
 REQUEST_ID_HEADER = "request_id"
 REPLY_TO_HEADER = "reply_to"
 CORRELATION_ID_HEADER = "correlation_id"
+# On `requests`: who asked for the record, as the edge that served the caller names it
+# (core/actor.py: principal, role, source address, request id, as compact JSON); the
+# processor copies it into the record's audit record as `by`. As trusted as the producer.
+ACTOR_HEADER = "actor"
 # On `jobs` and `cancellations`: the job's unique key, when it has one.
 UNIQUE_KEY_HEADER = "unique_key"
 

@@ -10,14 +10,16 @@ it), the job's record as it found it and the states it moved it between
 tick's record carries the jobs its time made due as they were: the attempt
 it ended is told by the core's own rule (`core.expire_job`) at the record's
 time, which is what the processor did; a record its retention deleted, by
-its state. Nothing is decided anew. A record written before records carried
-their state is told from its own fields, and says so.
+its state. Nothing is decided anew. A record sent for a caller says who asked for it
+(`by`: the principal, with its role, and the source address), after what it did. A
+record written before records carried their state is told from its own fields, and says
+so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -34,6 +36,7 @@ from gateway.audit.moves import (
 from gateway.core import (
     Entry,
     UniquePolicy,
+    actor,
     effective_state,
     holds,
     prune,
@@ -56,11 +59,26 @@ class Explained:
     head: str  # one line: what the record is
     summary: dict[str, Any]  # a request's outcome, or another record's `what`
     reason: list[str]  # why, a line each
+    by: str | None = None  # who asked for it: `admin:alice from 10.0.0.5` (core.actor.told)
 
 
 def explain_record(record: Mapping[str, Any]) -> Explained:
     """The explanation of one audit record (a request's decision, or any other record
-    that read or changed a route's state)."""
+    that read or changed a route's state), and who asked for it when it says."""
+    told = explain_what(record)
+    by = actor.told(record.get("by"))
+    if by is None:
+        return told
+    asked = by if by.startswith("from ") else f"by {by}"
+    if told.kind == "event":  # `job …: active → cancelled by admin:alice from 10.0.0.5`
+        reason = [f"{told.reason[0]} {asked}", *told.reason[1:]]
+    else:
+        reason = [*told.reason, f"asked {asked}"]
+    return replace(told, reason=reason, by=by)
+
+
+def explain_what(record: Mapping[str, Any]) -> Explained:
+    """What one audit record did, and why."""
     kind = str(record.get("kind") or ("request" if "outcome" in record else "unknown"))
     if kind == "request":
         return _request(record)

@@ -182,7 +182,7 @@ def as_json(item: Item, topic: str) -> dict[str, Any]:
     if item.told is None or item.record is None:
         return {**out, "reason": gone(item, topic), "trail": None}
     told = item.told
-    out.update(source=item.record.get("source"), at=told.at, kind=told.kind,
+    out.update(source=item.record.get("source"), at=told.at, kind=told.kind, by=told.by,
                trail=trail_json(item.verdict))  # fmt: skip
     if told.kind == "request":
         out["outcome"] = told.summary.get("outcome")

@@ -16,12 +16,15 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST, GatewayError
+from gateway.core.actor import Actor
 from gateway.core.job_filter import BULK_ACTIONS, FIELDS, bulk_filter, parse_filter
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json, unknown_fields
+from gateway.http.security import privileged
 from gateway.http.shared import PAGING, as_recorded, page_of, query_filter, settled
 from gateway.view.listing import dead_letters, ids_of, jobs_page
 
@@ -80,24 +83,29 @@ async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
 
-async def bulk(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def bulk(request: Request, binding: Binding, request_id: str) -> Answer:
     """`POST /admin/jobs/bulk/{retry|cancel}` with `{"filter": {...}, "confirm": true}`."""
     action = request.path_params["action"]
     if action not in BULK_ACTIONS:
         raise ApiError(404, errors.NOT_FOUND, "a bulk action is retry or cancel")
-    return await _bulk(request, binding, action, FIELDS)
+    return await _bulk(request, binding, caller(request, request_id), action, FIELDS)
 
 
-async def retry_dead(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def retry_dead(request: Request, binding: Binding, request_id: str) -> Answer:
     """`POST /admin/dead-letter/retry` (the UI's Bulk Retry All): bulk retry of the dead
     letter jobs the filter names; it takes no `state`, they are the discarded ones."""
-    return await _bulk(request, binding, "retry", DEAD_BULK_FILTER)
+    return await _bulk(request, binding, caller(request, request_id), "retry", DEAD_BULK_FILTER)
 
 
-async def _bulk(request: Request, binding: Binding, action: str, fields: tuple[str, ...]) -> Answer:
+async def _bulk(
+    request: Request, binding: Binding, actor: Actor, action: str, fields: tuple[str, ...]
+) -> Answer:
     """The first BULK_MAX jobs the filter names (core.job_filter.bulk_filter), each asked of
-    the processor, one answer each in `BulkResult`; `matched` counts every job named and
-    `remaining` those left for another call. Without `confirm: true` nothing is done."""
+    the processor for `actor`, one answer each in `BulkResult`; `matched` counts every job
+    named and `remaining` those left for another call. Without `confirm: true` nothing is
+    done."""
     body = await read_json(request, binding.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise ApiError(400, INVALID_REQUEST, 'the body must be {"filter": {...}, "confirm": true}')
@@ -116,7 +124,7 @@ async def _bulk(request: Request, binding: Binding, action: str, fields: tuple[s
     # The rest are counted, not asked: by their index keys where state and queue decide.
     remaining = sum(1 for _ in (ids if chosen.by_index() else found))
     event = "job.enqueued" if action == "retry" else "job.cancelled"
-    answers = await asyncio.gather(*(transitions.try_ask(binding, j, event) for j in asked))
+    answers = await asyncio.gather(*(transitions.try_ask(binding, actor, j, event) for j in asked))
     failures = []
     for job, ack in zip(asked, answers, strict=True):
         refused = ack if isinstance(ack, ApiError) else transitions.refused(ack, job["id"], action)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.core import EventOutcome
+from gateway.core.actor import Actor
 from gateway.http import errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -17,11 +18,15 @@ from gateway.sdk import ClientError
 from gateway.sdk.prepare import Outgoing
 
 
-async def send(binding: Binding, commands: list[Outgoing], what: str) -> list[dict[str, Any]]:
-    """Every command's answer; else raises the first error: a refusal (400) or no answer
-    (503)."""
+async def send(
+    binding: Binding, actor: Actor, commands: list[Outgoing], what: str
+) -> list[dict[str, Any]]:
+    """Every command's answer, sent for `actor` (caller.py); else raises the first error: a
+    refusal (400) or no answer (503)."""
     try:
-        answers = await binding.client.send_commands(commands, timeout=PUBLISH_TIMEOUT_S)
+        answers = await binding.client.send_commands(
+            commands, timeout=PUBLISH_TIMEOUT_S, actor=actor
+        )
     except ClientError as exc:
         message = f"{what}: no answer in time ({exc.message}); it may still apply"
         raise ApiError(503, errors.UNAVAILABLE, message, retryable=True) from None

@@ -17,23 +17,28 @@ from starlette.requests import Request
 
 from gateway import wire
 from gateway.core import INVALID_REQUEST, EventOutcome, GatewayError
+from gateway.core.actor import Actor
 from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json, unknown_fields
+from gateway.http.security import privileged
 from gateway.http.shared import page_of
 from gateway.sdk.commands import cron_commands
 
 
-async def register(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def register(request: Request, binding: Binding, request_id: str) -> Answer:
     """201 with the cron when it is new, 200 when it replaced one of the same name."""
     body = await read_json(request, binding.settings.max_body_bytes)
     cron = definition(body)
     if isinstance(cron, GatewayError):
         raise ApiError(400, cron.code, cron.message)
-    answer = await _ask(binding, CronCommand("register", cron["name"], cron))
+    command = CronCommand("register", cron["name"], cron)
+    answer = await _ask(binding, caller(request, request_id), command)
     return Answer(201 if answer.get("created") else 200, _shown(answer["cron"]))
 
 
@@ -54,7 +59,8 @@ async def get_cron(request: Request, binding: Binding, _: str) -> Answer:
     return Answer(200, _shown(cron))
 
 
-async def toggle(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def toggle(request: Request, binding: Binding, request_id: str) -> Answer:
     """`{"enabled": false}` stops the cron from firing (its next_run_at is null) and keeps
     it; `true` starts it again from the next slot."""
     name = _name(request)
@@ -67,19 +73,23 @@ async def toggle(request: Request, binding: Binding, _: str) -> Answer:
         raise ApiError(
             400, INVALID_REQUEST, 'enabled is required: the body is {"enabled": true|false}'
         )
-    answer = await _ask(binding, CronCommand("enable", name, enabled=on))
+    answer = await _ask(
+        binding, caller(request, request_id), CronCommand("enable", name, enabled=on)
+    )
     return Answer(200, _shown(answer["cron"]))
 
 
-async def delete(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def delete(request: Request, binding: Binding, request_id: str) -> Answer:
     name = _name(request)
-    answer = await _ask(binding, CronCommand("delete", name))
+    answer = await _ask(binding, caller(request, request_id), CronCommand("delete", name))
     return Answer(200, {"deleted": True, "name": name, **_shown(answer["cron"])})
 
 
-async def _ask(binding: Binding, command: CronCommand) -> dict[str, Any]:
-    """The processor's answer to the command; 404 if it names no registered cron."""
-    [answer] = await commands.send(binding, cron_commands(command), f"cron {command.name}")
+async def _ask(binding: Binding, actor: Actor, command: CronCommand) -> dict[str, Any]:
+    """The processor's answer to the command, sent for `actor`; 404 if it names no
+    registered cron."""
+    [answer] = await commands.send(binding, actor, cron_commands(command), f"cron {command.name}")
     if answer.get("outcome") != EventOutcome.APPLIED:
         raise _not_found(command.name)
     key = wire.cron_key(command.name)

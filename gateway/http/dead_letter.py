@@ -19,7 +19,9 @@ from gateway.core import EventOutcome
 from gateway.http import errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.caller import caller
 from gateway.http.errors import ApiError
+from gateway.http.security import privileged
 from gateway.http.shared import page_of, query_filter, shown
 from gateway.view.listing import DEAD, dead_letters
 
@@ -33,18 +35,20 @@ async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     return Answer(200, {"jobs": [shown(job) for job in jobs], "pagination": page.pagination(total)})
 
 
-async def retry(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def retry(request: Request, binding: Binding, request_id: str) -> Answer:
     """Ask the processor to enqueue a dead letter job again (attempt reset)."""
     job = _dead(binding, request.path_params["job_id"])
-    ack = await transitions.ask(binding, job, "job.enqueued")
+    ack = await transitions.ask(binding, caller(request, request_id), job, "job.enqueued")
     moved = transitions.moved(binding, ack, job["id"], "retry the dead letter job")
     return Answer(200, {"job": shown(moved)})
 
 
-async def delete(request: Request, binding: Binding, _: str) -> Answer:
+@privileged
+async def delete(request: Request, binding: Binding, request_id: str) -> Answer:
     """Ask the processor to remove a dead letter job for good; GET answers 404 from then on."""
     job = _dead(binding, request.path_params["job_id"])
-    ack = await transitions.ask(binding, job, "job.deleted")
+    ack = await transitions.ask(binding, caller(request, request_id), job, "job.deleted")
     if ack.outcome is not EventOutcome.APPLIED:
         refused = transitions.refused(ack, job["id"], "delete the dead letter job")
         assert refused is not None

@@ -22,8 +22,10 @@ from gateway.core.times import parse_rfc3339
 from gateway.http import answers, caught_up, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
+from gateway.http.security import privileged
 from gateway.http.shared import shown
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 
@@ -38,8 +40,9 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
     sent = time.monotonic()
     try:
         result = await binding.client.enqueue(
-            job, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
-        )
+            job, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem,
+            actor=caller(request, request_id),
+        )  # fmt: skip
     except ClientError as exc:
         raise answers.for_client_error(exc) from None
     await _settled(binding, result, sent)
@@ -76,8 +79,9 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
     sent = time.monotonic()
     try:
         outcomes: list[Any] = await binding.client.enqueue_many(
-            jobs, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem
-        )
+            jobs, wait=True, timeout=binding.settings.decision_timeout, idempotency_key=idem,
+            actor=caller(request, request_id),
+        )  # fmt: skip
     except EnqueueTimeout as exc:
         outcomes = exc.results
     except ClientError as exc:
@@ -102,11 +106,12 @@ async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer:
     return Answer(200, {"job": shown(job)})
 
 
-async def cancel_job(request: HttpRequest, binding: Binding, _: str) -> Answer:
+@privileged
+async def cancel_job(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
     """Ask the processor to cancel; it writes the cancellation for the job's worker."""
     job_id = request.path_params["job_id"]
     job = await transitions.known_job(binding, job_id)
-    ack = await transitions.ask(binding, job, "job.cancelled")
+    ack = await transitions.ask(binding, caller(request, request_id), job, "job.cancelled")
     moved = transitions.moved(binding, ack, job_id, "cancel")
     return Answer(200, {"job": {**shown(moved), "previous_state": ack.previous_state}})
 

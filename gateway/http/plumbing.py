@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE
 from gateway.core.limits import rounded_integer_problem
-from gateway.http import errors
+from gateway.http import errors, security
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
 from gateway.http.responses import (
@@ -55,7 +55,8 @@ def endpoint(
     place routes' errors are answered. `query` names the query parameters the route
     understands (None: not checked here); `body=False` says it takes no body. A parameter
     or body field a route does not understand is refused, never ignored: ignored, it
-    would widen what the caller asked for."""
+    would widen what the caller asked for. A privileged or refused request leaves its
+    line in the security log (security.py)."""
 
     async def handle(request: Request) -> Response:
         request_id = request_id_of(request)
@@ -70,9 +71,12 @@ def endpoint(
             await binding.view_live()
             answer = await handler(request, binding, request_id)
         except ApiError as error:
+            security.note(request, handler, request_id, error.status)
             return error_response(error, request_id, media_type)
         if isinstance(answer, Response):
+            security.note(request, handler, request_id, answer.status_code)
             return answer
+        security.note(request, handler, request_id, answer.status)
         return ojs_response(answer.status, answer.body, request_id, answer.headers, media_type)
 
     return handle

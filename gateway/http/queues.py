@@ -17,13 +17,16 @@ from starlette.requests import Request
 
 from gateway import wire
 from gateway.core import INVALID_REQUEST, State
+from gateway.core.actor import Actor
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.queues import newer_state
 from gateway.core.times import format_rfc3339
 from gateway.http import commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.caller import caller
 from gateway.http.errors import ApiError
+from gateway.http.security import privileged
 from gateway.http.shared import page_of, paused_queues, settled
 from gateway.sdk.commands import queue_commands
 from gateway.view import queue_stats
@@ -71,15 +74,17 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer:
     })  # fmt: skip
 
 
-async def pause(request: Request, binding: Binding, _: str) -> Answer:
-    return await _set_paused(request, binding, True)
+@privileged
+async def pause(request: Request, binding: Binding, request_id: str) -> Answer:
+    return await _set_paused(request, binding, caller(request, request_id), True)
 
 
-async def resume(request: Request, binding: Binding, _: str) -> Answer:
-    return await _set_paused(request, binding, False)
+@privileged
+async def resume(request: Request, binding: Binding, request_id: str) -> Answer:
+    return await _set_paused(request, binding, caller(request, request_id), False)
 
 
-async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answer:
+async def _set_paused(request: Request, binding: Binding, actor: Actor, paused: bool) -> Answer:
     """Pause or resume a queue on every partition; answered once each has applied it, so a
     claim sent after this answer is judged by the new state wherever its job lives. The
     shape holds the OJS binding's `status` and time, the conformance suite's `queue`
@@ -91,7 +96,7 @@ async def _set_paused(request: Request, binding: Binding, paused: bool) -> Answe
     # wins over it, whatever the clocks of the serve processes that sent them say.
     seen = binding.view.controls(wire.queue_key(name)).get("")
     outgoing = queue_commands(name, paused, count, seen)
-    answers = await commands.send(binding, outgoing, f"{verb} {name}")
+    answers = await commands.send(binding, actor, outgoing, f"{verb} {name}")
     # Each partition answers the state it holds: this command's, or a newer one's.
     held: dict[str, Any] = answers[0]["queue"]
     for answer in answers[1:]:

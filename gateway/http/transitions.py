@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
+from gateway.core.actor import Actor
 from gateway.http import errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -41,14 +42,18 @@ def timed_out(error: ApiError) -> bool:
     return bool(error.details.get("sent"))
 
 
-async def ask(binding: Binding, job: dict[str, Any], event_type: str, **fields: Any) -> EventAck:
-    """Send the event for `job` and wait for the processor's answer; raises the 400 (413)
-    of an event the core refuses, or the 503 of no answer."""
+async def ask(
+    binding: Binding, actor: Actor, job: dict[str, Any], event_type: str, **fields: Any
+) -> EventAck:
+    """Send the event for `job`, for `actor` (caller.py), and wait for the processor's answer;
+    raises the 400 (413) of an event the core refuses, or the 503 of no answer."""
     event = {"job_id": job["id"], "type": event_type, **fields}
     if job.get("unique_key"):
         event["unique_key"] = job["unique_key"]
     try:
-        ack = await binding.client.publish_event(event, wait=True, timeout=PUBLISH_TIMEOUT_S)
+        ack = await binding.client.publish_event(
+            event, wait=True, timeout=PUBLISH_TIMEOUT_S, actor=actor
+        )
     except InvalidEvent as exc:  # the core refused the event itself: nothing was sent
         raise ApiError(
             413 if exc.code == PAYLOAD_TOO_LARGE else 400, exc.code,
@@ -71,11 +76,11 @@ async def ask(binding: Binding, job: dict[str, Any], event_type: str, **fields: 
 
 
 async def try_ask(
-    binding: Binding, job: dict[str, Any], event_type: str, **fields: Any
+    binding: Binding, actor: Actor, job: dict[str, Any], event_type: str, **fields: Any
 ) -> EventAck | ApiError:
     """`ask`, its error as a value: for an answer about several jobs, each with its own."""
     try:
-        return await ask(binding, job, event_type, **fields)
+        return await ask(binding, actor, job, event_type, **fields)
     except ApiError as error:
         return error
 

@@ -28,12 +28,14 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
+from gateway.core.actor import Actor
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
 from gateway.http import transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
+from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.shared import paused_queues, shown
 from gateway.http.worker_bodies import (
@@ -66,7 +68,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def fetch(request: Request, binding: Binding, _: str) -> Answer:
+async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
     body = await worker_body(
         request, binding, FETCH_FIELDS, "{queues, count, visibility_timeout_ms}"
     )
@@ -84,13 +86,14 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer:
     # Queues this view shows paused are not asked; one whose claim the processor refuses
     # as paused (this view has not read the pause yet) is asked no more.
     wanted = [q for q in queues if q not in paused_queues(binding)]
+    actor = caller(request, request_id)
     while len(claimed) < count and not problems:
         # Never more claims than jobs wanted: a claimed job is active, it must be handed out.
         candidates = _candidates(binding, wanted, count - len(claimed), tried, full)
         if not candidates:
             break
         tried.update(j["id"] for j in candidates)
-        answers = await asyncio.gather(*(_claim(binding, j, fields) for j in candidates))
+        answers = await asyncio.gather(*(_claim(binding, actor, j, fields) for j in candidates))
         for job, answer in zip(candidates, answers, strict=True):
             if isinstance(answer, ApiError):
                 problems.append(answer)
@@ -157,7 +160,7 @@ def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: se
 
 
 async def _claim(
-    binding: Binding, job: dict[str, Any], fields: dict[str, Any]
+    binding: Binding, actor: Actor, job: dict[str, Any], fields: dict[str, Any]
 ) -> dict[str, Any] | ApiError | object | None:
     """The job, active, if the processor gave it to us; PAUSED if its queue is paused;
     FULL if its key runs as many jobs as its limit; None if it went elsewhere."""
@@ -166,10 +169,12 @@ async def _claim(
     claim_id = random_hex()
     try:
         try:
-            ack = await transitions.ask(binding, job, "job.started", claim_id=claim_id, **fields)
+            ack = await transitions.ask(
+                binding, actor, job, "job.started", claim_id=claim_id, **fields
+            )
         except ApiError as error:
             if transitions.timed_out(error):
-                await _requeue(binding, job, claim_id)
+                await _requeue(binding, actor, job, claim_id)
             return error
         moved = ack.record.get("job")
         if ack.error is not None and ack.error.code == QUEUE_PAUSED:
@@ -185,7 +190,7 @@ async def _claim(
         binding.claims.pop(job["id"], None)
 
 
-async def _requeue(binding: Binding, job: dict[str, Any], claim_id: str) -> None:
+async def _requeue(binding: Binding, actor: Actor, job: dict[str, Any], claim_id: str) -> None:
     """After a claim with no answer: job.enqueued on the same key, so it comes after the
     claim in the key's log and undoes it if it was applied (an available job ignores it,
     and the core refuses it for a job another fetch claimed)."""
@@ -193,7 +198,7 @@ async def _requeue(binding: Binding, job: dict[str, Any], claim_id: str) -> None
     if job.get("unique_key"):
         event["unique_key"] = job["unique_key"]
     try:
-        await binding.client.publish_event(event, wait=False)
+        await binding.client.publish_event(event, wait=False, actor=actor)
     except ClientError as exc:  # the lease is the second safety net
         log.warning(
             "could not requeue a claim with no answer; its lease will return it",
@@ -201,7 +206,7 @@ async def _requeue(binding: Binding, job: dict[str, Any], claim_id: str) -> None
         )
 
 
-async def heartbeat(request: Request, binding: Binding, _: str) -> Answer:
+async def heartbeat(request: Request, binding: Binding, request_id: str) -> Answer:
     """OJS BEAT: extend the lease of each active job named (one job.heartbeat each).
 
     Answers `state` (always `running`: this gateway sends no directive), `directive`,
@@ -216,7 +221,8 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer:
     ids = heartbeat_job_ids(body)
     lease = visibility_timeout(body)
     fields = {} if lease is None else {"visibility_timeout_ms": lease}
-    results = await asyncio.gather(*(_beat(binding, job_id, fields) for job_id in ids))
+    actor = caller(request, request_id)
+    results = await asyncio.gather(*(_beat(binding, actor, job_id, fields) for job_id in ids))
     return Answer(
         200,
         {
@@ -227,12 +233,14 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer:
     )  # fmt: skip
 
 
-async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+async def _beat(
+    binding: Binding, actor: Actor, job_id: str, fields: dict[str, Any]
+) -> dict[str, Any]:
     job = await binding.job(job_id)
     if job is None:
         error = transitions.not_found(job_id)
         return {"job_id": job_id, "extended": False, "error": _error_of(error)}
-    answer = await transitions.try_ask(binding, job, "job.heartbeat", **fields)
+    answer = await transitions.try_ask(binding, actor, job, "job.heartbeat", **fields)
     if isinstance(answer, ApiError):
         return {"job_id": job_id, "extended": False, "error": _error_of(answer)}
     moved = answer.record.get("job")
@@ -258,10 +266,11 @@ def _error_of(error: ApiError) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def ack(request: Request, binding: Binding, _: str) -> Answer:
+async def ack(request: Request, binding: Binding, request_id: str) -> Answer:
     body = await settle_body(request, binding, ACK_FIELDS)
     fields = {"result": body["result"]} if body.get("result") is not None else {}
-    moved = await _settle(binding, body["job_id"], "job.completed", "ack", fields)
+    actor = caller(request, request_id)
+    moved = await _settle(binding, actor, body["job_id"], "job.completed", "ack", fields)
     return Answer(
         200,
         {
@@ -272,11 +281,12 @@ async def ack(request: Request, binding: Binding, _: str) -> Answer:
     )  # fmt: skip
 
 
-async def nack(request: Request, binding: Binding, _: str) -> Answer:
+async def nack(request: Request, binding: Binding, request_id: str) -> Answer:
     """One failed attempt: the processor retries it (with backoff) or discards it."""
     body = await settle_body(request, binding, NACK_FIELDS)
     error = nack_error(body)
-    moved = await _settle(binding, body["job_id"], "job.failed", "nack", {"error": error})
+    actor = caller(request, request_id)
+    moved = await _settle(binding, actor, body["job_id"], "job.failed", "nack", {"error": error})
     out = {
         "job_id": moved["id"], "id": moved["id"], "state": moved["state"],
         "attempt": moved.get("attempt"), "max_attempts": moved.get("max_attempts"),
@@ -290,9 +300,11 @@ async def nack(request: Request, binding: Binding, _: str) -> Answer:
 
 
 async def _settle(
-    binding: Binding, job_id: str, event_type: str, action: str, fields: dict[str, Any]
-) -> dict[str, Any]:
-    """Ask the processor to end an attempt; the job as it moved (this view shows it so)."""
+    binding: Binding, actor: Actor, job_id: str, event_type: str, action: str,
+    fields: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """Ask the processor, for `actor`, to end an attempt; the job as it moved (this view
+    shows it so)."""
     job = await transitions.known_job(binding, job_id)
-    answer = await transitions.ask(binding, job, event_type, **fields)
+    answer = await transitions.ask(binding, actor, job, event_type, **fields)
     return transitions.moved(binding, answer, job["id"], action)

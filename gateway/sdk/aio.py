@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, overload
 
+from gateway.core.actor import Actor
 from gateway.sdk.client import (
     DEFAULT_MANY_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -49,6 +50,7 @@ class AsyncClient:
         wait: Literal[False] = ...,
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> Sent: ...
     @overload
     async def enqueue(
@@ -57,18 +59,24 @@ class AsyncClient:
         wait: Literal[True],
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> EnqueueResult: ...
     @overload
     async def enqueue(
-        self, job: Job, wait: bool, timeout: float = ..., idempotency_key: str | None = ...
+        self,
+        job: Job,
+        wait: bool,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> EnqueueResult | Sent: ...
 
     async def enqueue(
         self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, actor: Actor | None = None,
     ) -> EnqueueResult | Sent:  # fmt: skip
         [answer] = await self._call(
-            [job], wait, timeout, idempotency=naming(idempotency_key, False)
+            [job], wait, timeout, idempotency=naming(idempotency_key, False), actor=actor
         )
         if isinstance(answer, ClientError):
             raise answer
@@ -81,6 +89,7 @@ class AsyncClient:
         wait: Literal[False] = ...,
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> list[Sent | ClientError]: ...
     @overload
     async def enqueue_many(
@@ -89,6 +98,7 @@ class AsyncClient:
         wait: Literal[True],
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> list[EnqueueResult | ClientError]: ...
     @overload
     async def enqueue_many(
@@ -97,26 +107,31 @@ class AsyncClient:
         wait: bool,
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> list[EnqueueResult | Sent | ClientError]: ...
 
     async def enqueue_many(
         self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, actor: Actor | None = None,
     ) -> list[Any]:  # fmt: skip
-        return await self._call(jobs, wait, timeout, idempotency=naming(idempotency_key, True))
+        return await self._call(
+            jobs, wait, timeout, idempotency=naming(idempotency_key, True), actor=actor
+        )
 
     async def publish_event(
-        self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
-    ) -> EventAck | Sent:
-        [answer] = await self._call([event], wait, timeout, self._client._events)
+        self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT,
+        actor: Actor | None = None,
+    ) -> EventAck | Sent:  # fmt: skip
+        [answer] = await self._call([event], wait, timeout, self._client._events, actor=actor)
         if isinstance(answer, ClientError):
             raise answer
         return answer  # type: ignore[no-any-return]
 
     async def send_commands(
-        self, commands: Sequence[Outgoing], timeout: float = DEFAULT_TIMEOUT
-    ) -> list[dict[str, Any] | ClientError]:
-        return await self._call(commands, True, timeout, self._client._commands)
+        self, commands: Sequence[Outgoing], timeout: float = DEFAULT_TIMEOUT,
+        actor: Actor | None = None,
+    ) -> list[dict[str, Any] | ClientError]:  # fmt: skip
+        return await self._call(commands, True, timeout, self._client._commands, actor=actor)
 
     async def partitions(self, timeout: float = DEFAULT_TIMEOUT) -> int:
         return await asyncio.to_thread(self._client.partitions, timeout)
@@ -135,19 +150,19 @@ class AsyncClient:
 
     async def _call(
         self, items: Sequence[Any], wait: bool, timeout: float, kind: Any = None,
-        idempotency: Idempotency | None = None,
+        idempotency: Idempotency | None = None, actor: Actor | None = None,
     ) -> list[Any]:  # fmt: skip
         deadline = time.monotonic() + timeout
         client = self._client
         if len(items) > _PREPARED_ON_LOOP:
             ticket = await asyncio.to_thread(
-                client._submit, items, wait, deadline, kind, idempotency
+                client._submit, items, wait, deadline, kind, idempotency, actor
             )
         else:
             # A thread hop costs more CPU than checking and producing a few items (it was
             # about half of `gateway serve`'s CPU per enqueue). Only what would wait (the
             # first topic check, a full local queue) goes to a thread.
-            call = client._prepare(items, kind, idempotency)
+            call = client._prepare(items, kind, idempotency, actor)
             if not client._send(call, wait, deadline, block=False):
                 await asyncio.to_thread(client._send, call, wait, deadline, True)
             ticket = call.ticket

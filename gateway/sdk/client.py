@@ -17,6 +17,7 @@ from typing import Any, Literal, overload
 
 from gateway import wire
 from gateway.core import GatewayError
+from gateway.core.actor import Actor
 from gateway.core.idempotency import key_problem
 from gateway.sdk.errors import (
     ClientError,
@@ -25,7 +26,7 @@ from gateway.sdk.errors import (
     InvalidEvent,
     InvalidJob,
 )
-from gateway.sdk.prepare import Outgoing, idempotent, prepare, prepare_event
+from gateway.sdk.prepare import Outgoing, acting, idempotent, prepare, prepare_event
 from gateway.sdk.result import EnqueueResult, EventAck, Sent
 from gateway.sdk.ticket import Ticket
 from gateway.sdk.transport import Transport
@@ -87,6 +88,7 @@ class Client:
         wait: Literal[False] = ...,
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> Sent: ...
     @overload
     def enqueue(
@@ -95,15 +97,21 @@ class Client:
         wait: Literal[True],
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> EnqueueResult: ...
     @overload
     def enqueue(
-        self, job: Job, wait: bool, timeout: float = ..., idempotency_key: str | None = ...
+        self,
+        job: Job,
+        wait: bool,
+        timeout: float = ...,
+        idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> EnqueueResult | Sent: ...
 
     def enqueue(
         self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, actor: Actor | None = None,
     ) -> EnqueueResult | Sent:  # fmt: skip
         """Send one job. Raises InvalidJob before sending anything if the job is invalid.
 
@@ -114,9 +122,15 @@ class Client:
         the same job, within the processor's window (24 hours by default), gets the first
         one's decision again, the same record, and makes no new job; the same key with
         another job is decided `invalid` with `idempotency_key_reused`.
+
+        `actor`: who the job is sent for, when this client is an edge that serves callers
+        (core/actor.py): the processor writes it into the audit record as `by`. It is as
+        trusted as this producer: whoever may write to `requests` may name anyone.
         """
         deadline = time.monotonic() + timeout
-        ticket = self._submit([job], wait, deadline, idempotency=naming(idempotency_key, False))
+        ticket = self._submit(
+            [job], wait, deadline, idempotency=naming(idempotency_key, False), actor=actor
+        )
         [answer] = self._wait_for(ticket, wait, deadline)
         if isinstance(answer, ClientError):
             raise answer
@@ -129,6 +143,7 @@ class Client:
         wait: Literal[False] = ...,
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> list[Sent | ClientError]: ...
     @overload
     def enqueue_many(
@@ -137,6 +152,7 @@ class Client:
         wait: Literal[True],
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> list[EnqueueResult | ClientError]: ...
     @overload
     def enqueue_many(
@@ -145,11 +161,12 @@ class Client:
         wait: bool,
         timeout: float = ...,
         idempotency_key: str | None = ...,
+        actor: Actor | None = ...,
     ) -> list[EnqueueResult | Sent | ClientError]: ...
 
     def enqueue_many(
         self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, actor: Actor | None = None,
     ) -> list[Any]:  # fmt: skip
         """Send many jobs at once; one answer per job, in input order.
 
@@ -161,35 +178,40 @@ class Client:
         `idempotency_key` names the whole call: retried with the same key and the same
         jobs, in the same order, it gets every job's first decision again; with other jobs,
         or another number of them, each job it had named before is decided `invalid` with
-        `idempotency_key_reused` (see `enqueue`).
+        `idempotency_key_reused` (see `enqueue`); `actor` as for `enqueue`.
         """
         deadline = time.monotonic() + timeout
-        ticket = self._submit(jobs, wait, deadline, idempotency=naming(idempotency_key, True))
+        ticket = self._submit(
+            jobs, wait, deadline, idempotency=naming(idempotency_key, True), actor=actor
+        )
         return self._wait_for(ticket, wait, deadline)
 
     def publish_event(
-        self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT
-    ) -> EventAck | Sent:
+        self, event: Event, wait: bool = True, timeout: float = DEFAULT_TIMEOUT,
+        actor: Actor | None = None,
+    ) -> EventAck | Sent:  # fmt: skip
         """Send one job-state event, keyed by its unique_key, onto the key's log.
 
         With `wait` (the default), return once the processor has applied it and
         committed, so the next decision on the key sees it. Raises InvalidEvent,
-        before sending anything, if the core refuses the event.
+        before sending anything, if the core refuses the event. `actor` as for `enqueue`.
         """
         deadline = time.monotonic() + timeout
-        ticket = self._submit([event], wait, deadline, self._events)
+        ticket = self._submit([event], wait, deadline, self._events, actor=actor)
         [answer] = self._wait_for(ticket, wait, deadline)
         if isinstance(answer, ClientError):
             raise answer
         return answer  # type: ignore[no-any-return]
 
     def send_commands(
-        self, commands: Sequence[Outgoing], timeout: float = DEFAULT_TIMEOUT
-    ) -> list[dict[str, Any] | ClientError]:
+        self, commands: Sequence[Outgoing], timeout: float = DEFAULT_TIMEOUT,
+        actor: Actor | None = None,
+    ) -> list[dict[str, Any] | ClientError]:  # fmt: skip
         """Send prepared queue or cron commands (sdk/commands.py) and wait for the
-        processor's answer to each: a record whose `outcome` says what became of it."""
+        processor's answer to each: a record whose `outcome` says what became of it.
+        `actor` as for `enqueue`."""
         deadline = time.monotonic() + timeout
-        ticket = self._submit(commands, True, deadline, self._commands)
+        ticket = self._submit(commands, True, deadline, self._commands, actor=actor)
         return self._wait_for(ticket, True, deadline)
 
     def partitions(self, timeout: float = DEFAULT_TIMEOUT) -> int:
@@ -213,19 +235,21 @@ class Client:
 
     def _submit(
         self, items: Sequence[Any], wait: bool, deadline: float, kind: _Kind | None = None,
-        idempotency: Idempotency | None = None,
+        idempotency: Idempotency | None = None, actor: Actor | None = None,
     ) -> Ticket:  # fmt: skip
         """Validate every item, then produce the valid ones; answers fill the ticket."""
-        call = self._prepare(items, kind, idempotency)
+        call = self._prepare(items, kind, idempotency, actor)
         self._send(call, wait, deadline, block=True)
         return call.ticket
 
     def _prepare(
-        self, items: Sequence[Any], kind: _Kind | None, idempotency: Idempotency | None = None
-    ) -> _Call:
+        self, items: Sequence[Any], kind: _Kind | None, idempotency: Idempotency | None = None,
+        actor: Actor | None = None,
+    ) -> _Call:  # fmt: skip
         """Check every item (jobs unless `kind` says otherwise); an invalid one's answer is
         filled in at once. Jobs under an idempotency key (its key, and whether they are a
-        batch) are keyed by the key's home; a bad key raises InvalidJob, nothing sent."""
+        batch) are keyed by the key's home; a bad key raises InvalidJob, nothing sent.
+        Each carries `actor`'s header, and no other (prepare.acting)."""
         kind = kind or self._jobs
         call = _Call(kind, Ticket(len(items)), deque())
         if idempotency is not None:
@@ -243,7 +267,7 @@ class Client:
             if isinstance(verdict, GatewayError):
                 call.ticket.fill(index, kind.invalid(verdict))
             else:
-                call.unsent.append((index, verdict))
+                call.unsent.append((index, acting(verdict, actor)))
         return call
 
     def _send(self, call: _Call, wait: bool, deadline: float, block: bool) -> bool:

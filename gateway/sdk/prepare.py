@@ -21,6 +21,7 @@ from gateway.core import (
     parse_request_json,
     uuid7,
 )
+from gateway.core.actor import Actor
 from gateway.randomness import random_bytes, random_hex
 
 
@@ -69,6 +70,17 @@ def idempotent(out: Outgoing, key: str, item: str | None) -> Outgoing:
     if item is not None:
         headers.append((wire.IDEMPOTENCY_ITEM_HEADER, item.encode()))
     return replace(out, key=wire.idempotency_home(key), headers=tuple(headers))
+
+
+def acting(out: Outgoing, actor: Actor | None) -> Outgoing:
+    """`out` sent for `actor` (None: for nobody named): its actor header is this one and no
+    other, so an item cannot carry one of its own past the call's."""
+    if actor is None and not out.headers:
+        return out  # the common case, on every enqueue
+    kept = tuple(h for h in out.headers if h[0] != wire.ACTOR_HEADER)
+    if actor is not None:
+        kept += ((wire.ACTOR_HEADER, actor.header()),)
+    return out if kept == out.headers else replace(out, headers=kept)
 
 
 def new_job_id() -> str:

@@ -32,7 +32,7 @@ from gateway.stage.records import Output, Source
 from gateway.stage.requests import Requests
 from gateway.stage.shared import Shared, Window
 from gateway.stage.total import Guard
-from gateway.stage.trail import CHAIN_KEY, JOB, UNKEYED, Sealer, seal
+from gateway.stage.trail import CHAIN_KEY, JOB, UNKEYED, Sealer, actor_refusal, seal
 
 
 class _Ticks:
@@ -96,7 +96,10 @@ class Dedup:
 
         def handle() -> None:
             self._due.passed(source)
-            refusal = None if kind is Kind.TICK else headers_refusal(source.headers)
+            refusal = (
+                None if kind is Kind.TICK
+                else headers_refusal(source.headers) or actor_refusal(source.headers)
+            )  # fmt: skip
             if refusal is not None:  # refused before it is read
                 for output in handler.refused(source, refusal, key):
                     shared.emit(output, source)

@@ -19,6 +19,8 @@ or report) gets one of its own. Either way the record gains:
             after:  a digest of everything it wrote (value and expiry), in order;
             truncated: only on a record too large to carry the rest (its lists are then
                     empty): how many of each it had.
+    by      only on a record that names who asked for it (wire.ACTOR_HEADER, core/actor.py):
+            {principal, role, source, request_id}, as many as it names, re-encoded;
     prev    the digest of the partition's previous audit record (null: the first);
     sealed_by  only when the deployment seals with a key (audit_keys.py): the id of the key
             its digest is keyed with;
@@ -40,6 +42,9 @@ from typing import Any
 
 import orjson
 
+from gateway import wire
+from gateway.core import INVALID_REQUEST, GatewayError
+from gateway.core.actor import parse
 from gateway.core.limits import MAX_RECORD_BYTES
 from gateway.core.times import format_rfc3339
 from gateway.stage.context import Staged
@@ -222,12 +227,32 @@ def seal(
             "after": state["after"],
         })  # fmt: skip
     prev = head.get_bytes(HEAD)
-    body = b"%b%b,\"state\":%b,\"prev\":%b%b}" % (
-        body[:-1], decided, section, b"null" if prev is None else b'"%b"' % prev, sealer.mark,
+    body = b"%b%b%b,\"state\":%b,\"prev\":%b%b}" % (
+        body[:-1], decided, by_field(source), section,
+        b"null" if prev is None else b'"%b"' % prev, sealer.mark,
     )  # fmt: skip
     sealed = sealer.digest(body).encode()
     audit.value = b'%b%b%b"}' % (body[:-1], DIGEST_FIELD, sealed)
     head.set_bytes(HEAD, sealed)
+
+
+def by_field(source: Source) -> bytes:
+    """`,"by":{...}`: who the record says asked for it, re-encoded from its actor header; empty
+    without one (or with one refused: `actor_refusal`), so such a record is as it was."""
+    raw = source.headers.get(wire.ACTOR_HEADER)
+    actor = None if raw is None else parse(raw)
+    if actor is None or isinstance(actor, str):
+        return b""
+    return b',"by":%b' % orjson.dumps(actor.fields())
+
+
+def actor_refusal(headers: Mapping[str, bytes]) -> GatewayError | None:
+    """A record whose actor header is not one the edge writes: refused before it is read."""
+    raw = headers.get(wire.ACTOR_HEADER)
+    problem = None if raw is None else parse(raw)
+    if problem is None or not isinstance(problem, str):
+        return None
+    return GatewayError(INVALID_REQUEST, f"the {wire.ACTOR_HEADER} header {problem}")
 
 
 def intact(record: bytes, key: bytes = b"") -> bool:

@@ -108,6 +108,20 @@ def test_a_key_s_history_is_answered_a_page_at_a_time(served: Served):
     assert rest["next_cursor"] is None and rest["key"] == KEY
 
 
+def test_an_item_says_who_asked_for_its_record(tmp_path: Path):
+    made = Served(tmp_path, records=2, end=20)
+    by = {"principal": "alice", "role": "admin", "source": "10.0.0.5", "request_id": "r1"}
+    told = {**decision(1), "by": by}
+    made.records[(1, 10)] = orjson.dumps(told)
+    try:
+        first, second = made.get(PATH.format(KEY)).json()["items"]
+    finally:
+        made.close()
+    assert first["by"] is None
+    assert second["by"] == "admin:alice from 10.0.0.5" and second["record"]["by"] == by
+    assert second["reason"].endswith("asked by admin:alice from 10.0.0.5")
+
+
 def test_an_index_behind_the_log_says_how_far(served: Served):
     served.end = 57
     body = served.get(PATH.format(KEY)).json()

@@ -35,7 +35,7 @@ class Commands:
     async def partitions(self, timeout: float) -> int:
         return 1
 
-    async def send_commands(self, commands: list[Any], timeout: float) -> list[dict[str, Any]]:
+    async def send_commands(self, commands: list[Any], **_: Any) -> list[dict[str, Any]]:
         self.sent.extend(commands)
         queue = {"queue": "q", "paused": True, "status": "paused", "version": [1, "a"]}
         cron_state = {"name": "c", "enabled": False}
