@@ -28,7 +28,7 @@ def _with(record: LogRecord, actor: Actor | bytes) -> LogRecord:
     return replace(record, headers={**record.headers, wire.ACTOR_HEADER: raw})
 
 
-def _cancel_log(actor: Actor | None) -> list[LogRecord]:
+def cancel_log(actor: Actor | None) -> list[LogRecord]:
     """A request, and a cancel of its job sent for `actor`."""
     key = key_of(JOB)
     first = rec(REQ, 0, T0, JOB, key)
@@ -90,7 +90,7 @@ def test_told_names_the_role_only_when_the_principal_has_one():
 
 
 def test_the_audit_record_carries_by_sealed_and_replayed_identically():
-    log = _cancel_log(ALICE)
+    log = cancel_log(ALICE)
     trail = processed(log)
     cancel = orjson.loads(trail[1].value or b"")
     assert cancel["kind"] == "event" and cancel["what"]["state"] == "cancelled"
@@ -106,9 +106,9 @@ def test_the_audit_record_carries_by_sealed_and_replayed_identically():
 
 
 def test_a_record_without_the_header_is_as_it_was():
-    log = _cancel_log(None)
+    log = cancel_log(None)
     assert all("by" not in audit for audit in _audits(log))
-    with_actor = [t.value or b"" for t in processed(_cancel_log(ALICE))]
+    with_actor = [t.value or b"" for t in processed(cancel_log(ALICE))]
     without = [t.value or b"" for t in processed(log)]
     assert with_actor[0] == without[0]
     # The same record, but for `by` (and the digest that seals it).
@@ -117,7 +117,7 @@ def test_a_record_without_the_header_is_as_it_was():
 
 
 def test_a_replay_whose_input_names_someone_else_differs():
-    log = _cancel_log(ALICE)
+    log = cancel_log(ALICE)
     trail = processed(log)
     forged = [log[0], _with(log[1], Actor("mallory", None, "10.6.6.6", "req-1"))]
     report = replayed(forged, trail)
@@ -147,7 +147,7 @@ def test_a_record_with_an_unreadable_header_is_refused_before_it_is_read():
     assert audit["outcome"] == "invalid" and "by" not in audit
     assert audit["error"]["message"].startswith("the actor header field principal")
     # An event so refused changes nothing, so it leaves no audit record.
-    log = _cancel_log(b"[]")
+    log = cancel_log(b"[]")
     assert len(_audits(log)) == 1
 
 
@@ -155,12 +155,12 @@ def test_a_record_with_an_unreadable_header_is_refused_before_it_is_read():
 
 
 def test_explain_tells_who_cancelled():
-    trail = processed(_cancel_log(ALICE))
+    trail = processed(cancel_log(ALICE))
     told_cancel = explain_record(orjson.loads(trail[1].value or b""))
     assert told_cancel.by == "admin:alice from 10.0.0.5"
     assert told_cancel.reason[0].endswith("→ cancelled by admin:alice from 10.0.0.5")
-    anonymous = processed(_cancel_log(Actor(source="10.0.0.5", request_id="r")))
+    anonymous = processed(cancel_log(Actor(source="10.0.0.5", request_id="r")))
     told_anonymous = explain_record(orjson.loads(anonymous[1].value or b""))
     assert told_anonymous.reason[0].endswith("→ cancelled from 10.0.0.5")
-    plain = explain_record(orjson.loads(processed(_cancel_log(None))[1].value or b""))
+    plain = explain_record(orjson.loads(processed(cancel_log(None))[1].value or b""))
     assert plain.by is None and plain.reason[0].endswith("→ cancelled")

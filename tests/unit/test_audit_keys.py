@@ -18,7 +18,9 @@ from gateway.stage.parsing import Limits
 from gateway.stage.records import Output, Source
 from gateway.stage.trail import UNKEYED, Sealer, intact, sealed_bytes
 from tests.memory_store import Store
-from tests.unit.test_replay import key_of
+from tests.support import validator
+from tests.unit.test_actor import cancel_log
+from tests.unit.test_replay import key_of, processed
 
 OLD, NEW = "11" * 32, "22" * 16
 KEYS = f"# rotated monthly\n\n2026-01 {OLD}\n  2026-02   {NEW}  \n"
@@ -102,3 +104,8 @@ def test_a_keyed_record_names_its_key_and_verifies_only_with_it() -> None:
     assert orjson.loads(keyed[1])["prev"] == orjson.loads(keyed[0])["digest"]
     # Without a key, the bytes are those of before keys (the differential test holds them).
     assert sealed(Sealer()) == plain
+    # The topics' schemas know the key's id, on a decision and on any other record.
+    for record in keyed:
+        validator("decision.json").validate(orjson.loads(record))
+    *_, cancelled = processed(cancel_log(None), keys.sealer())
+    validator("audit.json").validate(orjson.loads(cancelled.value or b""))

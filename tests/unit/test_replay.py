@@ -28,7 +28,7 @@ from gateway.stage.kinds import Kind
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Output, Source, decision_record, record_size, request_id
 from gateway.stage.requests import Requests
-from gateway.stage.trail import CHAIN_KEY, digest, intact, seal
+from gateway.stage.trail import CHAIN_KEY, UNKEYED, Sealer, digest, intact, seal
 from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
 from tests.support import replaces_code
@@ -78,15 +78,17 @@ def recorded_by_core(requests: list[LogRecord]) -> dict[tuple[str, int, int], di
     return out
 
 
-def processed(records: list[LogRecord]) -> list[LogRecord]:
-    """The audit records the processor's own code writes for one partition's records."""
+def processed(records: list[LogRecord], sealer: Sealer | None = None) -> list[LogRecord]:
+    """The audit records the processor's own code writes for one partition's records (sealed
+    by `sealer`, else without a key)."""
     store, trail = Store(), list[LogRecord]()
 
     def emit(output: Output, _: Source) -> None:
         if output.role == "decisions":
             trail.append(LogRecord("decisions", 0, len(trail), 0, output.key, output.value))
 
-    dedup = Dedup(1, emit, Metrics(), Limits(), lambda _, key: store.state(key))
+    dedup = Dedup(1, emit, Metrics(), Limits(), lambda _, key: store.state(key),
+                  sealer=sealer or UNKEYED)  # fmt: skip
     for r in records:
         store.at(r.timestamp_ms)
         dedup.on_record(r.value, r.key, r.source, store.state(r.key or b""))
