@@ -30,7 +30,12 @@ from gateway.catalogue import CatalogueError
 from gateway.children import ignore_sigint, python_module
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
-from gateway.cli.serve import add_json_responses_argument, add_workers_argument
+from gateway.cli.serve import (
+    add_credentials_argument,
+    add_json_responses_argument,
+    add_workers_argument,
+    credentials_of,
+)
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
 
 # From Ctrl-C to the last process gone; the processor takes at most
@@ -55,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-host", default="127.0.0.1", help="HTTP address (default %(default)s)")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
     add_json_responses_argument(p)
+    add_credentials_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     process.add_arguments(p)
     p.set_defaults(func=_up)
@@ -78,6 +84,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         command += ["--namespace", args.namespace]
     if args.json_responses:
         command.append("--json-responses")
+    if args.credentials is not None:
+        command += ["--credentials", str(args.credentials)]
     if args.audit_key_file is not None:  # its path: the secret never is on a command line
         command += ["--audit-key-file", str(args.audit_key_file)]
     command += ["--workers", str(args.http_workers or default_http_workers())]
@@ -98,6 +106,7 @@ def _up(args: argparse.Namespace) -> int:
     if args.http_workers is not None and not 1 <= args.http_workers <= MAX_WORKERS:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
     _check_ports(args)
+    args.credentials = credentials_of(args)
     started: launcher.Cluster | None = None
     stop = {"at": float("inf")}
     try:

@@ -31,7 +31,7 @@ from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_sta
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
-from gateway.http import transitions
+from gateway.http import access, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -71,6 +71,8 @@ async def fetch(request: Request, binding: Binding, _: str) -> Answer:
         request, binding, FETCH_FIELDS, "{queues, count, visibility_timeout_ms}"
     )
     queues = queues_of(body.get("queues"))
+    for queue in queues:
+        access.permit(queue)
     count = count_of(body)
     lease = visibility_timeout(body)
     fields: dict[str, Any] = {} if lease is None else {"visibility_timeout_ms": lease}
@@ -229,9 +231,11 @@ async def heartbeat(request: Request, binding: Binding, _: str) -> Answer:
 
 async def _beat(binding: Binding, job_id: str, fields: dict[str, Any]) -> dict[str, Any]:
     job = await binding.job(job_id)
-    if job is None:
-        error = transitions.not_found(job_id)
-        return {"job_id": job_id, "extended": False, "error": _error_of(error)}
+    # Not found, or of a queue the caller may not touch: said for that job alone.
+    refused = transitions.not_found(job_id) if job is None else access.refusal(job.get("queue"))
+    if refused is not None:
+        return {"job_id": job_id, "extended": False, "error": _error_of(refused)}
+    assert job is not None
     answer = await transitions.try_ask(binding, job, "job.heartbeat", **fields)
     if isinstance(answer, ApiError):
         return {"job_id": job_id, "extended": False, "error": _error_of(answer)}
