@@ -6,7 +6,6 @@ applies every event it is sent (as in test_http_admin.py)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -102,7 +101,7 @@ def routes(gateway: Gateway) -> list[tuple[str, str, access.Need]]:
             if route.path.endswith(("retry", "dead-letter/{job_id}"))
             else PARAMS
         )
-        path = re.sub(r"{(\w+)}", lambda m: params[m.group(1)], route.path)
+        path = route.path.format(**params)
         found += [
             (method, path, need) for method in sorted(route.methods or ()) if method != "HEAD"
         ]
