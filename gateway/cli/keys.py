@@ -33,13 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Add principal NAME with a new key, or, if NAME exists, a second key "
         "(both work until one is revoked: see `rotate` for a key that replaces the others).",
     )  # fmt: skip
-    new.add_argument("name", metavar="NAME")
+    new.add_argument("name", metavar="NAME", help="the principal's name")
     grant = new.add_mutually_exclusive_group()
-    grant.add_argument("--role", choices=list(roles.ROLES), help="a new principal's role")
+    grant.add_argument(
+        "--role", choices=list(roles.ROLES),
+        help="a new principal's role (default: none; a new principal needs this or --operations)",
+    )  # fmt: skip
     grant.add_argument(
         "--operations", metavar="OP,...",
         help=f"a new principal's operations instead of a role: some of "
-        f"{', '.join(roles.OPERATIONS)}",
+        f"{', '.join(roles.OPERATIONS)} (default: none)",
     )  # fmt: skip
     new.add_argument(
         "--queues", metavar="PATTERN,...", default=None,
@@ -49,14 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     new.add_argument(
         "--keyless-from", metavar="NETWORK,...", default=None,
         help="requests without an Authorization header from these networks are this new "
-        "principal's (for the OJS Admin UI on this machine: docs/security.md)",
+        "principal's (for the OJS Admin UI on this machine: docs/security.md; default: none)",
     )  # fmt: skip
     rotate = actions.add_parser(
         "rotate", help="a new key for a principal; its other keys expire after a grace period",
         description="Add a new key to NAME; its other keys keep working for --grace seconds, "
         "then are refused: time to give every caller the new key.",
     )  # fmt: skip
-    rotate.add_argument("name", metavar="NAME")
+    rotate.add_argument("name", metavar="NAME", help="the principal's name")
     rotate.add_argument(
         "--grace", type=int, default=credentials.DEFAULT_GRACE_S, metavar="SECONDS",
         help="how long the old keys still work (default %(default)s: a day)",
@@ -66,8 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Remove every key of NAME (it keeps its role and queues, and can be "
         "given a key again), or with --key only that one: refused from the next request on.",
     )  # fmt: skip
-    revoke.add_argument("name", metavar="NAME")
-    revoke.add_argument("--key", metavar="ID", help="the key's id, as `keys list` shows it")
+    revoke.add_argument("name", metavar="NAME", help="the principal's name")
+    revoke.add_argument(
+        "--key", metavar="ID",
+        help="the key's id, as `keys list` shows it (default: every key of NAME)",
+    )  # fmt: skip
     listing = actions.add_parser(
         "list", help="the principals, their operations, queues and key ids (never a key)"
     )

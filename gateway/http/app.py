@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -129,8 +130,9 @@ def create_app(settings: HttpSettings) -> Direct:
             settings, client, view, admin, cat.name("requests"), follower, feed,
             job_states_topic=cat.name("job_states"), audit=audit, watcher=watcher,
         )  # fmt: skip
-        if watcher is not None:
+        if watcher is not None and threading.current_thread() is threading.main_thread():
             # SIGHUP: read the credentials file now, not at the next look (keyring.POLL_S).
+            # (An app served from another thread, as in tests, has the look only.)
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.reload)
         try:
             yield
@@ -319,7 +321,8 @@ async def _manifest(request: Request) -> Response:
 async def _health(request: Request) -> Response:
     """Readiness: 200 once this process's view is live (it follows every partition of
     job_states and has read what was there), and every other serve worker's, and the
-    processor owns its partitions and has restored its state."""
+    processor owns its partitions and has restored its state. Open to anyone; with a
+    credentials file, why it is not ready is said to a principal's key only."""
     binding: Binding = request.app.state.binding
     settings = binding.settings
     reason = binding.view_not_live()
