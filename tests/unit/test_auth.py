@@ -185,9 +185,13 @@ def test_the_security_page_matrix_is_the_roles():
     rows = [
         line for line in DOC.read_text().splitlines() if line.startswith("| ") and "yes" in line
     ]
-    shown = {cells[0]: {op for op, cell in zip(roles.OPERATIONS, cells[1:], strict=True)
-                        if cell == "yes"}
-             for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)}  # fmt: skip
+    table = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    shown = {
+        cells[0]: {
+            op for op, cell in zip(roles.OPERATIONS, cells[1:], strict=True) if cell == "yes"
+        }
+        for cells in table
+    }
     assert shown == roles.ROLES
 
 
