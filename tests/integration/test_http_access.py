@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.routing import Route
 
 from gateway.auth import credentials, keys, roles
 from gateway.http import access
@@ -22,7 +23,8 @@ from tests.integration.test_http import Served
 
 class Secured:
     def __init__(self, path: Path, served: Served) -> None:
-        self.path, self.served, self.keys = path, served, {}
+        self.path, self.served = path, served
+        self.keys: dict[str, str] = {}
 
     def http(self, name: str) -> httpx.Client:
         return httpx.Client(base_url=self.served.url, timeout=90,
@@ -71,6 +73,7 @@ def test_each_role_gets_an_answer_or_403_on_every_route_as_the_matrix_says(
     }
     with secured.http(role) as http:
         for route in secured.served.app.routes:
+            assert isinstance(route, Route)
             need = access.need_of(route.endpoint)
             assert need is not None, route.path
             path = route.path.format(**params)
@@ -93,7 +96,7 @@ def test_a_rotation_under_load_fails_no_request_with_either_key(secured: Secured
     old = secured.keys[name]
     failures: list[str] = []
     counts = {"old": 0, "new": 0}
-    use = {"new": None}
+    use: dict[str, str | None] = {"new": None}
     stop = {"old": threading.Event(), "new": threading.Event()}
 
     def caller(which: str) -> None:
