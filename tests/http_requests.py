@@ -68,13 +68,14 @@ async def _live() -> None:
 
 def refusing_binding() -> Any:
     return SimpleNamespace(
-        settings=HttpSettings(), view=Untouchable(), client=Untouchable(), view_live=_live
-    )
+        settings=HttpSettings(), view=Untouchable(), client=Untouchable(), view_live=_live,
+        watcher=None,
+    )  # fmt: skip
 
 
 def bound(**parts: Any) -> Any:
     """A binding of `parts` (view, client...) whose view is live."""
-    return SimpleNamespace(settings=HttpSettings(), view_live=_live, **parts)
+    return SimpleNamespace(settings=HttpSettings(), view_live=_live, watcher=None, **parts)
 
 
 _APP = create_app(HttpSettings())  # for its routes: its lifespan never runs

@@ -23,6 +23,7 @@ from gateway.cli import (
     explain,
     fingerprint,
     kafka,
+    keys,
     process,
     replay,
     serve,
@@ -41,7 +42,7 @@ Logs are JSON lines on stderr (level: --log-level, else $GATEWAY_LOG_LEVEL).
 
 
 # Every command, in the order `gateway --help` lists them (the docs' CLI reference too).
-COMMANDS = (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve, bench)
+COMMANDS = (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve, keys, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

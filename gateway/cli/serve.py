@@ -42,10 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
     add_kafka_arguments(p)
-    p.add_argument(
-        "--token", default=os.environ.get("GATEWAY_HTTP_TOKEN"),
-        help="require `Authorization: Bearer TOKEN` on /ojs/v1/jobs (default $GATEWAY_HTTP_TOKEN)",
-    )  # fmt: skip
+    add_credentials_argument(p)
     p.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
         help="larger bodies get 413 (default %(default)s)",
@@ -94,6 +91,39 @@ def add_workers_argument(
         help="serve processes answering on the one port, each with its own producer, reply "
         f"consumer and job view; one uses at most one core (default {default_text})",
     )  # fmt: skip
+
+
+def add_credentials_argument(p: argparse.ArgumentParser) -> None:
+    """Shared with `gateway up`, which passes it on to serve."""
+    p.add_argument(
+        "--credentials", type=Path, metavar="FILE", default=None,
+        help="the credentials file (`gateway keys`; docs/security.md): every route but "
+        "health, /ojs/manifest and /openapi.json then needs `Authorization: Bearer KEY` of "
+        "a principal allowed the route's operation on its queue; the file is read again "
+        "when it changes, or on SIGHUP (default $GATEWAY_CREDENTIALS, else none: every "
+        "request may do anything)",
+    )  # fmt: skip
+
+
+def credentials_of(args: argparse.Namespace) -> Path | None:
+    """The credentials file, checked (exit 2 naming the problem), or None."""
+    from gateway.auth.credentials import CredentialsError, load
+
+    if os.environ.get("GATEWAY_HTTP_TOKEN"):
+        raise CommandError(
+            "$GATEWAY_HTTP_TOKEN is no longer read: make a credentials file with `gateway keys "
+            "new NAME --role admin --file FILE` and pass --credentials FILE (docs/security.md)",
+            EXIT_INVALID,
+        )
+    given = args.credentials or os.environ.get("GATEWAY_CREDENTIALS") or None
+    if given is None:
+        return None
+    path = Path(given).resolve()
+    try:
+        load(path)
+    except CredentialsError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from None
+    return path
 
 
 def add_json_responses_argument(p: argparse.ArgumentParser) -> None:
@@ -191,6 +221,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     audit_keys_of(args)  # a bad key file is refused before anything starts
     tls_context_of(args)  # and so is a bad TLS file
+    args.credentials = credentials_of(args)  # and a bad credentials file
     store_memory_of(args)
     if args.worker_socket is None and args.workers > 1:
         reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
@@ -229,7 +260,7 @@ def _serve_one(args: argparse.Namespace) -> int:
     settings = HttpSettings(
         bootstrap=bootstrap,
         namespace=args.namespace,
-        token=args.token or None,
+        credentials=args.credentials,
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
         processor_url=args.processor_url,

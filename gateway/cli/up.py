@@ -32,9 +32,11 @@ from gateway.children import ignore_sigint, python_module
 from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
 from gateway.cli.serve import (
+    add_credentials_argument,
     add_json_responses_argument,
     add_tls_arguments,
     add_workers_argument,
+    credentials_of,
     tls_context_of,
 )
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
@@ -62,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
     add_json_responses_argument(p)
     add_tls_arguments(p)
+    add_credentials_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     process.add_arguments(p)
     p.set_defaults(func=_up)
@@ -85,6 +88,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         command += ["--namespace", args.namespace]
     if args.json_responses:
         command.append("--json-responses")
+    if args.credentials is not None:
+        command += ["--credentials", str(args.credentials)]
     if args.audit_key_file is not None:  # its path: the secret never is on a command line
         command += ["--audit-key-file", str(args.audit_key_file)]
     for flag in ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "tls_client_cert"):
@@ -109,6 +114,7 @@ def _up(args: argparse.Namespace) -> int:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
     scheme = "http" if tls_context_of(args) is None else "https"  # bad files: exit 2 now
     _check_ports(args)
+    args.credentials = credentials_of(args)
     started: launcher.Cluster | None = None
     stop = {"at": float("inf")}
     try:

@@ -27,7 +27,7 @@ from gateway.core.concurrency import limit_of
 from gateway.core.job_filter import JobFilter
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
-from gateway.http import errors
+from gateway.http import access, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -101,6 +101,7 @@ async def queues(request: Request, binding: Binding, _: str) -> Answer:
 
 async def queue(request: Request, binding: Binding, _: str) -> Answer:
     name = request.path_params["name"]
+    access.permit(name)
     known = binding.view.queues().get(name)
     if known is None:
         raise ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")

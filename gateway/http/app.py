@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,8 +30,10 @@ from gateway import catalogue, config, wire
 from gateway.audit import index as audit_index
 from gateway.audit.key_history import KeyHistory, audit_dir
 from gateway.audit.verify import Layout, Verifier
+from gateway.auth.keyring import Watcher
 from gateway.core import INVALID_REQUEST
 from gateway.http import (
+    access,
     admin,
     admin_jobs,
     cron,
@@ -41,6 +45,17 @@ from gateway.http import (
     jobs,
     queues,
     workers,
+)
+from gateway.http.access import (
+    ADMIN,
+    ADMIN_ALL,
+    CANCEL,
+    DEQUEUE,
+    ENQUEUE,
+    INSPECT,
+    INSPECT_ALL,
+    OPEN,
+    Need,
 )
 from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.errors import ApiError
@@ -64,6 +79,14 @@ _LIVE_POLL_S = 0.05
 
 
 def create_app(settings: HttpSettings) -> Direct:
+    """The app; a credentials file that cannot be used raises CredentialsError here."""
+    watcher = None if settings.credentials is None else Watcher(settings.credentials)
+    if watcher is None:
+        log.warning(
+            "no credentials file (--credentials, $GATEWAY_CREDENTIALS): every request may "
+            "do anything; see docs/security.md"
+        )
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         cat = catalogue.load(namespace=settings.namespace)
@@ -105,8 +128,12 @@ def create_app(settings: HttpSettings) -> Direct:
             await asyncio.sleep(_LIVE_POLL_S)
         app.state.binding = Binding(
             settings, client, view, admin, cat.name("requests"), follower, feed,
-            job_states_topic=cat.name("job_states"), audit=audit,
+            job_states_topic=cat.name("job_states"), audit=audit, watcher=watcher,
         )  # fmt: skip
+        if watcher is not None and threading.current_thread() is threading.main_thread():
+            # SIGHUP: read the credentials file now, not at the next look (keyring.POLL_S).
+            # (An app served from another thread, as in tests, has the look only.)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.reload)
         try:
             yield
         finally:
@@ -119,85 +146,105 @@ def create_app(settings: HttpSettings) -> Direct:
     # (a sizeable share of each enqueue's CPU): see Direct. Their bodies say everything:
     # no query parameter is understood.
     direct = [
-        Route("/ojs/v1/jobs", endpoint(jobs.enqueue, query=()), methods=["POST"]),
-        Route("/ojs/v1/jobs/batch", endpoint(jobs.enqueue_batch, query=()), methods=["POST"]),
-        Route("/ojs/v1/workers/fetch", endpoint(workers.fetch, query=()), methods=["POST"]),
-        Route("/ojs/v1/workers/ack", endpoint(workers.ack, query=()), methods=["POST"]),
-        Route("/ojs/v1/workers/nack", endpoint(workers.nack, query=()), methods=["POST"]),
-        Route("/ojs/v1/workers/heartbeat", endpoint(workers.heartbeat, query=()), methods=["POST"]),
+        Route("/ojs/v1/jobs", endpoint(jobs.enqueue, ENQUEUE, query=()), methods=["POST"]),
+        Route(
+            "/ojs/v1/jobs/batch", endpoint(jobs.enqueue_batch, ENQUEUE, query=()), methods=["POST"]
+        ),
+        Route(
+            "/ojs/v1/workers/fetch", endpoint(workers.fetch, DEQUEUE, query=()), methods=["POST"]
+        ),
+        Route("/ojs/v1/workers/ack", endpoint(workers.ack, DEQUEUE, query=()), methods=["POST"]),
+        Route("/ojs/v1/workers/nack", endpoint(workers.nack, DEQUEUE, query=()), methods=["POST"]),
+        Route(
+            "/ojs/v1/workers/heartbeat",
+            endpoint(workers.heartbeat, DEQUEUE, query=()),
+            methods=["POST"],
+        ),
     ]
     routes = [
         *direct,
-        Route("/openapi.json", _openapi, methods=["GET"]),
-        Route("/ojs/manifest", _manifest, methods=["GET"]),
-        Route("/ojs/v1/health", _health, methods=["GET"]),
-        Route("/ojs/v1/health/live", _live, methods=["GET"]),
-        Route("/ojs/v1/jobs/{job_id}", ops(jobs.get_job), methods=["GET"]),
-        Route("/ojs/v1/jobs/{job_id}", ops(jobs.cancel_job), methods=["DELETE"]),
+        Route("/openapi.json", public(_openapi), methods=["GET"]),
+        Route("/ojs/manifest", public(_manifest), methods=["GET"]),
+        Route("/ojs/v1/health", public(_health), methods=["GET"]),
+        Route("/ojs/v1/health/live", public(_live), methods=["GET"]),
+        Route("/ojs/v1/jobs/{job_id}", ops(jobs.get_job, INSPECT), methods=["GET"]),
+        Route("/ojs/v1/jobs/{job_id}", ops(jobs.cancel_job, CANCEL), methods=["DELETE"]),
         # The ops routes (`ops`) refuse a query parameter, or a body, they do not take.
-        Route("/ojs/v1/queues", ops(queues.list_queues, PAGE_PARAMS), methods=["GET"]),
-        Route("/ojs/v1/queues/{name}/stats", ops(queues.stats), methods=["GET"]),
-        Route("/ojs/v1/queues/{name}/pause", ops(queues.pause), methods=["POST"]),
-        Route("/ojs/v1/queues/{name}/resume", ops(queues.resume), methods=["POST"]),
-        Route("/ojs/v1/cron", ops(cron.list_crons, PAGE_PARAMS), methods=["GET"]),
-        Route("/ojs/v1/cron", ops(cron.register, body=True), methods=["POST"]),
-        Route("/ojs/v1/cron/{name}", ops(cron.get_cron), methods=["GET"]),
-        Route("/ojs/v1/cron/{name}", ops(cron.toggle, body=True), methods=["PATCH"]),
-        Route("/ojs/v1/cron/{name}", ops(cron.delete), methods=["DELETE"]),
+        Route("/ojs/v1/queues", ops(queues.list_queues, INSPECT_ALL, PAGE_PARAMS), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}/stats", ops(queues.stats, INSPECT), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}/pause", ops(queues.pause, ADMIN), methods=["POST"]),
+        Route("/ojs/v1/queues/{name}/resume", ops(queues.resume, ADMIN), methods=["POST"]),
+        Route("/ojs/v1/cron", ops(cron.list_crons, INSPECT_ALL, PAGE_PARAMS), methods=["GET"]),
+        Route("/ojs/v1/cron", ops(cron.register, ADMIN_ALL, body=True), methods=["POST"]),
+        Route("/ojs/v1/cron/{name}", ops(cron.get_cron, INSPECT_ALL), methods=["GET"]),
+        Route("/ojs/v1/cron/{name}", ops(cron.toggle, ADMIN_ALL, body=True), methods=["PATCH"]),
+        Route("/ojs/v1/cron/{name}", ops(cron.delete, ADMIN_ALL), methods=["DELETE"]),
         Route(
             "/ojs/v1/dead-letter",
-            ops(dead_letter.list_dead, dead_letter.LIST_QUERY),
+            ops(dead_letter.list_dead, INSPECT_ALL, dead_letter.LIST_QUERY),
             methods=["GET"],
         ),
-        Route("/ojs/v1/dead-letter/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
-        Route("/ojs/v1/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
-        Route("/ojs/v1/events", endpoint(events_route.events), methods=["GET"]),
+        Route(
+            "/ojs/v1/dead-letter/{job_id}/retry", ops(dead_letter.retry, ADMIN), methods=["POST"]
+        ),
+        Route("/ojs/v1/dead-letter/{job_id}", ops(dead_letter.delete, ADMIN), methods=["DELETE"]),
+        Route("/ojs/v1/events", endpoint(events_route.events, INSPECT_ALL), methods=["GET"]),
         # The admin API the official OJS Admin UI reads (admin.py, admin_jobs.py).
-        Route("/ojs/v1/admin/stats", ops(admin.stats), methods=["GET"]),
+        Route("/ojs/v1/admin/stats", ops(admin.stats, INSPECT_ALL), methods=["GET"]),
         Route(
             "/ojs/v1/admin/stats/history",
-            ops(admin.stats_history, ("period", *admin.HISTORY_FILTER)),
+            ops(admin.stats_history, INSPECT_ALL, ("period", *admin.HISTORY_FILTER)),
             methods=["GET"],
         ),
-        Route("/ojs/v1/admin/queues", ops(admin.queues, PAGING), methods=["GET"]),
-        Route("/ojs/v1/admin/queues/{name}", ops(admin.queue), methods=["GET"]),
-        Route("/ojs/v1/admin/queues/{name}/pause", ops(queues.pause), methods=["POST"]),
-        Route("/ojs/v1/admin/queues/{name}/resume", ops(queues.resume), methods=["POST"]),
+        Route("/ojs/v1/admin/queues", ops(admin.queues, INSPECT_ALL, PAGING), methods=["GET"]),
+        Route("/ojs/v1/admin/queues/{name}", ops(admin.queue, INSPECT), methods=["GET"]),
+        Route("/ojs/v1/admin/queues/{name}/pause", ops(queues.pause, ADMIN), methods=["POST"]),
+        Route("/ojs/v1/admin/queues/{name}/resume", ops(queues.resume, ADMIN), methods=["POST"]),
         Route(
-            "/ojs/v1/admin/jobs", ops(admin_jobs.list_jobs, admin_jobs.JOBS_QUERY), methods=["GET"]
+            "/ojs/v1/admin/jobs",
+            ops(admin_jobs.list_jobs, INSPECT_ALL, admin_jobs.JOBS_QUERY),
+            methods=["GET"],
         ),
         Route(
             "/ojs/v1/admin/jobs/bulk/{action}",
-            ops(admin_jobs.bulk, (), body=True),
+            ops(admin_jobs.bulk, ADMIN_ALL, (), body=True),
             methods=["POST"],
         ),
-        Route("/ojs/v1/admin/jobs/{job_id}", ops(admin_jobs.job_detail), methods=["GET"]),
-        Route("/ojs/v1/admin/jobs/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
-        Route("/ojs/v1/admin/jobs/{job_id}/cancel", ops(jobs.cancel_job), methods=["POST"]),
+        Route("/ojs/v1/admin/jobs/{job_id}", ops(admin_jobs.job_detail, INSPECT), methods=["GET"]),
+        Route("/ojs/v1/admin/jobs/{job_id}/retry", ops(dead_letter.retry, ADMIN), methods=["POST"]),
+        Route("/ojs/v1/admin/jobs/{job_id}/cancel", ops(jobs.cancel_job, CANCEL), methods=["POST"]),
         Route(
             "/ojs/v1/admin/dead-letter",
-            ops(admin_jobs.list_dead, admin_jobs.DEAD_QUERY),
+            ops(admin_jobs.list_dead, INSPECT_ALL, admin_jobs.DEAD_QUERY),
             methods=["GET"],
         ),
-        Route("/ojs/v1/admin/dead-letter/stats", ops(admin.dead_stats), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/dead-letter/stats", ops(admin.dead_stats, INSPECT_ALL), methods=["GET"]
+        ),
         Route(
             "/ojs/v1/admin/dead-letter/retry",
-            ops(admin_jobs.retry_dead, body=True),
+            ops(admin_jobs.retry_dead, ADMIN_ALL, body=True),
             methods=["POST"],
         ),
-        Route("/ojs/v1/admin/dead-letter/{job_id}/retry", ops(dead_letter.retry), methods=["POST"]),
-        Route("/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete), methods=["DELETE"]),
-        Route("/ojs/v1/admin/workers", ops(admin.workers, PAGING), methods=["GET"]),
-        Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, PAGING), methods=["GET"]),
+        Route(
+            "/ojs/v1/admin/dead-letter/{job_id}/retry",
+            ops(dead_letter.retry, ADMIN),
+            methods=["POST"],
+        ),
+        Route(
+            "/ojs/v1/admin/dead-letter/{job_id}", ops(dead_letter.delete, ADMIN), methods=["DELETE"]
+        ),
+        Route("/ojs/v1/admin/workers", ops(admin.workers, INSPECT_ALL, PAGING), methods=["GET"]),
+        Route("/ojs/v1/unique-jobs", ops(admin.unique_jobs, INSPECT_ALL, PAGING), methods=["GET"]),
         Route(
             "/ojs/v1/admin/unique-jobs/{key}/history",
-            ops(history.key_history, history.QUERY),
+            ops(history.key_history, INSPECT_ALL, history.QUERY),
             methods=["GET"],
         ),
-        Route("/ojs/v1/crons", ops(admin.crons, PAGING), methods=["GET"]),
-        Route("/ojs/v1/crons/{name}", ops(admin.cron_detail), methods=["GET"]),
-        Route("/ojs/v1/crons/{name}", ops(cron.toggle, body=True), methods=["PATCH"]),
-        Route("/ojs/v1/crons/{name}", ops(cron.delete), methods=["DELETE"]),
+        Route("/ojs/v1/crons", ops(admin.crons, INSPECT_ALL, PAGING), methods=["GET"]),
+        Route("/ojs/v1/crons/{name}", ops(admin.cron_detail, INSPECT_ALL), methods=["GET"]),
+        Route("/ojs/v1/crons/{name}", ops(cron.toggle, ADMIN_ALL, body=True), methods=["PATCH"]),
+        Route("/ojs/v1/crons/{name}", ops(cron.delete, ADMIN_ALL), methods=["DELETE"]),
     ]
     app = Starlette(
         routes=routes,
@@ -208,11 +255,17 @@ def create_app(settings: HttpSettings) -> Direct:
 
 
 def ops(
-    handler: Handler, query: Collection[str] = (), *, body: bool = False
+    handler: Handler, need: Need, query: Collection[str] = (), *, body: bool = False
 ) -> Callable[[Request], Awaitable[Response]]:
     """An admin or ops route: it takes the query parameters `query` names and no others,
     and no body unless `body`."""
-    return endpoint(handler, query=query, body=body)
+    return endpoint(handler, need, query=query, body=body)
+
+
+def public(route_endpoint: Endpoint) -> Endpoint:
+    """A route anyone may call, with or without a key (access.OPEN)."""
+    access.mark(route_endpoint, OPEN)
+    return route_endpoint
 
 
 class Direct:
@@ -268,7 +321,8 @@ async def _manifest(request: Request) -> Response:
 async def _health(request: Request) -> Response:
     """Readiness: 200 once this process's view is live (it follows every partition of
     job_states and has read what was there), and every other serve worker's, and the
-    processor owns its partitions and has restored its state."""
+    processor owns its partitions and has restored its state. Open to anyone; with a
+    credentials file, why it is not ready is said to a principal's key only."""
     binding: Binding = request.app.state.binding
     settings = binding.settings
     reason = binding.view_not_live()
@@ -285,8 +339,22 @@ async def _health(request: Request) -> Response:
     media_type = media_type_of(request)
     if reason is not None:
         body = {"status": "starting", "reason": reason}
+        if not await _may_read_reasons(request, binding):
+            # Names of hosts, topics and groups are for the deployment's own principals.
+            body = {"status": "starting"}
         return ojs_response(503, body, request_id_of(request), None, media_type)
     return ojs_response(200, {"status": "ok"}, request_id_of(request), None, media_type)
+
+
+async def _may_read_reasons(request: Request, binding: Binding) -> bool:
+    """Without a credentials file anyone may; with one, any principal's key."""
+    if binding.watcher is None:
+        return True
+    try:
+        await access.authenticate(request, binding.watcher)
+    except ApiError:
+        return False
+    return True
 
 
 async def _live(request: Request) -> Response:

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.audit.key_history import KeyHistory
+from gateway.auth.keyring import Watcher
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.core.jobs import uuid7_ms
 from gateway.http import errors
@@ -42,8 +43,9 @@ DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "conformance.json"
 class HttpSettings:
     bootstrap: str | None = None
     namespace: str | None = None
-    # When set, every /ojs/v1/ route but health needs `Authorization: Bearer <token>`.
-    token: str | None = None
+    # The credentials file (`serve --credentials`): when set, every route but health and
+    # the binding's descriptions needs a principal's key (gateway/http/access.py).
+    credentials: Path | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     decision_timeout: float = 30.0
     manifest: Path = DEFAULT_MANIFEST
@@ -78,6 +80,8 @@ class Binding:
     claims: dict[str, float] = field(default_factory=dict)
     # This process's audit index of decisions, for a key's history (http/history.py).
     audit: KeyHistory | None = None
+    # The principals allowed in, from settings.credentials; None: everyone may do anything.
+    watcher: Watcher | None = None
 
     async def job(self, job_id: str) -> dict[str, Any] | None:
         """The job as the view holds it. A job this process has not seen, whose id says it

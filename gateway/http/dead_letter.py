@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.core import EventOutcome
-from gateway.http import errors, transitions
+from gateway.http import access, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -67,4 +67,5 @@ def _dead(binding: Binding, job_id: str) -> dict[str, Any]:
             404, errors.NOT_FOUND, f"no dead letter job {job_id} (a discarded job) is known",
             details=details,
         )  # fmt: skip
+    access.permit(job.get("queue"))
     return job

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NOT_FOUND = "not_found"
-UNAUTHORIZED = "unauthorized"
+# OJS errors §4.3: no valid credential (401); a credential without the permission (403).
+UNAUTHENTICATED = "unauthenticated"
+PERMISSION_DENIED = "permission_denied"
 UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 METHOD_NOT_ALLOWED = "method_not_allowed"
 TIMEOUT = "timeout"

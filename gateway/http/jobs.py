@@ -19,7 +19,7 @@ from gateway import wire
 from gateway.core import INVALID_REQUEST, GatewayError, Outcome, State, parse_request, stored_job
 from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_problem
 from gateway.core.times import parse_rfc3339
-from gateway.http import answers, caught_up, transitions
+from gateway.http import access, answers, caught_up, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -37,6 +37,8 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
     job = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(job, dict):
         job = {**job, "request_id": request_id}
+    if access.restricted():
+        access.permit(_queue_of(job))
     sent = time.monotonic()
     try:
         result = await binding.client.enqueue(
@@ -61,11 +63,13 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
         raise ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
     idem = _batch_key(header, body)
-    problems = []
+    problems, refusals = [], []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
         if isinstance(parsed, GatewayError):
             problems.append({"index": index, "code": parsed.code, "message": parsed.message})
+        elif (refused := access.refusal(parsed.envelope.queue)) is not None:
+            refusals.append(refused)
     if problems:
         first = problems[0]
         raise ApiError(
@@ -74,6 +78,8 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
             "nothing was enqueued",
             details={"errors": problems},
         )  # fmt: skip
+    if refusals:
+        raise refusals[0]  # one job the caller may not enqueue: nothing is enqueued
     ids = [_item_request_id(job, request_id, i) for i, job in enumerate(body["jobs"])]
     jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
     sent = time.monotonic()
@@ -99,6 +105,14 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
         at = _decided_ms(outcome) if kept else None
         items.append(shown(item, at) if "state" in item and "error" not in item else item)
     return Answer(201, {"jobs": items, "count": len(items)})
+
+
+def _queue_of(job: Any) -> str:
+    """The queue a job to enqueue names, by the core's rule; 400 for an invalid job."""
+    parsed = parse_request(job)
+    if isinstance(parsed, GatewayError):
+        raise ApiError(400, parsed.code, parsed.message)
+    return parsed.envelope.queue
 
 
 async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer:

@@ -1,9 +1,8 @@
-"""Per-request plumbing shared by the routes: request id, authorisation, the JSON body,
+"""Per-request plumbing shared by the routes: request id, access, the JSON body,
 and the one place an ApiError a route raises becomes its answer (`endpoint`)."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 from collections import Counter
@@ -16,7 +15,8 @@ from starlette.responses import Response
 
 from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE
 from gateway.core.limits import rounded_integer_problem
-from gateway.http import errors, security
+from gateway.http import access, errors, security
+from gateway.http.access import Need
 from gateway.http.binding import Binding, Handler
 from gateway.http.errors import ApiError
 from gateway.http.responses import (
@@ -47,23 +47,28 @@ def media_type_of(request: Request) -> str:
 
 
 def endpoint(
-    handler: Handler, *, query: Collection[str] | None = None, body: bool = True
+    handler: Handler, need: Need, *, query: Collection[str] | None = None, body: bool = True
 ) -> Callable[[Request], Awaitable[Response]]:
-    """Request id, authorisation, what the route takes, a live view, then the handler; its
-    value becomes the response (a handler may also return a ready-made Response, as the
-    event stream does), and an ApiError raised on the way the OJS error envelope: the one
-    place routes' errors are answered. `query` names the query parameters the route
-    understands (None: not checked here); `body=False` says it takes no body. A parameter
-    or body field a route does not understand is refused, never ignored: ignored, it
-    would widen what the caller asked for. A privileged or refused request leaves its
-    line in the security log (security.py)."""
+    """Request id, who calls and whether they may (`need`: access.py), what the route
+    takes, a live view, then the handler; its value becomes the response (a handler may
+    also return a ready-made Response, as the event stream does), and an ApiError raised
+    on the way the OJS error envelope: the one place routes' errors are answered. `query`
+    names the query parameters the route understands (None: not checked here);
+    `body=False` says it takes no body. A parameter or body field a route does not
+    understand is refused, never ignored: ignored, it would widen what the caller asked
+    for. A privileged or refused request leaves its line in the security log
+    (security.py)."""
 
     async def handle(request: Request) -> Response:
         request_id = request_id_of(request)
         binding: Binding = request.app.state.binding
         media_type = media_type_of(request)
         try:
-            authorize(request, binding.settings.token)
+            caller = await access.check(request, binding.watcher, need)
+        except ApiError as error:
+            security.note(request, handler, request_id, error.status)
+            return error_response(error, request_id, media_type)
+        try:
             if query is not None:
                 unknown_params(request, query)
             if not body:
@@ -73,26 +78,16 @@ def endpoint(
         except ApiError as error:
             security.note(request, handler, request_id, error.status)
             return error_response(error, request_id, media_type)
+        finally:
+            access.done(caller)
         if isinstance(answer, Response):
             security.note(request, handler, request_id, answer.status_code)
             return answer
         security.note(request, handler, request_id, answer.status)
         return ojs_response(answer.status, answer.body, request_id, answer.headers, media_type)
 
+    access.mark(handle, need)
     return handle
-
-
-def authorize(request: Request, token: str | None) -> None:
-    """401 unless the request carries the deployment's bearer token (if it has one)."""
-    if token is None:
-        return
-    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
-    # compare_digest: the time taken must not tell how much of the token matched.
-    if scheme.lower() == "bearer" and hmac.compare_digest(
-        credential.strip().encode(), token.encode()
-    ):
-        return
-    raise ApiError(401, errors.UNAUTHORIZED, "send `Authorization: Bearer <token>`")
 
 
 # A name longer than this is cut where it is shown: it is the caller's input.

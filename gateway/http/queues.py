@@ -21,7 +21,7 @@ from gateway.core.actor import Actor
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.queues import newer_state
 from gateway.core.times import format_rfc3339
-from gateway.http import commands, errors
+from gateway.http import access, commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -114,8 +114,10 @@ async def _set_paused(request: Request, binding: Binding, actor: Actor, paused: 
 
 
 def _name(request: Request) -> str:
-    """The queue the path names."""
+    """The queue the path names; 403 if the caller may not do the route's operation on
+    it."""
     name = request.path_params["name"]
     if not is_valid_queue_name(name):
         raise ApiError(400, INVALID_REQUEST, f"a queue name is {QUEUE_NAME_RULE}")
+    access.permit(name)
     return str(name)

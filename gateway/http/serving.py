@@ -89,8 +89,8 @@ class Board:
 
 def supervise(command: Sequence[str], workers: int, sock: socket.socket, board: Board) -> int:
     """Run `command` (`gateway serve`, each worker's socket and board byte appended)
-    `workers` times until SIGTERM or SIGINT; start again any that exits meanwhile.
-    Returns 0 once all stopped."""
+    `workers` times until SIGTERM or SIGINT; start again any that exits meanwhile. A
+    SIGHUP is passed on to each. Returns 0 once all stopped."""
     stopping = False
 
     def stop(*_: object) -> None:
@@ -106,6 +106,14 @@ def supervise(command: Sequence[str], workers: int, sock: socket.socket, board: 
         return subprocess.Popen(argv, pass_fds=(sock.fileno(), board.fd), preexec_fn=_prepare)
 
     procs = [start(i) for i in range(workers)]
+
+    def reread(*_: object) -> None:
+        """SIGHUP: each worker reads its credentials file again (http/app.py)."""
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGHUP)
+
+    signal.signal(signal.SIGHUP, reread)
     restart_at: dict[int, float] = {}
     while not stopping:
         time.sleep(POLL_S)

@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.core import INVALID_REQUEST, PAYLOAD_TOO_LARGE, EventOutcome, IgnoredReason
 from gateway.core.actor import Actor
-from gateway.http import errors
+from gateway.http import access, errors
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueTimeout, EventAck, InvalidEvent
@@ -30,10 +30,12 @@ def not_found(job_id: str) -> ApiError:
 
 
 async def known_job(binding: Binding, job_id: str) -> dict[str, Any]:
-    """The job as the view holds it (Binding.job); 404 if no job has that id."""
+    """The job as the view holds it (Binding.job); 404 if no job has that id, 403 if the
+    caller may not do the route's operation on its queue (access.permit)."""
     job = await binding.job(job_id)
     if job is None:
         raise not_found(job_id)
+    access.permit(job.get("queue"))
     return job
 
 

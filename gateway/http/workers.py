@@ -32,7 +32,7 @@ from gateway.core.actor import Actor
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.times import format_rfc3339
-from gateway.http import transitions
+from gateway.http import access, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -73,6 +73,8 @@ async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
         request, binding, FETCH_FIELDS, "{queues, count, visibility_timeout_ms}"
     )
     queues = queues_of(body.get("queues"))
+    for queue in queues:
+        access.permit(queue)
     count = count_of(body)
     lease = visibility_timeout(body)
     fields: dict[str, Any] = {} if lease is None else {"visibility_timeout_ms": lease}
@@ -237,9 +239,11 @@ async def _beat(
     binding: Binding, actor: Actor, job_id: str, fields: dict[str, Any]
 ) -> dict[str, Any]:
     job = await binding.job(job_id)
-    if job is None:
-        error = transitions.not_found(job_id)
-        return {"job_id": job_id, "extended": False, "error": _error_of(error)}
+    # Not found, or of a queue the caller may not touch: said for that job alone.
+    refused = transitions.not_found(job_id) if job is None else access.refusal(job.get("queue"))
+    if refused is not None:
+        return {"job_id": job_id, "extended": False, "error": _error_of(refused)}
+    assert job is not None
     answer = await transitions.try_ask(binding, actor, job, "job.heartbeat", **fields)
     if isinstance(answer, ApiError):
         return {"job_id": job_id, "extended": False, "error": _error_of(answer)}

@@ -20,6 +20,7 @@ import orjson
 import pytest
 import uvicorn
 
+from gateway.auth import credentials, keys
 from gateway.catalogue import Catalogue
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http.app import HttpSettings, create_app
@@ -317,16 +318,21 @@ def test_manifest_and_health(stack: Stack):
     assert_ojs_headers(healthy)
 
 
-def test_a_token_is_required_when_configured_and_the_body_is_capped(stack: Stack):
-    settings = HttpSettings(stack.bootstrap, stack.namespace, token="s3cret", max_body_bytes=200)
+def test_a_key_is_required_with_a_credentials_file_and_the_body_is_capped(
+    stack: Stack, tmp_path: Path
+):
+    path, key = tmp_path / "credentials.toml", keys.new_key()
+    admin = credentials.principal("ops", "admin", None, ["*"])
+    credentials.save(path, credentials.with_key((), "ops", key, 0, new=admin))
+    settings = HttpSettings(stack.bootstrap, stack.namespace, credentials=path, max_body_bytes=200)
     with Served(settings) as served, httpx.Client(base_url=served.url, timeout=60) as http:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": key}):
             refused = http.post("/ojs/v1/jobs", json=job(), headers=headers)
             assert refused.status_code == 401
             assert_ojs_headers(refused)
-            assert refused.json()["error"]["code"] == "unauthorized"
+            assert refused.json()["error"]["code"] == "unauthenticated"
         assert http.get(f"/ojs/v1/jobs/{uuid.uuid4()}").status_code == 401
-        auth = {"Authorization": "Bearer s3cret"}
+        auth = {"Authorization": f"Bearer {key}"}
         created = http.post("/ojs/v1/jobs", json=job(), headers=auth)
         assert created.status_code == 201, created.text
         big = job(blob="x" * 300)

@@ -1,6 +1,6 @@
-"""Who did it, end to end: a bulk cancel through a served binding, for an authenticated
-principal, names that principal on every cancelled job's audit record, as the history
-route and `gateway explain` tell it, and `gateway replay` reproduces every record."""
+"""Who did it, end to end: a bulk cancel through a served binding, by a principal of its
+credentials file, names that principal on every cancelled job's audit record, as the
+history route and `gateway explain` tell it, and `gateway replay` reproduces every record."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import Receive, Scope, Send
 
+from gateway.auth import credentials, keys
 from gateway.http.app import HttpSettings
-from gateway.http.caller import PRINCIPAL
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.test_http import Served
@@ -23,18 +22,6 @@ pytestmark = pytest.mark.kafka
 
 JOBS = 5
 TOLD = "admin:alice from 127.0.0.1"
-
-
-class Authenticated:
-    """Stands in for authentication: every request is alice's, an admin."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope[PRINCIPAL] = ("alice", "admin")
-        await self.app(scope, receive, send)
 
 
 def history(http: httpx.Client, job_id: str, records: int) -> list[dict[str, Any]]:
@@ -59,9 +46,16 @@ def test_a_bulk_cancel_names_its_principal_on_every_cancelled_job(
     proc.start()
     queue, bulk_id = f"q{uuid.uuid4().hex[:10]}", f"bulk-{uuid.uuid4().hex}"
     try:
-        served = Served(HttpSettings(kafka_bootstrap, namespace, decision_timeout=60))
-        served.server.config.app = Authenticated(served.app)
-        with served, httpx.Client(base_url=served.url, timeout=90) as http:
+        path, key = tmp_path / "credentials.toml", keys.new_key()
+        alice = credentials.principal("alice", "admin", None, ["*"])
+        credentials.save(path, credentials.with_key((), "alice", key, 0, new=alice))
+        settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=60, credentials=path)
+        with (
+            Served(settings) as served,
+            httpx.Client(
+                base_url=served.url, timeout=90, headers={"Authorization": f"Bearer {key}"}
+            ) as http,
+        ):
             ids = []
             for n in range(JOBS):
                 job = {"type": "actor.job", "queue": queue, "args": [n],

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.auth import credentials, keys
 from tests.integration.harness import Processor, apply_topics
 from tests.integration.running import _group_alive
 from tests.support import free_port_block
@@ -146,15 +147,23 @@ def test_a_killed_supervisor_takes_its_workers_with_it(kafka_bootstrap: str, tmp
             os.killpg(serve.pid, signal.SIGKILL)
 
 
-def test_serve_takes_its_token_from_gateway_http_token(kafka_bootstrap: str, tmp_path: Path):
-    """No --token: $GATEWAY_HTTP_TOKEN is the default, so every route but health needs it."""
+def test_serve_takes_its_credentials_from_gateway_credentials(kafka_bootstrap: str, tmp_path: Path):
+    """No --credentials: $GATEWAY_CREDENTIALS is the default, so every route but health
+    needs a key; the old $GATEWAY_HTTP_TOKEN is refused, not ignored."""
     namespace = f"t{uuid.uuid4().hex[:10]}"
     apply_topics(kafka_bootstrap, namespace)
     port = free_port_block()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
+    path, key = tmp_path / "credentials.toml", keys.new_key()
+    admin = credentials.principal("ops", "admin", None, ["*"])
+    credentials.save(path, credentials.with_key((), "ops", key, 0, new=admin))
+    old = start_serve(kafka_bootstrap, namespace, port, tmp_path,
+                      env={**os.environ, "GATEWAY_HTTP_TOKEN": "s3cret"})  # fmt: skip
+    assert old.wait(timeout=60) == 2
+    assert "GATEWAY_HTTP_TOKEN is no longer read" in log.read_text()
     serve = start_serve(kafka_bootstrap, namespace, port, tmp_path,
-                        env={**os.environ, "GATEWAY_HTTP_TOKEN": "s3cret"})  # fmt: skip
+                        env={**os.environ, "GATEWAY_CREDENTIALS": str(path)})  # fmt: skip
     unknown = f"{base}/ojs/v1/jobs/{uuid.uuid4()}"
     try:
         deadline = time.monotonic() + 60
@@ -166,10 +175,10 @@ def test_serve_takes_its_token_from_gateway_http_token(kafka_bootstrap: str, tmp
             except httpx.TransportError:  # not listening yet
                 time.sleep(0.2)
         assert refused.status_code == 401, refused.text
-        assert refused.json()["error"]["code"] == "unauthorized"
+        assert refused.json()["error"]["code"] == "unauthenticated"
         wrong = httpx.get(unknown, headers={"Authorization": "Bearer other"}, timeout=10)
         assert wrong.status_code == 401, wrong.text
-        allowed = httpx.get(unknown, headers={"Authorization": "Bearer s3cret"}, timeout=60)
+        allowed = httpx.get(unknown, headers={"Authorization": f"Bearer {key}"}, timeout=60)
         assert allowed.status_code == 404, allowed.text
         assert httpx.get(f"{base}/ojs/v1/health/live", timeout=10).status_code == 200
     finally:

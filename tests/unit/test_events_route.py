@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from gateway.http import events_route
+from gateway.http.access import INSPECT_ALL
 from gateway.http.binding import Binding, HttpSettings
 from gateway.http.plumbing import endpoint
 from gateway.view.event_feed import EventFeed
@@ -52,7 +53,7 @@ def served(tmp_path: Path) -> Any:
     stage(feed, 1, range(2))
     view = JobView(tmp_path)
     binding = Binding(HttpSettings(), None, view, None, "requests", None, feed)  # type: ignore[arg-type]
-    app = Starlette(routes=[Route("/ojs/v1/events", endpoint(events_route.events))])
+    app = Starlette(routes=[Route("/ojs/v1/events", endpoint(events_route.events, INSPECT_ALL))])
     app.state.binding = binding
     yield Served(app)
     view.close()
