@@ -6,7 +6,6 @@ line in the security log, without a job's args or keys."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,8 @@ import orjson
 import pytest
 from starlette.types import Receive, Scope, Send
 
+from gateway.auth import credentials, keys
+from gateway.auth.keyring import Watcher
 from gateway.core.actor import Actor
 from gateway.http.caller import PRINCIPAL
 from gateway.logs import JsonFormatter
@@ -115,7 +116,10 @@ def test_a_privileged_request_leaves_one_security_line(
 def test_a_refused_request_leaves_a_warning_line(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     admin = served(tmp_path, None)
     binding = admin.app.app.state.binding  # type: ignore[attr-defined]
-    binding.settings = replace(binding.settings, token="secret")
+    path = tmp_path / "credentials.toml"
+    ops = credentials.principal("ops", "admin", None, ["*"])
+    credentials.save(path, credentials.with_key((), "ops", keys.new_key(), 0, new=ops))
+    binding.watcher = Watcher(path)  # a request without a key is refused
     caplog.set_level(logging.INFO, "gateway.security")
     try:
         answer = admin.call("GET", "/ojs/v1/admin/jobs", headers={"X-Request-Id": "nope"})
