@@ -188,7 +188,11 @@ def create_app(settings: HttpSettings) -> Direct:
             "/ojs/v1/dead-letter/{job_id}/retry", ops(dead_letter.retry, ADMIN), methods=["POST"]
         ),
         Route("/ojs/v1/dead-letter/{job_id}", ops(dead_letter.delete, ADMIN), methods=["DELETE"]),
-        Route("/ojs/v1/events", endpoint(events_route.events, INSPECT_ALL), methods=["GET"]),
+        Route(
+            "/ojs/v1/events",
+            endpoint(events_route.events, INSPECT_ALL, query=events_route.PARAMETERS),
+            methods=["GET"],
+        ),
         # The admin API the official OJS Admin UI reads (admin.py, admin_jobs.py).
         Route("/ojs/v1/admin/stats", ops(admin.stats, INSPECT_ALL), methods=["GET"]),
         Route(

@@ -55,23 +55,7 @@ def _set(raw: str | None) -> frozenset[str] | None:
     return names or None
 
 
-def _refuse_parameters(request: Request) -> None:
-    given = request.query_params.multi_items()
-    unknown = sorted({name for name, _ in given} - set(PARAMETERS))
-    if unknown:
-        named = ", ".join(repr(name[:64]) for name in unknown[:10])
-        raise ApiError(
-            400, INVALID_REQUEST,
-            f"unknown query parameter {named}; the events route takes {', '.join(PARAMETERS)}",
-        )  # fmt: skip
-    names = [name for name, _ in given]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ApiError(400, INVALID_REQUEST, f"give {', '.join(repeated)} once")
-
-
 async def events(request: Request, binding: Binding, request_id: str) -> Answer | Response:
-    _refuse_parameters(request)
     query = request.query_params
     types, queues = _set(query.get("types")) or _set(query.get("type")), _set(query.get("queues"))
     limit = int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
