@@ -20,7 +20,7 @@ from gateway.cli.common import (
     store_memory_of,
 )
 from gateway.core import DEFAULT_RETENTION_MS
-from gateway.http.binding import DEFAULT_MAX_BODY_BYTES
+from gateway.http.binding import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CLIENT_CONNECTIONS
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_responses_argument(p)
     add_tls_arguments(p)
     add_workers_argument(p, "--workers", 1)
+    add_max_client_connections_argument(p)
     add_audit_key_argument(p, sealing=False)
     add_store_memory_argument(p)
     # A worker of `--workers N`: the listening socket and its board byte, by descriptor.
@@ -91,6 +92,32 @@ def add_workers_argument(
         help="serve processes answering on the one port, each with its own producer, reply "
         f"consumer and job view; one uses at most one core (default {default_text})",
     )  # fmt: skip
+
+
+def add_max_client_connections_argument(p: argparse.ArgumentParser) -> None:
+    """Shared with `gateway up`, which passes it on to serve."""
+    p.add_argument(
+        "--max-client-connections", metavar="N",
+        default=os.environ.get("GATEWAY_MAX_CLIENT_CONNECTIONS") or None,
+        help="requests one client address may have in flight at once, an open event stream "
+        "included; one more gets 429 too_many_connections with Retry-After. Counted per serve "
+        "worker: with --workers W a client may hold N x W. 0: no limit "
+        f"(default $GATEWAY_MAX_CLIENT_CONNECTIONS, else {DEFAULT_MAX_CLIENT_CONNECTIONS})",
+    )  # fmt: skip
+
+
+def max_client_connections_of(args: argparse.Namespace) -> int:
+    """The per-client limit, checked (exit 2 naming the problem)."""
+    given = args.max_client_connections
+    if given is None:
+        return DEFAULT_MAX_CLIENT_CONNECTIONS
+    text = str(given).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise CommandError(
+            f"--max-client-connections (or $GATEWAY_MAX_CLIENT_CONNECTIONS) must be a whole "
+            f"number, 0 for no limit, not {given!r}", EXIT_INVALID,
+        )  # fmt: skip
+    return int(text)
 
 
 def add_credentials_argument(p: argparse.ArgumentParser) -> None:
@@ -222,6 +249,7 @@ def _serve(args: argparse.Namespace) -> int:
     audit_keys_of(args)  # a bad key file is refused before anything starts
     tls_context_of(args)  # and so is a bad TLS file
     args.credentials = credentials_of(args)  # and a bad credentials file
+    args.max_client_connections = max_client_connections_of(args)  # and a bad limit
     store_memory_of(args)
     if args.worker_socket is None and args.workers > 1:
         reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
@@ -269,6 +297,7 @@ def _serve_one(args: argparse.Namespace) -> int:
         json_responses=args.json_responses,
         board=board,
         audit_keys=audit_keys_of(args),
+        max_client_connections=args.max_client_connections,
     )
     config = uvicorn.Config(
         create_app(settings), host=args.host, port=args.port,
@@ -277,7 +306,8 @@ def _serve_one(args: argparse.Namespace) -> int:
         # answer costs off what asyncio and h11 spend. Named, so a missing one is an error.
         loop="uvloop", http="httptools",
         ssl_context_factory=None if tls is None else lambda _config, _default: tls,
-        # Nothing here reads the client's address; the header rewrite costs every request.
+        # The client's address is the peer's, as the per-client limit counts it: a proxy's
+        # header would let a caller name any address, and its rewrite costs every request.
         proxy_headers=False,
         # Requests still waiting for a decision get this long after Ctrl-C.
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,

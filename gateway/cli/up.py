@@ -34,9 +34,11 @@ from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
 from gateway.cli.serve import (
     add_credentials_argument,
     add_json_responses_argument,
+    add_max_client_connections_argument,
     add_tls_arguments,
     add_workers_argument,
     credentials_of,
+    max_client_connections_of,
     tls_context_of,
 )
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
@@ -66,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_tls_arguments(p)
     add_credentials_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
+    add_max_client_connections_argument(p)
     process.add_arguments(p)
     p.set_defaults(func=_up)
 
@@ -97,6 +100,7 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
             command += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     command += ["--workers", str(args.http_workers or default_http_workers())]
     command += ["--store-memory-mb", str(args.store_memory_mb)]
+    command += ["--max-client-connections", str(args.max_client_connections)]
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
 
 
@@ -113,6 +117,7 @@ def _up(args: argparse.Namespace) -> int:
     if args.http_workers is not None and not 1 <= args.http_workers <= MAX_WORKERS:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
     scheme = "http" if tls_context_of(args) is None else "https"  # bad files: exit 2 now
+    args.max_client_connections = max_client_connections_of(args)  # and a bad limit
     _check_ports(args)
     args.credentials = credentials_of(args)
     started: launcher.Cluster | None = None

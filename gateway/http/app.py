@@ -58,6 +58,7 @@ from gateway.http.access import (
     Need,
 )
 from gateway.http.binding import Binding, Handler, HttpSettings
+from gateway.http.client_limit import ClientLimit, host_of
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
 from gateway.http.responses import error_response, ojs_response
@@ -255,7 +256,7 @@ def create_app(settings: HttpSettings) -> Direct:
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _internal_error},
     )
-    return Direct(app, direct)
+    return Direct(app, direct, ClientLimit(settings.max_client_connections))
 
 
 def ops(
@@ -274,15 +275,17 @@ def public(route_endpoint: Endpoint) -> Endpoint:
 
 class Direct:
     """The ASGI app: a request for one of the `direct` routes' method and path straight to
-    its endpoint, everything else to Starlette.
+    its endpoint, everything else to Starlette; either counted against its client's limit
+    first (client_limit.py).
 
     The direct routes are Starlette's too, which answers them for another method (405,
     naming the allowed one) and for their path with a trailing slash (a redirect). A
     direct route answers exactly as through Starlette: its exceptions become the same
     500 `internal_error`, logged with the traceback."""
 
-    def __init__(self, app: Starlette, direct: list[Route]) -> None:
+    def __init__(self, app: Starlette, direct: list[Route], limit: ClientLimit) -> None:
         self.app = app
+        self.limit = limit
         self.state = app.state
         self.routes = app.routes  # every route served, the direct ones among them
         self._routes: dict[tuple[str, str], Endpoint] = {
@@ -292,13 +295,24 @@ class Direct:
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handle = (
-            self._routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
-        )
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)  # the lifespan
+            return
+        scope["app"] = self.app
+        host = host_of(scope)
+        if not self.limit.enter(host):
+            await self.limit.refuse(scope, receive, send)
+            return
+        try:
+            await self._answer(scope, receive, send)
+        finally:  # answered, failed, or the client went away (cancelled)
+            self.limit.leave(host)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handle = self._routes.get((scope["method"], scope["path"]))
         if handle is None:
             await self.app(scope, receive, send)
             return
-        scope["app"] = self.app
         request = Request(scope, receive, send)
         try:
             response = await handle(request)

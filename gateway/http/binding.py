@@ -29,6 +29,7 @@ from gateway.view.follower import Follower
 from gateway.view.store import JobView
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_CLIENT_CONNECTIONS = 100
 # How long a request waits for this process's view to be live before answering 503.
 VIEW_LIVE_WAIT_S = 10.0
 # How long a job the view lacks is waited for, counted from the time its id carries: one
@@ -64,6 +65,9 @@ class HttpSettings:
     board: Board | None = None
     # The keys a key's history verifies keyed audit records with (`serve --audit-key-file`).
     audit_keys: AuditKeys | None = None
+    # Requests one client address may have in flight in this process; 0: no limit
+    # (`serve --max-client-connections`, client_limit.py).
+    max_client_connections: int = DEFAULT_MAX_CLIENT_CONNECTIONS
 
 
 @dataclass

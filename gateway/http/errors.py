@@ -22,6 +22,8 @@ METHOD_NOT_ALLOWED = "method_not_allowed"
 TIMEOUT = "timeout"
 UNAVAILABLE = "unavailable"
 INTERNAL_ERROR = "internal_error"
+# OJS security §10.4: a client with as many requests in flight as it may have (429).
+TOO_MANY_CONNECTIONS = "too_many_connections"
 
 
 @dataclass(eq=True)
