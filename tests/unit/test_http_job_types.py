@@ -189,7 +189,7 @@ def test_a_bad_pattern_from_the_environment_is_refused_too(capsys, monkeypatch):
     assert "'Bad'" in capsys.readouterr().err
 
 
-def test_up_passes_the_patterns_on_to_serve(monkeypatch):
+def test_up_passes_the_patterns_on_to_serve(monkeypatch: pytest.MonkeyPatch):
     from gateway.cli import build_parser, up
     from gateway.cli.serve import job_types_of
 
