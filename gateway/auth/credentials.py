@@ -66,7 +66,7 @@ class Principal:
     name: str
     role: str | None  # None: `operations` lists them
     operations: frozenset[str]
-    queues: roles.Queues
+    queues: roles.Patterns
     keys: tuple[Key, ...] = ()
     # Requests with no Authorization header from these networks are this principal's.
     keyless_from: tuple[Network, ...] = ()
@@ -210,7 +210,7 @@ def _principal(table: Any, where: str) -> Principal:
             f"{roles.PATTERN_RULE}"
         )
     return Principal(
-        name, role, roles.operations_of(role, listed), roles.Queues.of(patterns),
+        name, role, roles.operations_of(role, listed), roles.Patterns.of(patterns),
         tuple(_key(k, f"{where}, key {i + 1}") for i, k in enumerate(_tables(table, where))),
         _networks(table.get("keyless_from", []), where),
     )  # fmt: skip

@@ -1,10 +1,11 @@
-"""Operations, the roles that grant them, and queue patterns (OJS security §7).
+"""Operations, the roles that grant them, and name patterns (OJS security §7, §8.1).
 
 An operation is what a route does (OJS security §7.2); a principal holds a role,
 which stands for a set of operations (§7.3 and the matrix of §7.5, plus
 read-only), or lists its operations itself. Its queue patterns say which
 queues those operations reach: `*` stands for any run of characters, so
-`orders.*` is every queue whose name starts with `orders.`.
+`orders.*` is every queue whose name starts with `orders.`. The job types the
+HTTP binding lets in (`serve --job-types`) are patterns of the same kind.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ROLES: dict[str, frozenset[str]] = {
 }
 
 ANY_QUEUE = "*"
-# A queue name's characters (core/envelope.py), and `*`.
+# A queue name's characters (core/envelope.py), and `*`; a job type's are among them.
 _PATTERN = re.compile(r"[a-z0-9*][a-z0-9._*-]{0,254}")
 PATTERN_RULE = '1 to 255 characters of a-z, 0-9, ".", "_", "-" and "*"'
 
@@ -39,25 +40,26 @@ def is_valid_pattern(pattern: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Queues:
-    """The queues a principal's operations reach, from its patterns (`Queues.of`)."""
+class Patterns:
+    """The names some patterns match (`Patterns.of`): the queues a principal's
+    operations reach, or the job types the binding lets in."""
 
     patterns: tuple[str, ...]
     regex: re.Pattern[str]
 
     @classmethod
-    def of(cls, patterns: Iterable[str]) -> Queues:
+    def of(cls, patterns: Iterable[str]) -> Patterns:
         patterns = tuple(patterns)
         parts = "|".join(".*".join(map(re.escape, p.split("*"))) for p in patterns)
         return cls(patterns, re.compile(f"(?:{parts})" if parts else "(?!)"))
 
     @property
     def every(self) -> bool:
-        """Whether any queue at all is reached: routes over every queue need it."""
+        """Whether every name matches: routes over every queue need it."""
         return ANY_QUEUE in self.patterns
 
-    def reach(self, queue: str) -> bool:
-        return self.regex.fullmatch(queue) is not None
+    def matches(self, name: str) -> bool:
+        return self.regex.fullmatch(name) is not None
 
 
 def operations_of(role: str | None, operations: Iterable[str] | None) -> frozenset[str]:

@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
     add_kafka_arguments(p)
     add_credentials_argument(p)
+    add_job_types_argument(p)
     p.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
         help="larger bodies get 413 (default %(default)s)",
@@ -153,6 +154,34 @@ def credentials_of(args: argparse.Namespace) -> Path | None:
     return path
 
 
+def add_job_types_argument(p: argparse.ArgumentParser) -> None:
+    """Shared with `gateway up`, which passes it on to serve."""
+    p.add_argument(
+        "--job-types", metavar="PATTERN,...", default=None,
+        help="the job types an enqueue may name (OJS security §8.1), as comma-separated "
+        "patterns where `*` is any run of characters (`email.*,report.build`); a job, a "
+        "batch's job or a cron's job template of any other type is refused with 422 "
+        "job_type_not_allowed (default $GATEWAY_JOB_TYPES, else none: every type is allowed)",
+    )  # fmt: skip
+
+
+def job_types_of(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The job-type patterns, checked (exit 2 naming a bad one), or None: every type."""
+    from gateway.auth.roles import PATTERN_RULE, is_valid_pattern
+
+    given = args.job_types or os.environ.get("GATEWAY_JOB_TYPES") or None
+    if given is None:
+        return None
+    patterns = tuple(part.strip() for part in given.split(","))
+    for pattern in patterns:
+        if not is_valid_pattern(pattern):
+            raise CommandError(
+                f"--job-types: {pattern!r} is not a pattern: each is {PATTERN_RULE}, "
+                "comma-separated [job_types_invalid]", EXIT_INVALID,
+            )  # fmt: skip
+    return patterns
+
+
 def add_json_responses_argument(p: argparse.ArgumentParser) -> None:
     """Shared with `gateway up`, which passes it on to its serve process."""
     p.add_argument(
@@ -250,6 +279,7 @@ def _serve(args: argparse.Namespace) -> int:
     tls_context_of(args)  # and so is a bad TLS file
     args.credentials = credentials_of(args)  # and a bad credentials file
     args.max_client_connections = max_client_connections_of(args)  # and a bad limit
+    args.job_types = job_types_of(args)  # and a bad job-type pattern
     store_memory_of(args)
     if args.worker_socket is None and args.workers > 1:
         reachable_config(args.bootstrap)  # one line now, not a worker failing on and on
@@ -268,6 +298,7 @@ def _serve_one(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from gateway.auth.roles import Patterns
     from gateway.http.app import HttpSettings, create_app
     from gateway.http.serving import Board
     from gateway.view.store import default_view_dir
@@ -289,6 +320,7 @@ def _serve_one(args: argparse.Namespace) -> int:
         bootstrap=bootstrap,
         namespace=args.namespace,
         credentials=args.credentials,
+        job_types=None if args.job_types is None else Patterns.of(args.job_types),
         max_body_bytes=args.max_body_bytes,
         decision_timeout=args.timeout,
         processor_url=args.processor_url,

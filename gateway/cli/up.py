@@ -6,8 +6,8 @@ stops what it started, all within STOP_BUDGET_S. If the HTTP binding cannot
 start or dies (its port is taken, say), `up` stops the rest and exits 1
 naming why: half a product that looks up is worse than none. Ports it will
 listen on that are already taken (the HTTP port, the metrics ports), and TLS
-files the HTTP binding could not use (exit 2), are refused before anything is
-started or printed.
+files or job-type patterns the HTTP binding could not use (exit 2), are refused
+before anything is started or printed.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from gateway.cli import process
 from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
 from gateway.cli.serve import (
     add_credentials_argument,
+    add_job_types_argument,
     add_json_responses_argument,
     add_max_client_connections_argument,
     add_tls_arguments,
     add_workers_argument,
     credentials_of,
+    job_types_of,
     max_client_connections_of,
     tls_context_of,
 )
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_responses_argument(p)
     add_tls_arguments(p)
     add_credentials_argument(p)
+    add_job_types_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     add_max_client_connections_argument(p)
     process.add_arguments(p)
@@ -93,6 +96,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         command.append("--json-responses")
     if args.credentials is not None:
         command += ["--credentials", str(args.credentials)]
+    if args.job_types is not None:
+        command += ["--job-types", ",".join(args.job_types)]
     if args.audit_key_file is not None:  # its path: the secret never is on a command line
         command += ["--audit-key-file", str(args.audit_key_file)]
     for flag in ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "tls_client_cert"):
@@ -118,6 +123,7 @@ def _up(args: argparse.Namespace) -> int:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
     scheme = "http" if tls_context_of(args) is None else "https"  # bad files: exit 2 now
     args.max_client_connections = max_client_connections_of(args)  # and a bad limit
+    args.job_types = job_types_of(args)  # and bad patterns
     _check_ports(args)
     args.credentials = credentials_of(args)
     started: launcher.Cluster | None = None

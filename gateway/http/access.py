@@ -97,7 +97,7 @@ def refusal(queue: str | None) -> ApiError | None:
     caller = _CALLER.get()
     if caller is None or caller.principal.queues.every:
         return None
-    if queue is not None and caller.principal.queues.reach(queue):
+    if queue is not None and caller.principal.queues.matches(queue):
         return None
     return _denied(caller.principal, caller.need, queue)
 

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from gateway.audit.key_history import KeyHistory
 from gateway.auth.keyring import Watcher
+from gateway.auth.roles import Patterns
 from gateway.core import DEFAULT_RETENTION_MS
 from gateway.core.jobs import uuid7_ms
 from gateway.http import errors
@@ -47,6 +48,8 @@ class HttpSettings:
     # The credentials file (`serve --credentials`): when set, every route but health and
     # the binding's descriptions needs a principal's key (gateway/http/access.py).
     credentials: Path | None = None
+    # The job types enqueues may name (`serve --job-types`; http/job_types.py); None: any.
+    job_types: Patterns | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     decision_timeout: float = 30.0
     manifest: Path = DEFAULT_MANIFEST

@@ -19,7 +19,7 @@ from gateway import wire
 from gateway.core import INVALID_REQUEST, EventOutcome, GatewayError
 from gateway.core.actor import Actor
 from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
-from gateway.http import commands, errors
+from gateway.http import commands, errors, job_types
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -32,11 +32,13 @@ from gateway.sdk.commands import cron_commands
 
 @privileged
 async def register(request: Request, binding: Binding, request_id: str) -> Answer:
-    """201 with the cron when it is new, 200 when it replaced one of the same name."""
+    """201 with the cron when it is new, 200 when it replaced one of the same name; 422
+    if the jobs it fires are of a type the binding does not allow."""
     body = await read_json(request, binding.settings.max_body_bytes)
     cron = definition(body)
     if isinstance(cron, GatewayError):
         raise ApiError(400, cron.code, cron.message)
+    job_types.permit(binding.settings.job_types, cron["job_template"]["type"])
     command = CronCommand("register", cron["name"], cron)
     answer = await _ask(binding, caller(request, request_id), command)
     return Answer(201 if answer.get("created") else 200, _shown(answer["cron"]))

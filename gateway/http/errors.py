@@ -17,6 +17,8 @@ NOT_FOUND = "not_found"
 # OJS errors §4.3: no valid credential (401); a credential without the permission (403).
 UNAUTHENTICATED = "unauthenticated"
 PERMISSION_DENIED = "permission_denied"
+# OJS security §8.1: a job type the binding's allowlist does not name (job_types.py).
+JOB_TYPE_NOT_ALLOWED = "job_type_not_allowed"
 UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 METHOD_NOT_ALLOWED = "method_not_allowed"
 TIMEOUT = "timeout"

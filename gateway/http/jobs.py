@@ -16,10 +16,18 @@ from typing import Any
 from starlette.requests import Request as HttpRequest
 
 from gateway import wire
-from gateway.core import INVALID_REQUEST, GatewayError, Outcome, State, parse_request, stored_job
+from gateway.core import (
+    INVALID_REQUEST,
+    Envelope,
+    GatewayError,
+    Outcome,
+    State,
+    parse_request,
+    stored_job,
+)
 from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_problem
 from gateway.core.times import parse_rfc3339
-from gateway.http import access, answers, caught_up, transitions
+from gateway.http import access, answers, caught_up, job_types, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -32,13 +40,18 @@ from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 
 async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
     """Under an `Idempotency-Key`, a retry gets the first answer again (the decision record
-    the processor kept for the key), so the same body: see docs/http.md."""
+    the processor kept for the key), so the same body: see docs/http.md. A job is read
+    here only to refuse it (a queue the caller does not reach, a type not allowed); else
+    the processor alone reads it."""
     idem = _header_key(request)
     job = await read_json(request, binding.settings.max_body_bytes)
     if isinstance(job, dict):
         job = {**job, "request_id": request_id}
-    if access.restricted():
-        access.permit(_queue_of(job))
+    allowed = binding.settings.job_types
+    if access.restricted() or allowed is not None:
+        envelope = _envelope_of(job)
+        access.permit(envelope.queue)
+        job_types.permit(allowed, envelope.type)
     sent = time.monotonic()
     try:
         result = await binding.client.enqueue(
@@ -55,7 +68,8 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
 
 
 async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
-    """Validate every job first (one invalid: nothing is enqueued), then enqueue them all.
+    """Validate every job first (one invalid, one the caller may not enqueue, or one of a
+    type not allowed: nothing is enqueued), then enqueue them all.
     Under an idempotency key (the `Idempotency-Key` header, or OJS's `idempotency_key` in
     the body), the whole batch's first answers, or 422 if the key named another batch."""
     header = _header_key(request)
@@ -63,13 +77,15 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
         raise ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
     idem = _batch_key(header, body)
-    problems, refusals = [], []
+    problems, refusals, unregistered = [], [], []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)
         if isinstance(parsed, GatewayError):
             problems.append({"index": index, "code": parsed.code, "message": parsed.message})
         elif (refused := access.refusal(parsed.envelope.queue)) is not None:
             refusals.append(refused)
+        elif job_types.refusal(binding.settings.job_types, parsed.envelope.type) is not None:
+            unregistered.append((index, parsed.envelope.type))
     if problems:
         first = problems[0]
         raise ApiError(
@@ -80,6 +96,8 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
         )  # fmt: skip
     if refusals:
         raise refusals[0]  # one job the caller may not enqueue: nothing is enqueued
+    if unregistered:
+        raise job_types.batch_refusal(unregistered)  # nothing is enqueued
     ids = [_item_request_id(job, request_id, i) for i, job in enumerate(body["jobs"])]
     jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
     sent = time.monotonic()
@@ -107,12 +125,12 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
     return Answer(201, {"jobs": items, "count": len(items)})
 
 
-def _queue_of(job: Any) -> str:
-    """The queue a job to enqueue names, by the core's rule; 400 for an invalid job."""
+def _envelope_of(job: Any) -> Envelope:
+    """A job to enqueue as the core reads it (its queue, its type); 400 for an invalid job."""
     parsed = parse_request(job)
     if isinstance(parsed, GatewayError):
         raise ApiError(400, parsed.code, parsed.message)
-    return parsed.envelope.queue
+    return parsed.envelope
 
 
 async def get_job(request: HttpRequest, binding: Binding, _: str) -> Answer:

@@ -29,23 +29,23 @@ def test_the_roles_grant_the_matrix_of_ojs_security_7_5():
 
 @given(QUEUE, QUEUE)
 def test_a_pattern_without_a_star_reaches_its_own_queue_only(name: str, other: str):
-    reached = roles.Queues.of([name])
-    assert reached.reach(name)
-    assert reached.reach(other) == (other == name)
+    reached = roles.Patterns.of([name])
+    assert reached.matches(name)
+    assert reached.matches(other) == (other == name)
     assert not reached.every
 
 
 @given(QUEUE, QUEUE)
 def test_a_star_stands_for_any_run_of_characters(prefix: str, rest: str):
     assert is_valid_queue_name(prefix + "." + rest)
-    assert roles.Queues.of([prefix + ".*"]).reach(prefix + "." + rest)
-    assert not roles.Queues.of([prefix + ".*"]).reach(prefix)
-    assert roles.Queues.of(["*"]).reach(rest) and roles.Queues.of(["*"]).every
-    assert not roles.Queues.of([]).reach(rest)
+    assert roles.Patterns.of([prefix + ".*"]).matches(prefix + "." + rest)
+    assert not roles.Patterns.of([prefix + ".*"]).matches(prefix)
+    assert roles.Patterns.of(["*"]).matches(rest) and roles.Patterns.of(["*"]).every
+    assert not roles.Patterns.of([]).matches(rest)
 
 
 def test_dots_in_a_pattern_are_dots():
-    assert not roles.Queues.of(["a.b"]).reach("axb")
+    assert not roles.Patterns.of(["a.b"]).matches("axb")
 
 
 def test_a_key_has_256_bits_and_only_its_hash_verifies_it():
