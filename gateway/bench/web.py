@@ -109,7 +109,9 @@ def run_round(
     serve = processes.start(
         [*python_module("gateway", "serve"), "--bootstrap", broker.bootstrap,
          "--namespace", namespace, "--port", str(port), "--log-level", "warning",
-         "--processor-url", f"http://127.0.0.1:{status}", "--workers", str(workers)],
+         "--processor-url", f"http://127.0.0.1:{status}", "--workers", str(workers),
+         # Every load comes from loopback: one client address with up to 1,024 connections.
+         "--max-client-connections", "0"],
         rounddir / "serve.log",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
