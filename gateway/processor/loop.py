@@ -142,6 +142,9 @@ class Loop:
         self._due = 0.0
         # (input topic, partition) -> its task, from its assignment until it goes.
         self._tasks: dict[tuple[str, int], PartitionTask] = {}
+        # What the tasks own, as other threads read it (readiness, the ticks): replaced
+        # whole when a rebalance callback is done with its tasks, never seen halfway.
+        self._owned: tuple[tuple[str, int], ...] = ()
         self.stopping = False
         self.failed = False
 
@@ -167,9 +170,9 @@ class Loop:
             self._close()
 
     @property
-    def owned(self) -> list[tuple[str, int]]:
+    def owned(self) -> tuple[tuple[str, int], ...]:
         """The input partitions this run owns (read from any thread)."""
-        return [where for where, task in list(self._tasks.items()) if task.owned]
+        return self._owned
 
     @property
     def restoring(self) -> bool:
@@ -251,6 +254,7 @@ class Loop:
     def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Open the stores; pause each input whose store is behind until it is restored."""
         consumer.assign(partitions)
+        assigned: dict[tuple[str, int], PartitionTask] = {}
         stateful: dict[tuple[str, int], PartitionTask] = {}  # by changelog partition
         for tp in partitions:
             role = self._topics.roles[tp.topic]
@@ -259,7 +263,7 @@ class Loop:
                 task.store = self._stores.get(role, tp.partition)
                 task.changelog = self._topics.changelogs[role]
                 stateful[(task.changelog, tp.partition)] = task
-            self._tasks[(tp.topic, tp.partition)] = task
+            assigned[(tp.topic, tp.partition)] = task
         behind = self._restorer.add(
             [(*where, t.store) for where, t in stateful.items() if t.store is not None]
         )
@@ -268,6 +272,8 @@ class Loop:
             task.restoring()
         if paused:
             consumer.pause([TopicPartition(t.topic, t.partition) for t in paused])
+        self._tasks.update(assigned)
+        self._publish()
         self._count_keys()
         if not self.restoring:
             log.info("processing partitions", extra={"partitions": len(self.owned)})
@@ -297,11 +303,15 @@ class Loop:
         running = [task for task in going if task.state is State.RUNNING]
         for task in running:
             task.suspend()
+        self._publish()
         return running
 
     def _forget(self, suspended: list[PartitionTask]) -> None:
         self._close_tasks(suspended)
         self._count_keys()
+
+    def _publish(self) -> None:
+        self._owned = tuple(where for where, task in self._tasks.items() if task.owned)
 
     def _close_tasks(self, tasks: list[PartitionTask]) -> None:
         """Close the tasks and their stores (the stages forget what they knew of them)."""
@@ -309,6 +319,7 @@ class Loop:
         for task in tasks:
             task.close()
             del self._tasks[(task.topic, task.partition)]
+        self._publish()
         self._stores.close((task.role, task.partition) for task in tasks)
 
     def _close(self) -> None:
