@@ -20,12 +20,14 @@ hash. Everything is checked when read; a file with any problem is refused whole.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import os
 import re
 import tempfile
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,19 @@ def dump(principals: Iterable[Principal]) -> str:
             if k.expires_ms is not None:
                 lines.append(f"expires = {_str(format_rfc3339(k.expires_ms))}")
     return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def editing(path: Path) -> Iterator[None]:
+    """Hold the file's edit lock (a `.NAME.lock` file beside it) while reading, changing
+    and saving it, so two edits at once each keep the other's change."""
+    lock = path.parent / f".{path.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def save(path: Path, principals: Iterable[Principal]) -> None:

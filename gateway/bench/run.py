@@ -54,6 +54,7 @@ class Plan:
     http_batch_concurrency: tuple[int, ...]
     http_seconds: float
     http_workers: tuple[int, ...]
+    http_auth: bool  # the first HTTP load again with a key on every call (`auth_ratios`)
     fetch_jobs: int  # jobs put in a queue for the fetch load (0: no fetch load)
     restore_keys: int
     records_per_input: float
@@ -93,8 +94,7 @@ def run(plan: Plan, console: Console) -> dict[str, Any]:
                 if plan.latency_seconds > 0:
                     per_round += len(plan.answers) + 1  # and the paced row
             if "http" in plan.systems:
-                per_round += len(_http_loads(plan, 0)) * len(plan.http_workers) - 1
-                per_round += sum(len(_http_loads(plan, i)) for i in range(1, len(plan.answers)))
+                per_round += sum(len(loads) for _, _, loads, _ in _http_runs(plan, 1)) - 1
             steps = per_round * plan.rounds + len(plan.figures)
             task = progress.add_task("starting", total=steps)
 
@@ -200,25 +200,22 @@ def _measure(
                 rounds.append(row)
                 done(_line(row))
             elif system == "http":
-                for index, mode in enumerate(plan.answers):
-                    # The first mode's loads run once per serve worker count, the others' once.
-                    for workers in plan.http_workers if index == 0 else plan.http_workers[:1]:
-                        loads = _http_loads(plan, index)
-                        workloads = [
-                            generate(
-                                plan.requests,
-                                plan.duplicates,
-                                plan.seed,
-                                tag=f"h{number}-{mode}-{workers}-{i}-",
-                            )  # fmt: skip
-                            for i in range(len(loads))
-                        ]
-                        for h in web.run_round(number, loads, workloads, plan.http_seconds,
-                                               broker, processes, workdir, plan.commit_interval,
-                                               mode, plan.fetch_jobs, workers):  # fmt: skip
-                            row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
-                            rounds.append(row)
-                            done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
+                for mode, workers, loads, auth in _http_runs(plan, number):
+                    workloads = [
+                        generate(
+                            plan.requests,
+                            plan.duplicates,
+                            plan.seed,
+                            tag=f"h{number}-{mode}-{workers}-{'a' if auth else ''}{i}-",
+                        )  # fmt: skip
+                        for i in range(len(loads))
+                    ]
+                    for h in web.run_round(number, loads, workloads, plan.http_seconds,
+                                           broker, processes, workdir, plan.commit_interval,
+                                           mode, plan.fetch_jobs, workers, auth):  # fmt: skip
+                        row = {**dataclasses.asdict(h), "rate": h.rate, "requests": h.requests}
+                        rounds.append(row)
+                        done(_line(row) + f", statuses {h.statuses}, {h.errors} errors")
     _other_figures(plan, broker, processes, opts, rounds, figures, step, done)
 
 
@@ -247,6 +244,22 @@ def paced_name(mode: str) -> str:
     """The paced SDK answer row's system. It does not end in the mode, so answer_ratios
     leaves it out: it runs in the first mode only."""
     return f"sdk answer {mode}, paced {PACE:,.0f}/s"
+
+
+def _http_runs(plan: Plan, number: int) -> list[tuple[str, int, list[tuple[int, int]], bool]]:
+    """(answer mode, serve workers, loads, auth) of each serve the HTTP system runs in round
+    `number`. The first mode's loads run once per serve worker count, the others' once;
+    with --http-auth, the first load once more with keys, before the others in even
+    rounds so neither always runs first."""
+    runs = [
+        (mode, workers, _http_loads(plan, index), False)
+        for index, mode in enumerate(plan.answers)
+        for workers in (plan.http_workers if index == 0 else plan.http_workers[:1])
+    ]
+    if not plan.http_auth:
+        return runs
+    auth = (plan.answers[0], plan.http_workers[0], [(plan.http_concurrency[0], 1)], True)
+    return [*runs, auth] if number % 2 else [auth, *runs]
 
 
 def _http_loads(plan: Plan, mode_index: int) -> list[tuple[int, int]]:
@@ -311,7 +324,8 @@ def _other_figures(
         }  # fmt: skip
     for name, ratio in process_ratios(rounds).items():
         figures[name] = {"value": ratio, "text": report._fmt(ratio, 2)}
-    for name, ratio in {**passthrough_ratio(rounds), **answer_ratios(rounds)}.items():
+    ratios = {**passthrough_ratio(rounds), **answer_ratios(rounds), **web.auth_ratios(rounds)}
+    for name, ratio in ratios.items():
         figures[name] = {"value": ratio, "text": report._fmt(ratio, 2)}
     if "fingerprint" in plan.figures:
         step("fingerprints per second on one core")

@@ -11,6 +11,8 @@ workers, each on one keep-alive connection, fetch one job per call until the
 queue is empty or S seconds are up; the latency is of the fetches that
 claimed a job. CPU is read from /proc per load for the serve process and the
 processor separately, each with its descendants (serve's workers among them).
+With auth, serve reads a credentials file of one admin principal and every call
+sends its key: the first load again, to set its CPU beside the same load without.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from gateway.bench import procfs
+from gateway.auth import credentials, keys
+from gateway.bench import procfs, report
 from gateway.bench.services import TOOLS, Processes, free_port
 from gateway.bench.streams import (
     BenchError,
@@ -47,6 +51,7 @@ ANSWERS = (200, 201, 409)
 FETCH = 0  # jobs per call of the fetch load, in `loads`: one job per fetch
 FETCH_QUEUE = "bench-fetch"
 FETCH_WORKERS = 4
+AUTH = "auth "  # in the name of a row whose calls send a key
 
 
 @dataclass
@@ -89,11 +94,13 @@ def run_round(
     answers: str = "early",
     fetch_jobs: int = 0,
     workers: int = 1,
+    auth: bool = False,
 ) -> list[HttpRound]:
     wrk = TOOLS["http"].path()
     namespace, rounddir, cat = fresh_namespace(
-        "h", f"http-{number}-{answers}-w{workers}", broker, workdir
+        "h", f"http-{number}-{answers}-w{workers}{'-auth' if auth else ''}", broker, workdir
     )
+    key, credentials = _credentials(rounddir) if auth else (None, [])
     # Its status port, and one for each of its processes: serve's health asks it, so the
     # load starts once every process owns partitions (no rebalance in the window).
     status = free_port_block(default_processes(cat.by_role("requests").partitions,
@@ -111,13 +118,13 @@ def run_round(
          "--namespace", namespace, "--port", str(port), "--log-level", "warning",
          "--processor-url", f"http://127.0.0.1:{status}", "--workers", str(workers),
          # Every load comes from loopback: one client address with up to 1,024 connections.
-         "--max-client-connections", "0"],
+         "--max-client-connections", "0", *credentials],
         rounddir / "serve.log",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [processor, serve], rounddir)
-        post(url, b'{"type":"bench.warmup","args":[]}', timeout=120)
+        post(url, b'{"type":"bench.warmup","args":[]}', timeout=120, key=key)
         results = []
         for (concurrency, per_call), workload in zip(loads, workloads, strict=True):
             if per_call == FETCH:
@@ -125,12 +132,13 @@ def run_round(
             cpu = _Cpu(serve.pid, processor.pid, broker.pid)
             # One serve worker keeps the names rows had before serve had workers.
             served = f"w={workers} " if workers > 1 else ""
+            served += AUTH if auth else ""
             if per_call == FETCH:
                 out = _fetch(url, concurrency, seconds)
                 name = f"http fetch {served}{answers}"
             else:
                 script = rounddir / f"load-{concurrency}-{per_call}.lua"
-                script.write_text(_lua(workload, per_call, _threads(concurrency)))
+                script.write_text(_lua(workload, per_call, _threads(concurrency), key))
                 out = _wrk(wrk, url, script, concurrency, seconds)
                 batch = "batch " if per_call > 1 else ""
                 name = f"http {batch}c={concurrency} {served}{answers}"
@@ -183,10 +191,13 @@ def wait_healthy(url: str, procs: list, workdir: Path, timeout: float = 120) -> 
         time.sleep(0.1)
 
 
-def post(url: str, body: bytes, timeout: float, path: str = "/ojs/v1/jobs") -> int:
-    request = urllib.request.Request(
-        f"{url}{path}", data=body, headers={"content-type": "application/json"}
-    )
+def post(
+    url: str, body: bytes, timeout: float, path: str = "/ojs/v1/jobs", key: str | None = None
+) -> int:
+    headers = {"content-type": "application/json"}
+    if key is not None:
+        headers["authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(f"{url}{path}", data=body, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return int(answer.status)
@@ -293,7 +304,40 @@ def _threads(concurrency: int) -> int:
     return min(2, concurrency)
 
 
-def _lua(workload: Workload, per_call: int, threads: int) -> str:
+def _credentials(rounddir: Path) -> tuple[str, list[str]]:
+    """A key, and serve's arguments for a credentials file whose one admin holds it."""
+    key, path = keys.new_key(), rounddir / "credentials.toml"
+    admin = credentials.principal("bench", "admin", None, ["*"])
+    credentials.save(path, credentials.with_key((), "bench", key, time.time_ns() // 10**6, admin))
+    return key, ["--credentials", str(path)]
+
+
+def auth_ratios(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """Serve's CPU per enqueue, and calls per second, of each load run with auth over the
+    same load without, round by round (the two alternate)."""
+    by_name = {(r["system"], r["round"]): r for r in rounds if r["system"].startswith("http")}
+    pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for (name, number), on in by_name.items():
+        off = by_name.get((name.replace(AUTH, ""), number))
+        if AUTH in name and off is not None:
+            pairs.setdefault(name.replace(AUTH, ""), []).append((on, off))
+    ratios: dict[str, dict[str, float] | None] = {}
+    for load, both in pairs.items():
+        ratios[f"{load}: serve CPU per enqueue, auth on ÷ off"] = report.spread(
+            _serve_cpu(on) / _serve_cpu(off) for on, off in both
+            if _serve_cpu(on) and _serve_cpu(off)
+        )  # fmt: skip
+        ratios[f"{load}: per second, auth on ÷ off"] = report.spread(
+            on["rate"] / off["rate"] for on, off in both if off["rate"]
+        )
+    return ratios
+
+
+def _serve_cpu(row: dict[str, Any]) -> float:
+    return (row["cpu_serve_s"] or 0.0) / row["requests"] if row["requests"] else 0.0
+
+
+def _lua(workload: Workload, per_call: int, threads: int, key: str | None = None) -> str:
     """wrk script: thread t of T sends bodies t, t+T, t+2T, … of the workload, in order."""
     if per_call == 1:
         bodies = [item.value.decode() for item in workload.items]
@@ -306,7 +350,8 @@ def _lua(workload: Workload, per_call: int, threads: int) -> str:
         ]
         path = "/ojs/v1/jobs/batch"
     table = ",\n".join(f"[==[{body}]==]" for body in bodies)
-    return _WRK_SCRIPT % {"bodies": table, "path": path, "threads": threads}
+    auth = "" if key is None else f', ["Authorization"] = "Bearer {key}"'
+    return _WRK_SCRIPT % {"bodies": table, "path": path, "threads": threads, "auth": auth}
 
 
 _WRK_SCRIPT = """
@@ -325,7 +370,7 @@ end
 function request()
   local body = bodies[((next_body - 1) %% #bodies) + 1]
   next_body = next_body + %(threads)d
-  return wrk.format("POST", "%(path)s", {["Content-Type"] = "application/json"}, body)
+  return wrk.format("POST", "%(path)s", {["Content-Type"] = "application/json"%(auth)s}, body)
 end
 function response(status)
   statuses[status] = (statuses[status] or 0) + 1

@@ -19,6 +19,7 @@ DEFAULTS = {
     "http_batch_concurrency": ("4,16", "4"),
     "http_seconds": (10.0, 2.0),
     "http_workers": ("1,2,N", "1"),
+    "http_auth": ("on", "off"),
     "fetch_jobs": (2_000, 200),
     "answers": ("early,committed", "early"),
     "restore_keys": (1_000_000, 2_000),
@@ -86,6 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serve workers (`gateway serve --workers`), comma-separated: the "
                    "HTTP loads of the first answer mode run once per count; N: one per core "
                    "(default 1,2,N; quick 1)")  # fmt: skip
+    p.add_argument("--http-auth", choices=("on", "off"),
+                   help="on: the first HTTP load once more against a serve that reads a "
+                   "credentials file, every call with a key, and its serve CPU per enqueue "
+                   "over the same load's without (default on; quick off)")  # fmt: skip
     p.add_argument("--http-seconds", type=float,
                    help="run per HTTP load (default 10; quick 2)")  # fmt: skip
     p.add_argument("--fetch-jobs", type=int,
@@ -140,6 +145,7 @@ def _bench(args: argparse.Namespace) -> int:
         http_batch_concurrency=_ints(str(setting("http_batch_concurrency"))),
         http_seconds=float(setting("http_seconds")),  # type: ignore[arg-type]
         http_workers=_workers(str(setting("http_workers"))),
+        http_auth=setting("http_auth") == "on",
         fetch_jobs=max(0, int(setting("fetch_jobs"))),  # type: ignore[call-overload]
         restore_keys=int(setting("restore_keys")),  # type: ignore[call-overload]
         records_per_input=args.records_per_input,

@@ -91,35 +91,48 @@ def _keys(args: argparse.Namespace) -> int:
         raise CommandError("name the credentials file: --file FILE or $GATEWAY_CREDENTIALS",
                            EXIT_INVALID)  # fmt: skip
     path = Path(given)
+    if args.action == "list":
+        try:
+            _list(credentials.load(path))
+        except CredentialsError as exc:
+            raise CommandError(str(exc), EXIT_INVALID) from None
+        return 0
     try:
-        principals = credentials.load(path) if path.exists() or args.action != "new" else ()
-        if args.action == "list":
-            _list(principals)
-            return 0
-        now_ms = time.time_ns() // 1_000_000
-        if args.action == "revoke":
-            credentials.save(path, credentials.without_keys(principals, args.name, args.key))
-            what = "every key" if args.key is None else f"key {args.key}"
-            print(f"principal {args.name}: {what} revoked")
-            return 0
-        key = keys.new_key()
-        if args.action == "rotate":
-            if args.grace < 0:
-                raise CommandError("--grace must be 0 or more seconds", EXIT_INVALID)
-            changed = credentials.with_key(
-                principals, args.name, key, now_ms, grace_ms=args.grace * 1000
-            )
-        else:
-            changed = credentials.with_key(
-                principals, args.name, key, now_ms, new=_new(args, principals)
-            )
-        credentials.save(path, changed)
+        with credentials.editing(path):
+            key = _edit(args, path)
     except CredentialsError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from None
+    except OSError as exc:
+        raise CommandError(f"cannot edit {path}: {exc.strerror}", EXIT_INVALID) from None
+    if key is None:
+        what = "every key" if args.key is None else f"key {args.key}"
+        print(f"principal {args.name}: {what} revoked")
+        return 0
     print(f"principal {args.name}: key {keys.key_id(keys.digest(key))} added; the key, "
           "shown this once:")  # fmt: skip
     print(key)
     return 0
+
+
+def _edit(args: argparse.Namespace, path: Path) -> str | None:
+    """Change the file as `args` ask, under its edit lock; the new key, if one was made."""
+    principals = credentials.load(path) if path.exists() or args.action != "new" else ()
+    if args.action == "revoke":
+        credentials.save(path, credentials.without_keys(principals, args.name, args.key))
+        return None
+    key, now_ms = keys.new_key(), time.time_ns() // 1_000_000
+    if args.action == "rotate":
+        if args.grace < 0:
+            raise CredentialsError("--grace must be 0 or more seconds")
+        changed = credentials.with_key(
+            principals, args.name, key, now_ms, grace_ms=args.grace * 1000
+        )
+    else:
+        changed = credentials.with_key(
+            principals, args.name, key, now_ms, new=_new(args, principals)
+        )
+    credentials.save(path, changed)
+    return key
 
 
 def _new(args: argparse.Namespace, principals: tuple[Principal, ...]) -> Principal | None:

@@ -89,31 +89,32 @@ def test_each_role_gets_an_answer_or_403_on_every_route_as_the_matrix_says(
 
 
 def test_a_rotation_under_load_fails_no_request_with_either_key(secured: Secured):
-    """Callers at about 200 requests a second, with the old key and (once read) the new
-    one, while the file is rotated and rewritten: no failure inside the grace period; the
-    old key, revoked, is refused within a second and a half."""
+    """Four callers, each paced at 50 requests a second, two with the old key and two
+    with the new one once it is read (the old one till then), while the file is rotated
+    and rewritten: no failure inside the grace period; the old key, revoked, is refused
+    within a second and a half."""
     name = "worker"
     old = secured.keys[name]
     failures: list[str] = []
     counts = {"old": 0, "new": 0}
     use: dict[str, str | None] = {"new": None}
     stop = {"old": threading.Event(), "new": threading.Event()}
+    started = time.monotonic()
 
     def caller(which: str) -> None:
         with httpx.Client(base_url=secured.served.url, timeout=30) as http:
+            at = time.monotonic()
             while not stop[which].is_set():
-                key = old if which == "old" else use["new"]
-                if key is None:
-                    time.sleep(0.01)
-                    continue
+                key = use["new"] if which == "new" and use["new"] is not None else old
                 answer = http.post("/ojs/v1/workers/fetch", json={"queues": ["rotation"]},
                                    headers={"Authorization": f"Bearer {key}"})  # fmt: skip
-                counts[which] += 1
+                counts["new" if key != old else "old"] += 1
                 if answer.status_code != 200:
                     failures.append(f"{which}: {answer.status_code} {answer.text}")
-                time.sleep(0.01)
+                at += 0.02
+                time.sleep(max(0.0, at - time.monotonic()))
 
-    threads = [threading.Thread(target=caller, args=(w,)) for w in ("old", "new")]
+    threads = [threading.Thread(target=caller, args=(w,)) for w in ("old", "old", "new", "new")]
     for thread in threads:
         thread.start()
     try:
@@ -142,10 +143,12 @@ def test_a_rotation_under_load_fails_no_request_with_either_key(secured: Secured
             credentials.save(secured.path, credentials.load(secured.path))
         time.sleep(1.1)
         assert failures == [], failures[:5]
-        assert counts["old"] > 200 and counts["new"] > 100, counts
-        print(f"rotation under load: {counts} requests, {len(failures)} failed")
+        rate = sum(counts.values()) / (time.monotonic() - started)
+        assert counts["old"] > 400 and counts["new"] > 200, counts
+        print(f"rotation under load: {counts} requests, {rate:.0f}/s, {len(failures)} failed")
         stop["old"].set()
         threads[0].join()
+        threads[1].join()
         old_id = keys.key_id(keys.digest(old))
         credentials.save(
             secured.path, credentials.without_keys(credentials.load(secured.path), name, old_id)

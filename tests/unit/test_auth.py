@@ -178,6 +178,22 @@ def test_keys_new_prints_the_key_alone_on_its_last_line_and_stores_its_hash(tmp_
     assert revoked.returncode == 2 and "no key" in revoked.stderr
 
 
+def test_keys_commands_at_once_each_keep_the_others_change(tmp_path: Path):
+    path = tmp_path / "c.toml"
+    command = [sys.executable, "-m", "gateway", "keys", "new", "--role", "worker", "--file",
+               str(path)]  # fmt: skip
+    running = [subprocess.Popen([*command[:5], f"w{n}", *command[5:]], stdout=subprocess.PIPE)
+               for n in range(8)]  # fmt: skip
+    assert [p.wait(timeout=120) for p in running] == [0] * 8
+    assert sorted(p.name for p in credentials.load(path)) == [f"w{n}" for n in range(8)]
+
+
+def test_keys_on_a_file_it_cannot_write_exits_2(tmp_path: Path):
+    made = gateway("keys", "new", "api", "--role", "producer",
+                   "--file", str(tmp_path / "missing" / "c.toml"))  # fmt: skip
+    assert made.returncode == 2 and "cannot edit" in made.stderr
+
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
