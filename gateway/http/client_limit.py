@@ -11,6 +11,9 @@ up to N x W requests in all.
 
 from __future__ import annotations
 
+import logging
+import time
+
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -20,6 +23,11 @@ from gateway.http.plumbing import media_type_of, request_id_of
 from gateway.http.responses import error_response
 
 RETRY_AFTER_S = 1
+# The security log names a refused address at most once a second, with how many
+# requests it was refused since: a flood costs a line a second, not a line a request.
+_LOG_EVERY_S = 1.0
+_LOGGED_MAX = 10_000  # addresses remembered for that, at most
+log = logging.getLogger("gateway.security")
 
 
 class ClientLimit:
@@ -28,6 +36,7 @@ class ClientLimit:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open: dict[str, int] = {}  # only addresses with a request in flight
+        self.refused: dict[str, tuple[float, int]] = {}  # address: (last line, refused since)
 
     def enter(self, host: str) -> bool:
         """Counts a request from `host` in, or says it is one too many."""
@@ -56,7 +65,23 @@ class ClientLimit:
         )  # fmt: skip
         response = error_response(error, request_id_of(request), media_type_of(request))
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        self._note(host_of(scope), request_id_of(request))
         await response(scope, receive, send)
+
+    def _note(self, host: str, request_id: str) -> None:
+        now = time.monotonic()
+        last, since = self.refused.get(host, (-_LOG_EVERY_S, 0))
+        if now - last < _LOG_EVERY_S:
+            self.refused[host] = (last, since + 1)
+            return
+        if len(self.refused) >= _LOGGED_MAX:
+            self.refused.clear()
+        self.refused[host] = (now, 0)
+        log.warning("refused request", extra={
+            "principal": None, "role": None, "source": host or None,
+            "request_id": request_id, "status": 429, "outcome": "refused",
+            "reason": errors.TOO_MANY_CONNECTIONS, "refused_since_last_line": since,
+        })  # fmt: skip
 
 
 def host_of(scope: Scope) -> str:

@@ -83,6 +83,29 @@ def test_a_client_at_its_limit_gets_429_with_the_envelope_and_retry_after(method
     asyncio.run(go())
 
 
+def test_a_refused_address_is_logged_once_a_second_with_the_count_since(
+    caplog: pytest.LogCaptureFixture,
+):
+    async def go() -> None:
+        app, held = app_of(1)
+        tasks = await in_flight(app, "10.0.0.1", 1)
+        with caplog.at_level("WARNING", logger="gateway.security"):
+            for _ in range(5):
+                assert (await client(app).get("/ojs/v1/queues")).status_code == 429
+            last, since = app.limit.refused["10.0.0.1"]
+            app.limit.refused["10.0.0.1"] = (last - 1.0, since)  # a second later
+            assert (await client(app).get("/ojs/v1/queues")).status_code == 429
+        held.gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    lines = [r for r in caplog.records if r.name == "gateway.security"]
+    assert [(r.status, r.source, r.refused_since_last_line) for r in lines] == [  # type: ignore[attr-defined]
+        (429, "10.0.0.1", 0),
+        (429, "10.0.0.1", 4),
+    ]
+
+
 def test_under_the_limit_every_request_is_served_and_leaves_nothing_counted():
     async def go() -> None:
         app, _ = app_of(3)
