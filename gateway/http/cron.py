@@ -19,6 +19,7 @@ from gateway import wire
 from gateway.core import INVALID_REQUEST, EventOutcome, GatewayError
 from gateway.core.actor import Actor
 from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
+from gateway.core.meta import meta_problem
 from gateway.http import commands, errors, job_types
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
@@ -38,6 +39,9 @@ async def register(request: Request, binding: Binding, request_id: str) -> Answe
     cron = definition(body)
     if isinstance(cron, GatewayError):
         raise ApiError(400, cron.code, cron.message)
+    problem = meta_problem(cron["job_template"].get("meta"), "job_template.meta")
+    if problem is not None:
+        raise ApiError(400, INVALID_REQUEST, problem)
     job_types.permit(binding.settings.job_types, cron["job_template"]["type"])
     command = CronCommand("register", cron["name"], cron)
     answer = await _ask(binding, caller(request, request_id), command)

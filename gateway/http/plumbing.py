@@ -3,6 +3,7 @@ and the one place an ApiError a route raises becomes its answer (`endpoint`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import Counter
@@ -29,6 +30,9 @@ from gateway.http.responses import (
 from gateway.randomness import random_uuid4
 
 log = logging.getLogger("gateway.http")
+# A body not whole this long after its first read is 408 (OJS security §10.3 allows 60 s
+# at most): a caller sending a byte a minute holds a request, and its client's place.
+BODY_READ_S = 30.0
 
 
 def request_id_of(request: Request) -> str:
@@ -169,10 +173,18 @@ async def read_body(request: Request, cap: int) -> bytes:
         raise too_large
     body = bytearray()
     try:
-        async for chunk in request.stream():  # counted as it comes: a chunked body has no length
-            body += chunk
-            if len(body) > cap:
-                raise too_large
+        async with asyncio.timeout(BODY_READ_S):
+            # Counted as it comes: a chunked body has no length.
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > cap:
+                    raise too_large
+    except TimeoutError:
+        raise ApiError(
+            408,
+            errors.TIMEOUT,
+            f"the body was not whole within {BODY_READ_S:g} s of reading it",
+        ) from None
     except ClientDisconnect:
         # A caller that goes away mid-body is an ordinary end, not our failure;
         # the answer goes nowhere, nothing was enqueued.

@@ -22,6 +22,7 @@ from gateway.core import (
     uuid7,
 )
 from gateway.core.actor import Actor
+from gateway.core.meta import meta_problem
 from gateway.randomness import random_bytes, random_hex
 
 
@@ -49,6 +50,9 @@ def prepare(job: Any, mint_id: bool = True) -> Outgoing | GatewayError:
     request = parse_request_json(value)
     if isinstance(request, GatewayError):
         return request
+    problem = meta_problem(request.envelope.meta)
+    if problem is not None:
+        return GatewayError(INVALID_REQUEST, problem)
     request_id = request.envelope.raw.get("request_id", random_hex())
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")

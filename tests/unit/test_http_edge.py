@@ -3,6 +3,7 @@ refusals, events and their SSE frames, heartbeat bodies, and the view's readines
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,10 +13,13 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import TopicPartition
+from starlette.requests import Request
 
 from gateway.catalogue import Catalogue, TopicSpec
 from gateway.core.retry import iso_duration, ojs_retry
+from gateway.http import plumbing
 from gateway.http.answers import Answer, batch_item, for_result
+from gateway.http.errors import ApiError
 from gateway.http.events import matches, sse_frame
 from gateway.http.responses import JSON_TYPE, MEDIA_TYPE, negotiate
 from gateway.http.shared import shown
@@ -722,3 +726,22 @@ def test_a_view_that_goes_live_within_the_wait_answers_the_request(clock: Virtua
     assert answer.status_code == 200, answer.text
     assert answer.json()["job"]["id"] == JOB_ID
     assert clock.start + 4.0 <= clock.now < clock.start + 4.1, (clock.start, clock.now)
+
+
+def test_a_body_not_whole_in_time_is_408_and_one_that_is_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(plumbing, "BODY_READ_S", 0.2)
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+
+    async def slow() -> dict[str, Any]:
+        await asyncio.sleep(0.15)  # a chunk now and then, never the last one
+        return {"type": "http.request", "body": b"{", "more_body": True}
+
+    async def whole() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(plumbing.read_body(Request(scope, slow), 1_000_000))
+    assert (refused.value.status, refused.value.code) == (408, "timeout")
+    assert asyncio.run(plumbing.read_body(Request(scope, whole), 100)) == b"{}"
