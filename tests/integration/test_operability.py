@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -149,6 +150,18 @@ def test_with_credentials_up_guards_the_processors_metrics_and_health_still_asks
             read = httpx.get(metrics, headers=reader, timeout=10)
             assert read.status_code == 200 and "gateway_decisions_total" in read.text, port
             assert httpx.get(f"http://127.0.0.1:{port}/ready", timeout=10).status_code == 200
+        # The reader's key revoked, and SIGHUP to up alone: passed on, read again everywhere.
+        credentials.save(path, credentials.without_keys(made, "read-only"))
+        os.kill(up.proc.pid, signal.SIGHUP)
+        for port in (status_port, status_port + 1, status_port + 2):
+            deadline = time.monotonic() + 10
+            while (code := httpx.get(f"http://127.0.0.1:{port}/metrics", headers=reader,
+                                     timeout=10).status_code) == 200:  # fmt: skip
+                assert time.monotonic() < deadline, f"port {port} still takes a revoked key"
+                time.sleep(0.1)
+            assert code == 401, port
+        assert up.proc.poll() is None
+        assert httpx.get(f"http://127.0.0.1:{http_port}/ojs/v1/health").status_code == 200
     finally:
         up.interrupt()
     refusals = [line for line in up.log_lines() if line["logger"] == "gateway.security"]
