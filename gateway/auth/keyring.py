@@ -3,7 +3,8 @@
 A Keyring is one reading of the credentials file, with the keys it has verified
 so far (by SHA-256: a key's scrypt hash is checked once per process, not per
 request). A Watcher holds the current Keyring and replaces it when the file
-changes (looked at, at most once a POLL_S, when asked) or when told to (SIGHUP):
+changes (looked at, at most once a POLL_S, when asked) or when told to (SIGHUP:
+`reload` at once, or `reread_soon` from a handler that must take no lock):
 a key removed from the file is refused from then on. A file that cannot be read
 keeps the last good Keyring, with an error logged.
 """
@@ -77,13 +78,20 @@ class Watcher:
         self._signature = _signature(path)
         self.keyring = Keyring(load(path))
         self._next_look = time.monotonic() + POLL_S
+        self._reread = False  # read the file at the next look, changed or not
 
     def current(self) -> Keyring:
         now = time.monotonic()
-        if now >= self._next_look:
+        if self._reread or now >= self._next_look:
+            force, self._reread = self._reread, False
             self._next_look = now + POLL_S
-            self.reload(force=False)
+            self.reload(force=force)
         return self.keyring
+
+    def reread_soon(self) -> None:
+        """Read the file again when next asked, changed or not. Sets a flag only: a signal
+        handler may call it in a process whose threads log (`reload` takes their lock)."""
+        self._reread = True
 
     def reload(self, force: bool = True) -> None:
         """Read the file again if it changed (or `force`)."""

@@ -84,6 +84,32 @@ def add_audit_key_argument(p: argparse.ArgumentParser, sealing: bool) -> None:
     )  # fmt: skip
 
 
+def add_credentials_argument(p: argparse.ArgumentParser, guards: str, without: str) -> None:
+    """--credentials, of serve, process and up: `guards` says what then needs a key,
+    `without` what happens without a file."""
+    p.add_argument(
+        "--credentials", type=Path, metavar="FILE", default=None,
+        help=f"the credentials file (`gateway keys`; docs/security.md): {guards}; the file "
+        "is read again when it changes, or on SIGHUP (default $GATEWAY_CREDENTIALS, else "
+        f"none: {without})",
+    )  # fmt: skip
+
+
+def credentials_of(args: argparse.Namespace) -> Path | None:
+    """The credentials file, checked (exit 2 naming the problem), or None."""
+    from gateway.auth.credentials import CredentialsError, load
+
+    given = args.credentials or os.environ.get("GATEWAY_CREDENTIALS") or None
+    if given is None:
+        return None
+    path = Path(given).resolve()
+    try:
+        load(path)
+    except CredentialsError as exc:
+        raise CommandError(str(exc), EXIT_INVALID) from None
+    return path
+
+
 def add_store_memory_argument(p: argparse.ArgumentParser) -> None:
     """--store-memory-mb: what every RocksDB store of one process may hold together."""
     from gateway.store_memory import DEFAULT_MB, MAX_MB, MIN_MB

@@ -12,10 +12,12 @@ from gateway.catalogue import CatalogueError
 from gateway.cli.common import (
     CommandError,
     add_audit_key_argument,
+    add_credentials_argument,
     add_kafka_arguments,
     add_log_level_argument,
     add_store_memory_argument,
     audit_keys_of,
+    credentials_of,
     reachable_config,
     store_memory_of,
 )
@@ -42,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "within 10 s of Ctrl-C or SIGTERM.",
     )
     add_arguments(p)
+    add_credentials_argument(
+        p, "the status port's /metrics then needs `Authorization: Bearer KEY` of a principal "
+        "holding `inspect` (roles read-only, operator, admin); /ready and /live stay open",
+        "anyone may read /metrics",
+    )  # fmt: skip
     p.set_defaults(func=_process)
 
 
@@ -69,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics-port", type=int,
         help="serve /metrics (Prometheus), /ready and /live on 127.0.0.1:PORT, for all the "
-        "processes together; with several, process n serves its own on PORT+n (default: none)",
+        "processes together; with several, process n serves its own on PORT+n; /metrics to a "
+        "key holding `inspect` only, given --credentials (default: none)",
     )  # fmt: skip
     p.add_argument(
         "--max-request-bytes", type=int, default=Limits().max_request_bytes,
@@ -146,6 +154,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     keys = audit_keys_of(args)
+    credentials = credentials_of(args)  # a bad file: exit 2, before anything starts
     try:
         cat = catalogue.load(namespace=args.namespace)
     except CatalogueError as exc:
@@ -163,6 +172,7 @@ def settings_from(args: argparse.Namespace):  # -> ProcessorSettings, imported l
         fetch_wait_ms=args.fetch_wait_ms,
         early_answers=early,
         metrics_port=args.metrics_port,
+        credentials=credentials,
         audit_keys=keys,
         store_memory_mb=memory_mb,
     )

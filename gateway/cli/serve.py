@@ -12,10 +12,12 @@ from gateway.cli.common import (
     EXIT_INVALID,
     CommandError,
     add_audit_key_argument,
+    add_credentials_argument,
     add_kafka_arguments,
     add_log_level_argument,
     add_store_memory_argument,
     audit_keys_of,
+    credentials_of,
     reachable_config,
     store_memory_of,
 )
@@ -42,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
     add_kafka_arguments(p)
-    add_credentials_argument(p)
+    add_credentials_argument(p, HTTP_GUARDED, "every request may do anything")
     add_job_types_argument(p)
     p.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
@@ -121,37 +123,22 @@ def max_client_connections_of(args: argparse.Namespace) -> int:
     return int(text)
 
 
-def add_credentials_argument(p: argparse.ArgumentParser) -> None:
-    """Shared with `gateway up`, which passes it on to serve."""
-    p.add_argument(
-        "--credentials", type=Path, metavar="FILE", default=None,
-        help="the credentials file (`gateway keys`; docs/security.md): every route but "
-        "health, /ojs/manifest and /openapi.json then needs `Authorization: Bearer KEY` of "
-        "a principal allowed the route's operation on its queue; the file is read again "
-        "when it changes, or on SIGHUP (default $GATEWAY_CREDENTIALS, else none: every "
-        "request may do anything)",
-    )  # fmt: skip
+# What a credentials file guards in the HTTP binding (`--credentials` of serve and up).
+HTTP_GUARDED = (
+    "every route but health, /ojs/manifest and /openapi.json then needs `Authorization: "
+    "Bearer KEY` of a principal allowed the route's operation on its queue"
+)
 
 
-def credentials_of(args: argparse.Namespace) -> Path | None:
-    """The credentials file, checked (exit 2 naming the problem), or None."""
-    from gateway.auth.credentials import CredentialsError, load
-
+def refuse_shared_token() -> None:
+    """The binding's old shared token is refused rather than ignored: ignored, it would
+    leave open a binding its deployer meant to close."""
     if os.environ.get("GATEWAY_HTTP_TOKEN"):
         raise CommandError(
             "$GATEWAY_HTTP_TOKEN is no longer read: make a credentials file with `gateway keys "
             "new NAME --role admin --file FILE` and pass --credentials FILE (docs/security.md)",
             EXIT_INVALID,
         )
-    given = args.credentials or os.environ.get("GATEWAY_CREDENTIALS") or None
-    if given is None:
-        return None
-    path = Path(given).resolve()
-    try:
-        load(path)
-    except CredentialsError as exc:
-        raise CommandError(str(exc), EXIT_INVALID) from None
-    return path
 
 
 def add_job_types_argument(p: argparse.ArgumentParser) -> None:
@@ -277,6 +264,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     audit_keys_of(args)  # a bad key file is refused before anything starts
     tls_context_of(args)  # and so is a bad TLS file
+    refuse_shared_token()
     args.credentials = credentials_of(args)  # and a bad credentials file
     args.max_client_connections = max_client_connections_of(args)  # and a bad limit
     args.job_types = job_types_of(args)  # and a bad job-type pattern

@@ -30,17 +30,22 @@ from gateway.broker.ports import free_port_block
 from gateway.catalogue import CatalogueError
 from gateway.children import ignore_sigint, python_module
 from gateway.cli import process
-from gateway.cli.common import EXIT_UNAVAILABLE, CommandError
-from gateway.cli.serve import (
+from gateway.cli.common import (
+    EXIT_UNAVAILABLE,
+    CommandError,
     add_credentials_argument,
+    credentials_of,
+)
+from gateway.cli.serve import (
+    HTTP_GUARDED,
     add_job_types_argument,
     add_json_responses_argument,
     add_max_client_connections_argument,
     add_tls_arguments,
     add_workers_argument,
-    credentials_of,
     job_types_of,
     max_client_connections_of,
+    refuse_shared_token,
     tls_context_of,
 )
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
@@ -68,7 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
     add_json_responses_argument(p)
     add_tls_arguments(p)
-    add_credentials_argument(p)
+    add_credentials_argument(
+        p, f"{HTTP_GUARDED}, and the processor's /metrics one holding `inspect` (its /ready "
+        "and /live stay open)", "every request may do anything",
+    )  # fmt: skip
     add_job_types_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     add_max_client_connections_argument(p)
@@ -125,7 +133,8 @@ def _up(args: argparse.Namespace) -> int:
     args.max_client_connections = max_client_connections_of(args)  # and a bad limit
     args.job_types = job_types_of(args)  # and bad patterns
     _check_ports(args)
-    args.credentials = credentials_of(args)
+    refuse_shared_token()
+    args.credentials = credentials_of(args)  # the binding's and the processor's
     started: launcher.Cluster | None = None
     stop = {"at": float("inf")}
     try:
@@ -154,6 +163,10 @@ def _up(args: argparse.Namespace) -> int:
             if http is not None:
                 http.terminate()
 
+        def on_reread() -> None:  # SIGHUP, with credentials: serve reads them again too
+            if http is not None and http.poll() is None:
+                http.send_signal(signal.SIGHUP)
+
         try:
             # A Ctrl-C now waits until `http` is recorded, so the finally ends it.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -168,7 +181,7 @@ def _up(args: argparse.Namespace) -> int:
             print(f"http: {scheme}://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
             print("processor: starting; press Ctrl-C to stop", flush=True)
             logs.configure(args.log_level)
-            code = supervise(settings, args.log_level, on_stop, processes)
+            code = supervise(settings, args.log_level, on_stop, processes, on_reread)
             if died:
                 raise CommandError(died[0])
             return code

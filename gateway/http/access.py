@@ -8,15 +8,14 @@ handler that learns the queue it touches (from the body, the path, or the job th
 view holds) asks `permit` (or `refusal`) for it, under the same need. Without a
 credentials file every request may do everything.
 
-401 `unauthenticated` without a valid key (the key's SHA-256 looked up first, so
-a wrong key costs no slow hash: gateway/auth/keys.py); 403 `permission_denied`
-naming the principal, the operation and the queue (OJS security §15.2).
+401 `unauthenticated` without a valid key (gateway/auth/bearer.py says whose a key
+is, the processor's status port asks it too); 403 `permission_denied` naming the
+principal, the operation and the queue (OJS security §15.2).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.auth import keys, roles
+from gateway.auth import bearer, roles
 from gateway.auth.credentials import Principal
 from gateway.auth.keyring import Watcher
 from gateway.http import errors
@@ -118,45 +117,18 @@ def restricted() -> bool:
 async def authenticate(request: Request, watcher: Watcher) -> Principal:
     """The principal of the request's key (or of its address, for a keyless one); 401."""
     ring = watcher.current()
-    given = request.headers.getlist("authorization")
-    if not given:
-        client = request.client
-        principal = ring.keyless(client.host if client else None)
-        if principal is not None:
-            return principal
-        raise _unauthenticated("send `Authorization: Bearer <key>`")
-    if len(given) > 1:
-        raise _unauthenticated("send one Authorization header, not several")
-    scheme, _, key = given[0].partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key:
-        raise _unauthenticated("send `Authorization: Bearer <key>`")
-    if len(key) > keys.MAX_KEY_CHARS:
-        raise _unauthenticated("the key is not valid")
-    key_digest, now_ms = keys.digest(key), time.time_ns() // 1_000_000
-    principal = ring.cached(key_digest, now_ms)
-    if principal is None and ring.candidate(key_digest, now_ms):
-        # Its first use in this process: scrypt, off the event loop.
-        principal = await asyncio.to_thread(ring.verify, key, key_digest, now_ms)
-    if principal is None:
-        raise _unauthenticated("the key is not valid (unknown, revoked or expired)")
-    return principal
-
-
-def _unauthenticated(message: str) -> ApiError:
-    return ApiError(401, errors.UNAUTHENTICATED, message)
+    client = request.client
+    try:
+        found = bearer.identify(
+            ring, request.headers.getlist("authorization"), client.host if client else None
+        )
+        if isinstance(found, bearer.Unverified):
+            # Its first use in this process: scrypt, off the event loop.
+            found = await asyncio.to_thread(bearer.verify, ring, found)
+    except bearer.Unauthenticated as exc:
+        raise errors.unauthenticated(str(exc)) from None
+    return found
 
 
 def _denied(principal: Principal, need: Need, queue: str | None) -> ApiError:
-    where = (
-        " on every queue (the route spans them)" if queue == roles.ANY_QUEUE
-        else f" on queue {queue!r}" if queue is not None else ""
-    )  # fmt: skip
-    details: dict[str, Any] = {"principal": principal.name, "operation": need.operation}
-    if queue is not None:
-        details["queue"] = queue
-    return ApiError(
-        403, errors.PERMISSION_DENIED,
-        f"principal {principal.name!r} does not have {need.operation!r} permission{where}",
-        details=details,
-    )  # fmt: skip
+    return errors.permission_denied(principal.name, need.operation, queue)

@@ -5,13 +5,16 @@ is served through (plumbing.endpoint) answers it in the OJS error envelope.
 Where one answer holds several errors (a batch's items, a heartbeat's jobs) an
 ApiError is also a value. The codes the core answers (invalid_request,
 duplicate, ...) are the core's (core/errors.py); the ones only the HTTP
-binding answers are here.
+binding answers are here, and the refusals of who calls (`unauthenticated`,
+`permission_denied`), which the processor's status port answers too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.auth.roles import ANY_QUEUE
 
 NOT_FOUND = "not_found"
 # OJS errors §4.3: no valid credential (401); a credential without the permission (403).
@@ -55,3 +58,24 @@ class ApiError(Exception):
                 "request_id": self.request_id or request_id,
             }
         }
+
+
+def unauthenticated(message: str) -> ApiError:
+    return ApiError(401, UNAUTHENTICATED, message)
+
+
+def permission_denied(principal: str, operation: str, queue: str | None = None) -> ApiError:
+    """403 naming the principal, the operation and the queue (OJS security §15.2); the
+    queue ANY_QUEUE for a route that spans every queue."""
+    where = (
+        " on every queue (the route spans them)" if queue == ANY_QUEUE
+        else f" on queue {queue!r}" if queue is not None else ""
+    )  # fmt: skip
+    details: dict[str, Any] = {"principal": principal, "operation": operation}
+    if queue is not None:
+        details["queue"] = queue
+    return ApiError(
+        403, PERMISSION_DENIED,
+        f"principal {principal!r} does not have {operation!r} permission{where}",
+        details=details,
+    )  # fmt: skip

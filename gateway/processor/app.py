@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from gateway import store_memory
 from gateway.admin import check as check_topics
+from gateway.auth.credentials import CredentialsError
 from gateway.catalogue import Catalogue, CatalogueError
 from gateway.config import DEFAULT_FETCH_WAIT_MS, DEFAULT_LINGER_MS, FETCH_MIN_BYTES
 from gateway.partitioner import PRODUCER_SETTING
@@ -38,6 +40,7 @@ from gateway.processor.replies import NOT_DELIVERED, EarlyReplies, ReplyTopics
 from gateway.processor.shutdown import Shutdown
 from gateway.processor.stages import Stages, Stores, input_roles
 from gateway.processor.state_identity import current, reconcile, state_root
+from gateway.processor.status_access import guard_of
 from gateway.processor.store import LAYOUT
 from gateway.processor.ticks import Ticker
 from gateway.stage.audit_keys import AuditKeys
@@ -74,6 +77,9 @@ class ProcessorSettings:
     # Milliseconds the broker may hold a fetch to fill it (config.py); 0: none.
     fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS
     metrics_port: int | None = None
+    # The credentials file: with one, the status port's /metrics needs a principal's key
+    # holding `inspect` (status_access.py); None: anyone may read it.
+    credentials: Path | None = None
     # Replies go to the catalogue's replies topic and to topics under this prefix
     # (None: "<replies topic>."; "": the replies topic only). See replies.py.
     reply_prefix: str | None = None
@@ -188,10 +194,14 @@ def run(settings: ProcessorSettings) -> None:
     shutdown.install_handlers()
     admin = AdminClient(settings.client_config)
     try:
+        # The status port's, read before anything starts (serving it comes later).
+        guard = None if settings.metrics_port is None else guard_of(settings.credentials)
         check_topics(settings.catalogue, admin, wait_s=STARTUP_WAIT_S)
         changelogs.ensure(settings.catalogue, settings.group, admin)
-    except CatalogueError as exc:
+    except (CatalogueError, CredentialsError) as exc:
         raise StartupRefused(str(exc)) from exc
+    if guard is not None:
+        signal.signal(signal.SIGHUP, guard.on_sighup)
     # Before any partition's state is opened: drop state from another cluster or version.
     names = changelogs.changelogs(settings.catalogue, settings.group).values()
     identity = current(admin, names, LAYOUT)
@@ -201,7 +211,7 @@ def run(settings: ProcessorSettings) -> None:
     shutdown.attach(loop)
     readiness = Readiness(loop, shutdown)
     if settings.metrics_port is not None:
-        serve_status(settings.metrics_port, metrics.registry, readiness)
+        serve_status(settings.metrics_port, metrics.registry, readiness, guard)
     if shutdown.requested:
         return
     log.info(

@@ -14,13 +14,17 @@ GET /metrics  the runtimes' metrics added up: a series with the same name and la
               in several runtimes is their sum (counters, histograms, keys held, lag
               per partition all add up this way); every metric a runtime's own port
               shows is here, those with no series yet too
+
+With a credentials file, /metrics is for a principal's key holding `inspect` here as on
+each runtime's port (status_access.py): this port checks the caller, then asks the
+runtimes with the caller's own Authorization header.
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -30,15 +34,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from gateway.processor.readiness import serve_status
+from gateway.processor.status_access import Guard
 
 # The HTTP binding gives the whole question 2 s (gateway/http/health.py).
 ASK_TIMEOUT_S = 1.0
 
 
-def _ask(url: str) -> tuple[int | None, bytes]:
+def _ask(url: str, headers: Mapping[str, str]) -> tuple[int | None, bytes]:
     """The status and body a runtime answers, (None, b"") when it does not."""
     try:
-        with urllib.request.urlopen(url, timeout=ASK_TIMEOUT_S) as response:
+        request = urllib.request.Request(url, headers=dict(headers))
+        with urllib.request.urlopen(request, timeout=ASK_TIMEOUT_S) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -119,17 +125,23 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def serve(port: int, children: Sequence[tuple[str, int]]) -> ThreadingHTTPServer:
+def serve(
+    port: int, children: Sequence[tuple[str, int]], guard: Guard | None = None
+) -> ThreadingHTTPServer:
     """Serve the runtimes' (instance id, status port) as one on 127.0.0.1:`port`."""
     pool = ThreadPoolExecutor(max_workers=len(children), thread_name_prefix="status-ask")
 
-    def ask_all(path: str) -> list[tuple[str, int | None, bytes]]:
+    def ask_all(path: str, headers: Mapping[str, str]) -> list[tuple[str, int | None, bytes]]:
         urls = [f"http://127.0.0.1:{p}{path}" for _, p in children]
-        return [(i, *a) for (i, _), a in zip(children, pool.map(_ask, urls), strict=True)]
+        answers = pool.map(lambda url: _ask(url, headers), urls)
+        return [(i, *a) for (i, _), a in zip(children, answers, strict=True)]
 
-    def metrics() -> bytes:
+    def metrics(authorization: Sequence[str]) -> bytes:
+        # The caller's key, for the runtimes to check as this port did (a guard lets in
+        # one Authorization header at most).
+        headers = {"Authorization": authorization[0]} if authorization else {}
         return merge_metrics(
-            [body.decode() for _, status, body in ask_all("/metrics") if status == 200]
+            [body.decode() for _, status, body in ask_all("/metrics", headers) if status == 200]
         ).encode()
 
-    return serve_status(port, metrics, lambda: readiness(ask_all("/ready")))
+    return serve_status(port, metrics, lambda: readiness(ask_all("/ready", {})), guard)

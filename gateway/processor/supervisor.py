@@ -19,6 +19,10 @@ ignores SIGINT from its first instruction on: the terminal's Ctrl-C reaches
 the whole process group, and the runtime should stop on the supervisor's
 SIGTERM alone, not on two signals racing each other (see shutdown.py), nor
 print a KeyboardInterrupt while it is still starting.
+
+With a credentials file, a SIGHUP to the supervisor is passed on to each runtime:
+each reads the file again (as the supervisor does for its own status port), so a
+revoked key is refused at once on every port. Without one, SIGHUP is not handled.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway import logs
+from gateway.auth.credentials import CredentialsError
 from gateway.children import ignore_sigint, python_module
 from gateway.processor.app import ProcessorSettings
 from gateway.processor.shutdown import EXIT_CONFIG, GRACE_S
+from gateway.processor.status_access import Guard, guard_of
 
 log = logging.getLogger("gateway.processor")
 
@@ -92,29 +98,42 @@ def supervise(
     log_level: str = "INFO",
     on_stop: Callable[[], None] | None = None,
     processes: int = 1,
+    on_reread: Callable[[], None] | None = None,
 ) -> int:
     """Run `processes` runtimes until SIGINT or SIGTERM; return within KILL_AFTER_S of the
     signal. Return 0 then, or EXIT_CONFIG at once when a runtime refuses this deployment.
 
-    `on_stop` runs once, as the stop begins (outside the signal handler).
+    `on_stop` runs once, as the stop begins (outside the signal handler); `on_reread` after
+    each SIGHUP, when there is a credentials file.
     """
-    flags = {"stop": False}
+    flags = {"stop": False, "reread": False}
 
-    def on_signal(_signum: int, _frame: Any) -> None:
-        flags["stop"] = True  # nothing that takes a lock: see shutdown.py
+    def on_signal(signum: int, _frame: Any) -> None:
+        # Nothing that takes a lock: see shutdown.py.
+        flags["reread" if signum == signal.SIGHUP else "stop"] = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
+    if settings.credentials is not None:
+        signal.signal(signal.SIGHUP, on_signal)
 
     slots = [_Child(s) for s in children(settings, processes)]
-    server = None
+    server, guard = None, None
     if processes > 1 and settings.metrics_port is not None:
         from gateway.processor import status
 
+        try:
+            guard = guard_of(settings.credentials)
+        except CredentialsError as exc:
+            log.error(f"the processor cannot start: {exc}")
+            return EXIT_CONFIG
         ports = [(c.settings.instance_id, c.settings.metrics_port or 0) for c in slots]
-        server = status.serve(settings.metrics_port, ports)
+        server = status.serve(settings.metrics_port, ports, guard)
     code = 0
     while not flags["stop"] and not code:
+        if flags["reread"]:
+            flags["reread"] = False
+            _reread([c.proc for c in slots if c.proc is not None], guard, on_reread)
         for child in slots:
             if child.proc is None:
                 if time.monotonic() >= child.resume_at:
@@ -156,16 +175,36 @@ def _exited(child: _Child) -> int:
     return 0
 
 
+def _reread(
+    procs: list[subprocess.Popen[bytes]], guard: Guard | None, on_reread: Callable[[], None] | None
+) -> None:
+    """SIGHUP: the credentials file read again here and by every runtime."""
+    if guard is not None:
+        guard.watcher.reread_soon()
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+    if on_reread is not None:
+        on_reread()
+
+
 def _start(settings: ProcessorSettings, log_level: str) -> subprocess.Popen[bytes]:
     child = subprocess.Popen(
         python_module("gateway.processor.supervisor"),
         stdin=subprocess.PIPE,
-        preexec_fn=ignore_sigint,
+        preexec_fn=ignore_sigint if settings.credentials is None else _ignore_sighup_too,
     )
     assert child.stdin is not None
     with child.stdin:
         child.stdin.write(pickle.dumps((settings, log_level)))
     return child
+
+
+def _ignore_sighup_too() -> None:
+    """Before exec, with a credentials file: SIGINT ignored (children.py), and SIGHUP until
+    the runtime handles it (app.py), so one passed on while it starts does not end it."""
+    ignore_sigint()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -13,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from gateway.auth import credentials, keys
 from gateway.sdk import Client
 from tests.integration.cli import gateway
 from tests.integration.harness import Processor, apply_topics, fingerprint_of
@@ -112,6 +114,60 @@ def test_health_is_503_until_this_runs_processor_owns_its_partitions(
         reasons = sorted({a.json()["reason"] for a in seen if a.status_code == 503})
         print(f"{round_}: {len(seen) - 1} answers of 503 before 200: {reasons}; stop {took:.2f}s")
         _assert_logs(up, fingerprint_of(JOB))
+
+
+@pytest.mark.kafka
+def test_with_credentials_up_guards_the_processors_metrics_and_health_still_asks_it(
+    kafka_bootstrap, namespace, tmp_path
+):
+    """`up --credentials` hands its file to the processor: /metrics, on the supervisor's
+    port and each runtime's, is 401 without a key, 403 to a producer's, and the metrics to
+    a read-only key; /ready stays open, so serve's health, which asks it, turns ready."""
+    path, given, made = tmp_path / "credentials.toml", {}, ()
+    for role in ("read-only", "producer"):
+        given[role] = keys.new_key()
+        new = credentials.principal(role, role, None, ["*"])
+        made = credentials.with_key(made, role, given[role], 0, new=new)
+    credentials.save(path, made)
+    http_port, status_port = free_port_block(), free_port_block()
+    up = Up(
+        tmp_path / "up", "--bootstrap", kafka_bootstrap, "--namespace", namespace,
+        "--http-port", str(http_port), "--state-dir", str(tmp_path / "state"),
+        "--metrics-port", str(status_port), "--processes", "2", "--credentials", str(path),
+    )  # fmt: skip
+    try:
+        up.wait_ready(f"http://127.0.0.1:{http_port}/ojs/v1/health")
+        for port in (status_port, status_port + 1, status_port + 2):
+            metrics = f"http://127.0.0.1:{port}/metrics"
+            refused = httpx.get(metrics, timeout=10)
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["error"]["code"] == "unauthenticated"
+            producer = {"Authorization": f"Bearer {given['producer']}"}
+            denied = httpx.get(metrics, headers=producer, timeout=10)
+            assert denied.status_code == 403 and "gateway_" not in denied.text
+            assert denied.json()["error"]["code"] == "permission_denied"
+            reader = {"Authorization": f"Bearer {given['read-only']}"}
+            read = httpx.get(metrics, headers=reader, timeout=10)
+            assert read.status_code == 200 and "gateway_decisions_total" in read.text, port
+            assert httpx.get(f"http://127.0.0.1:{port}/ready", timeout=10).status_code == 200
+        # The reader's key revoked, and SIGHUP to up alone: passed on, read again everywhere.
+        credentials.save(path, credentials.without_keys(made, "read-only"))
+        os.kill(up.proc.pid, signal.SIGHUP)
+        for port in (status_port, status_port + 1, status_port + 2):
+            deadline = time.monotonic() + 10
+            while (code := httpx.get(f"http://127.0.0.1:{port}/metrics", headers=reader,
+                                     timeout=10).status_code) == 200:  # fmt: skip
+                assert time.monotonic() < deadline, f"port {port} still takes a revoked key"
+                time.sleep(0.1)
+            assert code == 401, port
+        assert up.proc.poll() is None
+        assert httpx.get(f"http://127.0.0.1:{http_port}/ojs/v1/health").status_code == 200
+    finally:
+        up.interrupt()
+    refusals = [line for line in up.log_lines() if line["logger"] == "gateway.security"]
+    assert {(line["route"], line["status"]) for line in refusals} == {
+        ("GET /metrics", 401), ("GET /metrics", 403),
+    }  # fmt: skip
 
 
 def _assert_logs(up: Up, key: str) -> None:
