@@ -17,7 +17,7 @@ from tests.http_requests import Untouchable, call, request, route
 from tests.unit.test_http_job_types import binding
 
 KEYS = st.from_regex(r"[A-Za-z0-9_.-]{1,128}", fullmatch=True)
-LINES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"))
+LINES = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"))
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | LINES,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
