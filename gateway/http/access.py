@@ -41,7 +41,7 @@ from gateway.http.errors import ApiError
 # Which queues a route touches (Need.queues).
 ONE = "one"  # the one it names, or its job's
 REACHED = "reached"  # it reads across queues: those the caller reaches (Scope)
-EVERY = "every"  # it changes across queues: only a principal that reaches any queue
+EVERY = "every"  # it changes across queues: only a principal that reaches every queue
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,8 @@ def done(token: Token[Caller | None]) -> None:
 
 
 def scope() -> Scope:
-    """What the caller may see. Taken when the request comes: what answers after the
-    handler returns (an event stream) keeps it."""
+    """What the caller may see, until `done`: an answer that outlives its handler (an
+    event stream) takes it first and keeps it."""
     caller = _CALLER.get()
     if caller is None or caller.principal.queues.every:
         return EVERYTHING
