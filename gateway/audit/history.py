@@ -23,6 +23,7 @@ import orjson
 
 from gateway.audit.explain import Explained, explain_record
 from gateway.audit.index import MAX_ROUTE_BYTES, AuditIndex, DecisionAt
+from gateway.audit.moves import state_rows, what_of
 from gateway.audit.verify import PLAIN, Verdict, Verifier
 
 DEFAULT_LIMIT = 100
@@ -132,6 +133,24 @@ def page(
         items.append(Item(position, record, explain_record(record), starts.get(position[0], 0),
                           verdict))  # fmt: skip
     return Page(key, unique_key, items, after)
+
+
+def queues_named(page: Page) -> frozenset[str]:
+    """The queues of the jobs the page's records carry: a request's job (the new one, or
+    the one that held the key), an event's job as it left it, each job as a record read
+    it."""
+    found: set[str] = set()
+    for item in page.items:
+        record = item.record or {}
+        jobs = [record.get("job"), what_of(record).get("job")]
+        state = record.get("state")
+        if isinstance(state, Mapping):
+            jobs += [row[2] for row in state_rows(state) if str(row[1]).startswith("job/")]
+        found.update(
+            job["queue"] for job in jobs
+            if isinstance(job, Mapping) and isinstance(job.get("queue"), str)
+        )  # fmt: skip
+    return frozenset(found)
 
 
 def _record(value: bytes | None) -> dict[str, Any] | None:

@@ -3,14 +3,15 @@
 Everything here is read from this process's view (the job_states topic
 materialised) and every change is asked of the processor, as on the other
 routes: the admin API decides nothing. Lists are paged as the UI reads them,
-`{"items": [...], "pagination": {"total", "page", "per_page"}}`. The jobs, the
-dead letter list and bulk actions are admin_jobs.py's.
+`{"items": [...], "pagination": {"total", "page", "per_page"}}`. What spans queues
+(lists, stats, workers, crons, unique keys) holds only the queues the caller sees
+(access.scope). The jobs, the dead letter list and bulk actions are admin_jobs.py's.
 
 Workers. The gateway has no worker registry: a worker is known by the jobs it
 runs. A fetch that names its `worker_id` has it kept on each job it takes while
 the job is active, so the workers listed are those running a job now, each with
 its queues, how many jobs it runs, when it took the first and when it last
-renewed a lease (its heartbeat).
+renewed a lease (its heartbeat): of the jobs the caller sees.
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ from gateway.core.job_filter import JobFilter
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import access, errors
+from gateway.http.access import Scope
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.shared import (
     cron_for_admin_ui,
+    cron_queue,
     page_of,
     paused_queues,
     query_filter,
+    seen_crons,
+    seen_queues,
     settled,
 )
 from gateway.view import queue_stats
@@ -65,11 +70,12 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer:
     """The dashboard: queues, workers running a job, jobs per state, and the last five
     minutes' completions and failures per minute."""
     await settled(binding)
-    known = binding.view.queues()
+    scope = access.scope()
+    known = seen_queues(binding, scope)
     counts = {s: sum(q["counts"].get(s, 0) for q in known.values()) for s in STATES}
     throughput = _per_minute(binding, known, _now_ms())
     return Answer(200, {
-        "queues": len(known), "workers": len(_workers(binding)), "jobs": counts,
+        "queues": len(known), "workers": len(_workers(binding, scope)), "jobs": counts,
         "throughput": throughput, "uptime_seconds": round(time.time() - _STARTED),
     })  # fmt: skip
 
@@ -88,14 +94,15 @@ async def stats_history(request: Request, binding: Binding, _: str) -> Answer:
     chosen = query_filter(request, HISTORY_FILTER)
     await settled(binding, chosen.queue)
     names = binding.view.queues() if chosen.queue is None else [chosen.queue]
-    buckets = [b for name in names for b in binding.view.queue_activity(name)]
+    scope = access.scope()
+    buckets = [b for name in names if scope.sees(name) for b in binding.view.queue_activity(name)]
     data = queue_stats.history(buckets, _now_ms(), width, chosen.since)
     return Answer(200, {"period": period, "data": data})
 
 
 async def queues(request: Request, binding: Binding, _: str) -> Answer:
     await settled(binding)
-    known, now = binding.view.queues(), _now_ms()
+    known, now = seen_queues(binding, access.scope()), _now_ms()
     return _listed(request, sorted(known), lambda name: _queue(binding, name, known[name], now))
 
 
@@ -125,15 +132,16 @@ def _per_minute(binding: Binding, known: dict[str, Any], now_ms: int) -> dict[st
 
 
 async def crons(request: Request, binding: Binding, _: str) -> Answer:
-    """The crons as the UI's Cron Jobs page reads them, a page at a time (cron.py)."""
-    known = binding.view.controls(wire.CRON_KEY_PREFIX)
+    """The crons as the UI's Cron Jobs page reads them, a page at a time (cron.py), those
+    whose jobs go to a queue the caller sees."""
+    known = seen_crons(binding, access.scope())
     return _listed(request, sorted(known), lambda name: cron_for_admin_ui(known[name]))
 
 
 async def cron_detail(request: Request, binding: Binding, _: str) -> Answer:
     name = request.path_params["name"]
     cron = binding.view.controls(wire.CRON_KEY_PREFIX).get(name)
-    if cron is None:
+    if cron is None or not access.scope().sees(cron_queue(cron)):
         raise ApiError(404, errors.NOT_FOUND, f"no cron {name} is registered")
     return Answer(200, cron_for_admin_ui(cron))
 
@@ -142,7 +150,8 @@ async def dead_stats(request: Request, binding: Binding, _: str) -> Answer:
     by_queue: dict[str, int] = {}
     by_error: dict[str, int] = {}
     stamps = []
-    for job in matching(binding.view, JobFilter(state=State.DISCARDED)):
+    dead = JobFilter(state=State.DISCARDED)
+    for job in matching(binding.view, dead, access.scope().queue_filter):
         by_queue[job["queue"]] = by_queue.get(job["queue"], 0) + 1
         error = job.get("error")
         kind = str(error.get("type")) if isinstance(error, dict) else "unknown"
@@ -158,15 +167,16 @@ async def dead_stats(request: Request, binding: Binding, _: str) -> Answer:
 
 
 async def workers(request: Request, binding: Binding, _: str) -> Answer:
-    found = sorted(_workers(binding).values(), key=lambda w: str(w["id"]))
+    found = sorted(_workers(binding, access.scope()).values(), key=lambda w: str(w["id"]))
     summary = {"total": len(found), "running": len(found), "quiet": 0, "stale": 0}
     return _listed(request, found, lambda worker: worker, summary=summary)
 
 
-def _workers(binding: Binding) -> dict[str, dict[str, Any]]:
-    """The workers running a job now, by the worker_id their fetches named."""
+def _workers(binding: Binding, scope: Scope) -> dict[str, dict[str, Any]]:
+    """The workers running a job now, by the worker_id their fetches named, told from the
+    jobs `scope` sees."""
     found: dict[str, dict[str, Any]] = {}
-    for job_id in binding.view.in_state(str(State.ACTIVE)):
+    for job_id in binding.view.in_state(str(State.ACTIVE), sees=scope.queue_filter):
         job = binding.view.get(job_id)
         worker_id = None if job is None else job.get("worker_id")
         if not isinstance(worker_id, str) or job is None:
@@ -202,10 +212,12 @@ def _ms(stamp: object) -> int:
 
 
 async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer:
-    """The keys live jobs hold (a job with a unique key that has not finished), by state;
-    a key's pending successor names the job it follows (`successor_of`), and a job with a
-    concurrency limit shows it beside its key's active jobs."""
-    held = [job for job in matching(binding.view, JobFilter(live=True)) if job.get("unique_key")]
+    """The keys live jobs of the queues the caller sees hold (a job with a unique key that
+    has not finished), by state; a key's pending successor names the job it follows
+    (`successor_of`), and a job with a concurrency limit shows it beside its key's
+    active jobs."""
+    live = matching(binding.view, JobFilter(live=True), access.scope().queue_filter)
+    held = [job for job in live if job.get("unique_key")]
     running: dict[str, int] = {}
 
     def shaped(job: dict[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,9 @@ bulk retry and cancel.
 
 Which jobs a filter names is the core's rule (core/job_filter.py); here a
 filter is read from the query or the body and a page of what it names is read
-from the view (view/listing.py). Changes are asked of the processor job by
-job, as on the single-job routes.
+from the view (view/listing.py), of the queues the caller sees (access.scope).
+Changes are asked of the processor job by job, as on the single-job routes; a bulk
+change spans every queue, so only a principal that reaches every queue asks one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from starlette.requests import Request
 from gateway.core import INVALID_REQUEST, GatewayError
 from gateway.core.actor import Actor
 from gateway.core.job_filter import BULK_ACTIONS, FIELDS, bulk_filter, parse_filter
-from gateway.http import errors, transitions
+from gateway.http import access, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -52,7 +53,10 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer:
     if sort not in (None, "scheduled_at") or order not in ("asc", "desc"):
         raise ApiError(400, INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
     await settled(binding, chosen.queue)
-    found, total = jobs_page(binding.view, chosen, page.first, page.count, sort, order == "desc")
+    found, total = jobs_page(
+        binding.view, chosen, page.first, page.count, sort, order == "desc",
+        access.scope().queue_filter,
+    )  # fmt: skip
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
 
@@ -79,7 +83,8 @@ async def job_detail(request: Request, binding: Binding, _: str) -> Answer:
 async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request, numbered=True)
     chosen = query_filter(request, DEAD_FILTER)
-    found, total = dead_letters(binding.view, chosen, page.first, page.count)
+    sees = access.scope().queue_filter
+    found, total = dead_letters(binding.view, chosen, page.first, page.count, sees)
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
 

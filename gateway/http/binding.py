@@ -90,12 +90,21 @@ class Binding:
     # The principals allowed in, from settings.credentials; None: everyone may do anything.
     watcher: Watcher | None = None
 
-    async def job(self, job_id: str) -> dict[str, Any] | None:
-        """The job as the view holds it. A job this process has not seen, whose id says it
+    async def job(
+        self, job_id: str, sees: Callable[[str | None], bool] | None = None
+    ) -> dict[str, Any] | None:
+        """The job as the view holds it; one of a queue `sees` is false of (the caller's
+        scope: access.Scope) is missing. A job this process has not seen, whose id says it
         was made within RECENT_JOB_WAIT_S, is waited for until then: enqueued through
         another serve worker (or answered there before its commit), its record is on its
-        way here. Every other missing job is None at once."""
-        job = self.view.get(job_id)
+        way here. Every other missing job is None at once: a hidden one after the same
+        wait as a missing one."""
+
+        def seen() -> dict[str, Any] | None:
+            job = self.view.get(job_id)
+            return job if job is None or sees is None or sees(job.get("queue")) else None
+
+        job = seen()
         made_ms = uuid7_ms(job_id) if job is None else None
         if made_ms is None:
             return job
@@ -103,7 +112,7 @@ class Binding:
         until = min(made_ms / 1000 + RECENT_JOB_WAIT_S, now + RECENT_JOB_WAIT_S)
         while job is None and now < until:
             await asyncio.sleep(_RECENT_POLL_S)
-            job, now = self.view.get(job_id), time.time()
+            job, now = seen(), time.time()
         return job
 
     def job_states_ends(self, partitions: Iterable[int]) -> dict[int, int]:

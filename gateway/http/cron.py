@@ -4,9 +4,11 @@ Crons live in the processor (core/crons.py, stage/commands.py): these
 routes check a registration with the core's own rule, send the command and
 report the processor's answer. Lists and gets read this process's view of what
 the processor published, with this process's own answered changes shown at
-once (as for jobs). A cron is shown with the fields of both OJS documents:
-`cron` and `expression`, `job_template` and type, args and options; it is
-answered under both `cron` and `cron_job`.
+once (as for jobs), to a caller that sees the queue the cron's jobs go to. A
+change to a cron spans every queue (a name is one for every queue: a register is
+an upsert). A cron is shown with the fields of both OJS documents: `cron` and
+`expression`, `job_template` and type, args and options; it is answered under
+both `cron` and `cron_job`.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from gateway.core import INVALID_REQUEST, EventOutcome, GatewayError
 from gateway.core.actor import Actor
 from gateway.core.crons import NAME_RULE, CronCommand, definition, is_valid_name
 from gateway.core.meta import meta_problem
-from gateway.http import commands, errors, job_types
+from gateway.http import access, commands, errors, job_types
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json, unknown_fields
 from gateway.http.security import privileged
-from gateway.http.shared import page_of
+from gateway.http.shared import cron_queue, page_of, seen_crons
 from gateway.sdk.commands import cron_commands
 
 
@@ -49,8 +51,9 @@ async def register(request: Request, binding: Binding, request_id: str) -> Answe
 
 
 async def list_crons(request: Request, binding: Binding, _: str) -> Answer:
+    """The crons whose jobs go to a queue the caller sees, by name."""
     page = page_of(request)
-    crons = binding.view.controls(wire.CRON_KEY_PREFIX)
+    crons = seen_crons(binding, access.scope())
     shown = [crons[name] for name in page.of(sorted(crons))]
     return Answer(200, {
         "crons": shown, "cron_jobs": shown, "pagination": page.pagination(len(crons)),
@@ -58,9 +61,11 @@ async def list_crons(request: Request, binding: Binding, _: str) -> Answer:
 
 
 async def get_cron(request: Request, binding: Binding, _: str) -> Answer:
+    """The cron; 404 if none has the name, or its jobs go to a queue the caller does not
+    see (the same answer)."""
     name = _name(request)
     cron = binding.view.controls(wire.cron_key(name)).get("")
-    if cron is None:
+    if cron is None or not access.scope().sees(cron_queue(cron)):
         raise _not_found(name)
     return Answer(200, _shown(cron))
 

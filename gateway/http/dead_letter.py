@@ -31,7 +31,8 @@ LIST_QUERY = ("queue", "limit", "offset")
 async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request)
     chosen = query_filter(request, ("queue",))
-    jobs, total = dead_letters(binding.view, chosen, page.first, page.count)
+    sees = access.scope().queue_filter
+    jobs, total = dead_letters(binding.view, chosen, page.first, page.count, sees)
     return Answer(200, {"jobs": [shown(job) for job in jobs], "pagination": page.pagination(total)})
 
 
@@ -58,7 +59,11 @@ async def delete(request: Request, binding: Binding, request_id: str) -> Answer:
 
 
 def _dead(binding: Binding, job_id: str) -> dict[str, Any]:
+    """The dead letter job; 404 for any other, and for one of a queue the caller does not
+    see (access.scope), as for no job at all."""
     job = binding.view.get(job_id)
+    if job is not None and not access.scope().sees(job.get("queue")):
+        job = None
     if job is None or job.get("state") != DEAD:
         details: dict[str, Any] = {"resource_type": "dead_letter_job", "resource_id": job_id}
         if job is not None:
@@ -67,5 +72,4 @@ def _dead(binding: Binding, job_id: str) -> dict[str, Any]:
             404, errors.NOT_FOUND, f"no dead letter job {job_id} (a discarded job) is known",
             details=details,
         )  # fmt: skip
-    access.permit(job.get("queue"))
     return job

@@ -1,9 +1,9 @@
 """The events' wire forms on GET /ojs/v1/events: server-sent frames, the missed-events
-notice, and the filters a reader asks for (the events are view/events.py's)."""
+notice, and which events a reader gets (the events are view/events.py's)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -33,8 +33,12 @@ SSE_HEARTBEAT = b":heartbeat\n\n"
 
 
 def matches(
-    event: Mapping[str, Any], types: frozenset[str] | None, queues: frozenset[str] | None
-) -> bool:
+    event: Mapping[str, Any], types: frozenset[str] | None, queues: frozenset[str] | None,
+    sees: Callable[[str | None], bool] | None = None,
+) -> bool:  # fmt: skip
+    """Whether a reader that asked for `types` and `queues` (None: any), and sees the
+    queues `sees` is true of (access.Scope; None: every queue), gets the event."""
     if types is not None and event["type"] not in types:
         return False
-    return queues is None or event["data"].get("queue") in queues
+    queue = event["data"].get("queue")
+    return (queues is None or queue in queues) and (sees is None or sees(queue))

@@ -12,9 +12,12 @@ after `after`, the first `limit` (default 100) events from there, else the last
 than the window starts from its oldest event and says so (`events.missed`
 first on a stream, `"missed": true` in JSON); one past the newest event starts
 with the next. Both filter by `types` (or the Admin UI's `type`) and `queues`
-(comma-separated). With `page` or `per_page`, the paged shape the OJS Admin UI
-reads: `{"items": [...], "pagination": {"total", "page", "per_page"}}`, newest
-first, each envelope with its `time` also as `timestamp`.
+(comma-separated), and hold only events of the queues the caller sees
+(access.scope, taken when the request comes). With `page` or `per_page`, the
+paged shape the OJS Admin UI reads: `{"items": [...], "pagination": {"total",
+"page", "per_page"}}`, newest first, each envelope with its `time` also as
+`timestamp`. A cursor is a position in job_states, past the events passed over
+(those a reader does not get among them): it names no job and no queue.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -30,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.core import INVALID_REQUEST
+from gateway.http import access
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -48,6 +52,8 @@ HEARTBEAT_S = 15.0
 POLL_S = 0.1
 FRAMES_PER_WRITE = 100  # a long replay goes out in parts, so a slow reader holds it back
 PARAMETERS = ("after", "limit", "page", "per_page", "queues", "type", "types")
+# Whether a reader gets an event: what it asked for, of what it sees (events.matches).
+Wanted = Callable[[Mapping[str, Any]], bool]
 
 
 def _set(raw: str | None) -> frozenset[str] | None:
@@ -58,10 +64,15 @@ def _set(raw: str | None) -> frozenset[str] | None:
 async def events(request: Request, binding: Binding, request_id: str) -> Answer | Response:
     query = request.query_params
     types, queues = _set(query.get("types")) or _set(query.get("type")), _set(query.get("queues"))
+    sees = access.scope().sees
+
+    def wanted(event: Mapping[str, Any]) -> bool:
+        return matches(event, types, queues, sees)
+
     limit = int_param(query.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if not streaming and ("page" in query or "per_page" in query):
-        return _page(binding, request, types, queues)
+        return _page(binding, request, wanted)
     cursor: Cursor | None = None
     unreadable = None
     header = request.headers.get("last-event-id", "") if streaming else ""
@@ -80,9 +91,9 @@ async def events(request: Request, binding: Binding, request_id: str) -> Answer 
     if cursor is not None:
         cursor = await _clamped(binding, cursor)
     if not streaming:
-        return _listed(binding, cursor, types, queues, limit)
+        return _listed(binding, cursor, wanted, limit)
     return StreamingResponse(
-        _stream(request, binding, cursor, unreadable, types, queues),
+        _stream(request, binding, cursor, unreadable, wanted),
         media_type="text/event-stream",
         headers={
             "OJS-Version": OJS_VERSION, "X-Request-Id": request_id,
@@ -114,13 +125,10 @@ async def _clamped(binding: Binding, cursor: Cursor) -> Cursor:
     return clamped
 
 
-def _listed(
-    binding: Binding, cursor: Cursor | None, types: frozenset[str] | None,
-    queues: frozenset[str] | None, limit: int,
-) -> Answer:  # fmt: skip
+def _listed(binding: Binding, cursor: Cursor | None, wanted: Wanted, limit: int) -> Answer:
     if cursor is None:
         kept, end = binding.feed.kept()
-        events = [k.event for k in kept if matches(k.event, types, queues)][-limit:]
+        events = [k.event for k in kept if wanted(k.event)][-limit:]
         return Answer(200, {"events": events, "last_id": format_cursor(end), "missed": False})
     resumed = binding.feed.resume(cursor)
     at, found = resumed.start, list[dict[str, Any]]()
@@ -128,7 +136,7 @@ def _listed(
         if len(found) == limit:
             break
         passed(at, kept_event.partition, kept_event.offset, kept_event.index)
-        if matches(kept_event.event, types, queues):
+        if wanted(kept_event.event):
             found.append(kept_event.event)
     else:  # all read: past everything this process has read too
         _, end = binding.feed.kept()
@@ -139,7 +147,7 @@ def _listed(
 
 async def _stream(
     request: Request, binding: Binding, cursor: Cursor | None, unreadable: str | None,
-    types: frozenset[str] | None, queues: frozenset[str] | None,
+    wanted: Wanted,
 ) -> AsyncGenerator[bytes]:  # fmt: skip
     feed = binding.feed
     resumed = feed.resume(feed.kept()[1] if cursor is None else cursor)
@@ -156,7 +164,7 @@ async def _stream(
             if (kept.offset, kept.index) < position(at, kept.partition):
                 continue  # before where this reader stands (its cursor was ahead of us)
             passed(at, kept.partition, kept.offset, kept.index)
-            if matches(kept.event, types, queues):
+            if wanted(kept.event):
                 frames.append(sse_frame(format_cursor(at), kept.event))
             if len(frames) == FRAMES_PER_WRITE or frames and kept is resumed.events[-1]:
                 yield b"".join(frames)
@@ -187,10 +195,8 @@ def _notice(resumed: Resumed, unreadable: str | None) -> bytes:
     return sse_frame(where, missed_notice(message, where))
 
 
-def _page(
-    binding: Binding, request: Request, types: frozenset[str] | None, queues: frozenset[str] | None
-) -> Answer:
+def _page(binding: Binding, request: Request, wanted: Wanted) -> Answer:
     page = page_of(request, numbered=True, default=DEFAULT_LIMIT)
-    kept = [k.event for k in binding.feed.kept()[0] if matches(k.event, types, queues)][::-1]
+    kept = [k.event for k in binding.feed.kept()[0] if wanted(k.event)][::-1]
     items = [{**e, "timestamp": e.get("time")} for e in page.of(kept)]
     return Answer(200, page.paged(items, len(kept)))

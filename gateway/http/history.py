@@ -10,7 +10,9 @@ key answers its key's history). A page holds `limit` records in log order;
 `next_cursor`, when there are more, is where the next page starts. `index`
 says whether the index had read all of `decisions` (`complete`) and, if not, how
 many offsets it was behind: a request waits up to key_history.SETTLE_S for it to catch up
-with the records committed when it came, so a caller sees its own decisions.
+with the records committed when it came, so a caller sees its own decisions. A caller
+whose scope is limited (access.scope) gets a page only when the jobs its records carry
+are all of queues it sees, and some are: else the 404 of a key no record mentions.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from starlette.requests import Request
 
 from gateway.audit import history
 from gateway.core import INVALID_REQUEST
-from gateway.http import errors
+from gateway.http import access, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -53,6 +55,8 @@ async def key_history(request: Request, binding: Binding, _: str) -> Answer:
         problem = f"the decisions topic could not be read: {exc.args[0].str()}"
         raise ApiError(503, errors.UNAVAILABLE, problem, retryable=True) from None
     index = {"complete": behind == 0, "behind": behind}
+    if page is not None and not _seen(access.scope(), page):
+        page = None
     if page is None:
         unread = f" (the index has {behind} offsets of decisions still to read)" if behind else ""
         message = f"no audit record mentions this key or job id{unread}"
@@ -63,3 +67,10 @@ async def key_history(request: Request, binding: Binding, _: str) -> Answer:
         "next_cursor": None if page.next is None else history.format_cursor(page.next),
         "index": index,
     })  # fmt: skip
+
+
+def _seen(scope: access.Scope, page: history.Page) -> bool:
+    if scope.everything:
+        return True
+    queues = history.queues_named(page)
+    return bool(queues) and all(map(scope.sees, queues))

@@ -27,17 +27,19 @@ from gateway.http.binding import Binding
 from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.security import privileged
-from gateway.http.shared import page_of, paused_queues, settled
+from gateway.http.shared import page_of, paused_queues, seen_queues, settled
 from gateway.sdk.commands import queue_commands
 from gateway.view import queue_stats
 
 
 async def list_queues(request: Request, binding: Binding, _: str) -> Answer:
-    """Every queue the view has seen a job of, or paused, by name: `status` (active or
-    paused), `created_at` (its first job's) and `counts` per state now."""
+    """Every queue the view has seen a job of, or paused, by name, of those the caller
+    sees: `status` (active or paused), `created_at` (its first job's) and `counts` per
+    state now."""
     page = page_of(request)
-    known, paused = binding.view.queues(), paused_queues(binding)
-    names = sorted(known.keys() | paused.keys())
+    scope = access.scope()
+    known, paused = seen_queues(binding, scope), paused_queues(binding)
+    names = sorted(known.keys() | {name for name in paused if scope.sees(name)})
     queues = [
         {
             "name": name,

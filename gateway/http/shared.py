@@ -1,5 +1,6 @@
 """What several routes share: a job as OJS shows it, pages of a list, filters from the
-query, and the waits that let a count include this process's own answers."""
+query, the queues and crons a caller sees, and the waits that let a count include this
+process's own answers."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from starlette.requests import Request
 
 from gateway import wire
 from gateway.core import GatewayError, job_effective_state
+from gateway.core.envelope import DEFAULT_QUEUE
 from gateway.core.job_filter import JobFilter, parse_filter
 from gateway.core.retry import with_ojs_retry
+from gateway.http.access import Scope
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import int_param
@@ -127,8 +130,25 @@ def paused_queues(binding: Binding) -> dict[str, dict[str, Any]]:
     return {name: state for name, state in published.items() if state.get("paused")}
 
 
+def seen_queues(binding: Binding, scope: Scope) -> dict[str, dict[str, Any]]:
+    """The queues the view has seen a job of (JobView.queues), of those `scope` sees."""
+    return {name: q for name, q in binding.view.queues().items() if scope.sees(name)}
+
+
+def seen_crons(binding: Binding, scope: Scope) -> dict[str, dict[str, Any]]:
+    """The crons as this view holds them, by name, of those whose jobs go to a queue
+    `scope` sees."""
+    crons = binding.view.controls(wire.CRON_KEY_PREFIX)
+    return {name: cron for name, cron in crons.items() if scope.sees(cron_queue(cron))}
+
+
+def cron_queue(cron: dict[str, Any]) -> str:
+    """The queue a cron's jobs go to: its template's, else the default queue (each job
+    core.crons.firing_job makes carries the template's options)."""
+    return str(cron["job_template"]["options"].get("queue") or DEFAULT_QUEUE)
+
+
 def cron_for_admin_ui(cron: dict[str, Any]) -> dict[str, Any]:
     """A cron in the official OJS Admin UI's shape (its CronJob): named by `id`, its
     expression as `schedule`, its template's queue."""
-    queue = cron["options"].get("queue") or cron["job_template"]["options"].get("queue")
-    return {**cron, "id": cron["name"], "schedule": cron["expression"], "queue": queue or "default"}
+    return {**cron, "id": cron["name"], "schedule": cron["expression"], "queue": cron_queue(cron)}

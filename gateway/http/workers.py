@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -223,8 +224,8 @@ async def heartbeat(request: Request, binding: Binding, request_id: str) -> Answ
     ids = heartbeat_job_ids(body)
     lease = visibility_timeout(body)
     fields = {} if lease is None else {"visibility_timeout_ms": lease}
-    actor = caller(request, request_id)
-    results = await asyncio.gather(*(_beat(binding, actor, job_id, fields) for job_id in ids))
+    actor, sees = caller(request, request_id), access.scope().sees
+    results = await asyncio.gather(*(_beat(binding, actor, sees, job_id, fields) for job_id in ids))
     return Answer(
         200,
         {
@@ -236,14 +237,14 @@ async def heartbeat(request: Request, binding: Binding, request_id: str) -> Answ
 
 
 async def _beat(
-    binding: Binding, actor: Actor, job_id: str, fields: dict[str, Any]
-) -> dict[str, Any]:
-    job = await binding.job(job_id)
-    # Not found, or of a queue the caller may not touch: said for that job alone.
-    refused = transitions.not_found(job_id) if job is None else access.refusal(job.get("queue"))
-    if refused is not None:
-        return {"job_id": job_id, "extended": False, "error": _error_of(refused)}
-    assert job is not None
+    binding: Binding, actor: Actor, sees: Callable[[str | None], bool], job_id: str,
+    fields: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    # Not found, or of a queue the caller does not reach (the same): said for that job alone.
+    job = await binding.job(job_id, sees)
+    if job is None:
+        error = _error_of(transitions.not_found(job_id))
+        return {"job_id": job_id, "extended": False, "error": error}
     answer = await transitions.try_ask(binding, actor, job, "job.heartbeat", **fields)
     if isinstance(answer, ApiError):
         return {"job_id": job_id, "extended": False, "error": _error_of(answer)}

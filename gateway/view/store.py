@@ -268,20 +268,32 @@ class JobView:
                 return
             yield key
 
-    def in_state(self, state: str, queue: str | None = None) -> Iterator[str]:
-        """Ids of the jobs in `state` (of one queue, or all), by queue then id; then those
-        an answer just put there (provisional), so a listing right after agrees with it."""
+    def in_state(
+        self, state: str, queue: str | None = None, sees: Callable[[str], bool] | None = None
+    ) -> Iterator[str]:
+        """Ids of the jobs in `state` (of one queue, or all; only of the queues `sees` is
+        true of, if given, read from the index's keys), by queue then id; then those an
+        answer just put there (provisional), so a listing right after agrees with it."""
+        if queue is not None and sees is not None and not sees(queue):
+            return
         answered = self._answered.live()
         prefix = keys.state_prefix(state, queue)
+        shown: tuple[bytes, bool] = (b"", True)  # the last queue asked of `sees`, its answer
         for raw in self._db.keys(from_key=prefix):
             key = bytes(raw)  # type: ignore[arg-type]
             if not key.startswith(prefix):
                 break
-            job_id = key.rsplit(b"\x00", 1)[1].decode()
-            if job_id not in answered:
+            named, _, raw_id = key[len(prefix) :].rpartition(b"\x00")
+            if sees is not None and queue is None and named != shown[0]:
+                shown = (named, sees(named.decode()))
+            job_id = raw_id.decode()
+            if shown[1] and job_id not in answered:
                 yield job_id
         for job_id, job in sorted(answered.items()):
-            if job is not None and job.get("state") == state and queue in (None, job.get("queue")):
+            if job is None or job.get("state") != state:
+                continue
+            of = job.get("queue")
+            if queue in (None, of) and (sees is None or sees(str(of))):
                 yield job_id
 
     def queue_activity(self, queue: str) -> list[tuple[bytes, bytes]]:

@@ -195,6 +195,8 @@ def test_keys_on_a_file_it_cannot_write_exits_2(tmp_path: Path):
 
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+# How the routes table says which queues a route touches (access.Need.queues).
+WHERE = {"one": "the one", "reached": "the ones it reaches", "every": "every queue"}
 
 
 def test_the_security_page_matrix_is_the_roles():
@@ -219,7 +221,7 @@ def test_the_security_page_routes_are_the_route_table():
     for route in app.routes:
         need = access.need_of(route.endpoint)
         assert need is not None
-        where = "—" if not need.operation else "every queue" if need.every_queue else "the one"
+        where = "—" if not need.operation else WHERE[need.queues]
         for method in set(route.methods or ()) - {"HEAD"}:
             table.add((f"`{method} {route.path}`", need.operation or "open", where))
     routes = DOC.read_text().split("\n## The routes\n")[1].split("\n## ")[0]

@@ -142,7 +142,7 @@ def test_a_reader_slower_than_the_window_is_told_what_it_missed(monkeypatch: pyt
     feed = EventFeed(size=2)
     stage(feed, 0, range(2))
     binding = Binding(HttpSettings(), None, None, None, "requests", None, feed)  # type: ignore[arg-type]
-    stream = events_route._stream(Connected(), binding, {}, None, None, None)  # type: ignore[arg-type]
+    stream = events_route._stream(Connected(), binding, {}, None, lambda _: True)  # type: ignore[arg-type]
 
     async def read() -> tuple[list[bytes], list[bytes]]:
         early = [await anext(stream), await anext(stream)]  # the preamble, both events
@@ -169,7 +169,7 @@ def test_after_a_gap_every_id_stands_past_what_was_missed(monkeypatch: pytest.Mo
     feed = EventFeed(size=2)
     stage(feed, 0, range(2))
     binding = Binding(HttpSettings(), None, None, None, "requests", None, feed)  # type: ignore[arg-type]
-    stream = events_route._stream(Connected(), binding, {}, None, None, None)  # type: ignore[arg-type]
+    stream = events_route._stream(Connected(), binding, {}, None, lambda _: True)  # type: ignore[arg-type]
 
     async def read() -> list[bytes]:
         await anext(stream), await anext(stream)  # the preamble, both events

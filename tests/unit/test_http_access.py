@@ -1,7 +1,8 @@
 """Who may call which route: every route of the table walked for each role, queue
 patterns, forged and odd Authorization headers, and refusals that change nothing. The
 app runs on a real job view and a real credentials file; the processor is a fake that
-applies every event it is sent (as in test_http_admin.py)."""
+applies every event it is sent (as in test_http_admin.py). What a principal of some
+queues sees of the routes that read across them: test_http_scope.py."""
 
 from __future__ import annotations
 
@@ -44,18 +45,24 @@ BODIES: dict[str, Any] = {
 }
 
 
+Principals = dict[str, tuple[str | None, list[str] | None, list[str]]]
+
+
 class Gateway:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(
+        self, tmp_path: Path, principals: Principals = PRINCIPALS,
+        jobs: list[dict[str, Any]] = JOBS,
+    ) -> None:  # fmt: skip
         self.path = tmp_path / "credentials.toml"
         self.keys: dict[str, str] = {}
         made: tuple[credentials.Principal, ...] = ()
-        for name, (role, operations, queues) in PRINCIPALS.items():
+        for name, (role, operations, queues) in principals.items():
             self.keys[name] = keys.new_key()
             new = credentials.principal(name, role, operations, queues)
             made = credentials.with_key(made, name, self.keys[name], 0, new=new)
         credentials.save(self.path, made)
         self.view = JobView(tmp_path / "view")
-        self.view.apply([(0, n, j["id"].encode(), orjson.dumps(j)) for n, j in enumerate(JOBS)], 0)
+        self.view.apply([(0, n, j["id"].encode(), orjson.dumps(j)) for n, j in enumerate(jobs)], 0)
         self.processor = Processor(self.view)
         settings = HttpSettings(bootstrap="127.0.0.1:1", namespace="unit", credentials=self.path)
         self.app = create_app(settings)
@@ -115,9 +122,18 @@ def granted(name: str, need: access.Need) -> bool:
 
 def allowed(name: str, need: access.Need) -> bool:
     queues = PRINCIPALS[name][2]
-    # A per-queue route here touches queue "mail" (PARAMS, BODIES).
-    reached = "*" in queues or (not need.every_queue and "mail" in queues)
+    # A route of one queue here touches queue "mail" (PARAMS, BODIES); one that reads
+    # across queues lets in any principal with its operation (and shows it its queues).
+    reached = (
+        "*" in queues or need.queues == access.REACHED
+        or (need.queues == access.ONE and "mail" in queues)
+    )  # fmt: skip
     return granted(name, need) and (need is access.OPEN or reached)
+
+
+def names_a_job(path: str) -> bool:
+    """Whether the route names a job of queue "mail", by its id in the path or the body."""
+    return JOB_IDS[0] in path or DEAD_JOB in path or path.endswith(("/ack", "/nack"))
 
 
 def test_every_route_names_what_it_needs_and_only_health_and_descriptions_are_open(
@@ -139,8 +155,14 @@ def test_each_role_is_let_through_or_refused_on_every_route_as_the_matrix_says(
         sent_before = len(gateway.processor.sent)
         answer = gateway.call(method, path, gateway.keys[name], json=BODIES.get(path, {}))
         if allowed(name, need) or (path.endswith("heartbeat") and granted(name, need)):
-            # A heartbeat's refusal for a job's queue is that job's, in a 200 (below).
+            # A heartbeat's answer for a job it may not reach is that job's, in a 200 (below).
             assert answer.status_code not in (401, 403), (name, method, path, answer.text)
+            continue
+        if granted(name, need) and names_a_job(path):
+            # A job of a queue the principal does not reach is as one that does not exist.
+            assert answer.status_code == 404, (name, method, path, answer.text)
+            assert answer.json()["error"]["code"] == "not_found"
+            assert len(gateway.processor.sent) == sent_before
             continue
         assert answer.status_code == 403, (name, method, path, answer.text)
         error = answer.json()["error"]
@@ -197,10 +219,8 @@ def test_a_worker_may_not_ack_a_job_of_a_queue_it_does_not_reach(gateway: Gatewa
     before = len(gateway.processor.sent)
     body = {"job_id": JOB_IDS[1], "result": {}}  # an active job of queue "mail"
     answer = gateway.call("POST", "/ojs/v1/workers/ack", gateway.keys["reports-worker"], json=body)
-    assert answer.status_code == 403, answer.text
-    assert answer.json()["error"]["details"] == {
-        "principal": "reports-worker", "operation": "dequeue", "queue": "mail"
-    }  # fmt: skip
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["details"] == {"resource_type": "job", "resource_id": JOB_IDS[1]}
     assert len(gateway.processor.sent) == before
     fetched = gateway.call(
         "POST", "/ojs/v1/workers/fetch", gateway.keys["reports-worker"], json={"queues": ["mail"]}
@@ -211,7 +231,7 @@ def test_a_worker_may_not_ack_a_job_of_a_queue_it_does_not_reach(gateway: Gatewa
         json={"worker_id": "w", "active_jobs": [JOB_IDS[1]]},
     )  # fmt: skip
     assert beat.status_code == 200
-    assert beat.json()["jobs"][0]["error"]["code"] == "permission_denied"
+    assert beat.json()["jobs"][0]["error"]["code"] == "not_found"
     assert len(gateway.processor.sent) == before
 
 
@@ -228,10 +248,15 @@ def test_a_producer_enqueues_only_to_its_queues_and_a_batch_all_or_nothing(gatew
     assert gateway.call("POST", "/ojs/v1/admin/jobs/bulk/cancel", key, json={}).status_code == 403
 
 
-def test_a_principal_of_some_queues_may_not_call_a_route_that_spans_them_all(gateway: Gateway):
-    answer = gateway.call("GET", "/ojs/v1/admin/jobs", gateway.keys["reports-admin"])
+def test_a_principal_of_some_queues_may_not_change_across_them_all(gateway: Gateway):
+    body = {"filter": {}, "confirm": True}
+    key = gateway.keys["reports-admin"]
+    answer = gateway.call("POST", "/ojs/v1/admin/jobs/bulk/cancel", key, json=body)
     assert answer.status_code == 403
     assert "every queue" in answer.json()["error"]["message"]
+    assert gateway.processor.sent == []
+    listed = gateway.call("GET", "/ojs/v1/admin/jobs", key)
+    assert [job["queue"] for job in listed.json()["items"]] == ["reports"]
     stats = gateway.call("GET", "/ojs/v1/queues/reports/stats", gateway.keys["reports-admin"])
     assert stats.status_code not in (401, 403)
     other = gateway.call("GET", "/ojs/v1/queues/mail/stats", gateway.keys["reports-admin"])
