@@ -86,7 +86,7 @@ class Rates:
         if refusal is None:
             permit = Permit(policy.key, permit_id, now)
             shared.emit(_forwarded(value or b"", event.route, source, permit), source)
-            told.update(outcome="granted", permit=permit_id)
+            told.update(outcome="granted", permit=permit_id, permit_at=now)
         else:
             error = refusal_error(event.job_id, policy.key, refusal)
             result = EventResult(EventOutcome.REFUSED, event.job_id, error=error)

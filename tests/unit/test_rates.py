@@ -45,8 +45,12 @@ def parsed(raw: Any, queue: str = "q") -> RateLimit | None:
         ({"key": "k", "rate": 3, "period": "minute"}, RateLimit("k", None, 3, 60_000)),
         ({"key": "k", "concurrency": 1}, RateLimit("k", 1, None, None)),
         (
-            {"key": "k", "concurrency": 2, "rate": {"limit": 5, "period": "PT1S"},
-             "on_limit": "wait"},
+            {
+                "key": "k",
+                "concurrency": 2,
+                "rate": {"limit": 5, "period": "PT1S"},
+                "on_limit": "wait",
+            },
             RateLimit("k", 2, 5, 1000),
         ),  # fmt: skip
         ({"key": "k", "rate": 2, "period": 10}, RateLimit("k", None, 2, 10_000)),
@@ -88,10 +92,11 @@ def test_a_bad_rate_limit_is_refused_naming_the_field(raw: Any, named: str) -> N
 
 
 def test_the_accepted_job_carries_the_limit_normalised_from_either_place() -> None:
+    limit = {"max_per_second": 1}
     for body in (
-        {"type": "a.b", "args": [], "options": {"queue": "rl", "rate_limit": {"max_per_second": 1}}},
-        {"type": "a.b", "args": [], "queue": "rl", "rate_limit": {"max_per_second": 1}},
-    ):  # fmt: skip
+        {"type": "a.b", "args": [], "options": {"queue": "rl", "rate_limit": limit}},
+        {"type": "a.b", "args": [], "queue": "rl", "rate_limit": limit},
+    ):
         job = accepted_job(envelope_or_raise(body), "id", None, T0, None)
         assert job["rate_limit"] == {
             "key": "queue:rl", "rate": {"limit": 1, "period": "PT1S"}, "on_limit": "wait",
