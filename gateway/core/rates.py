@@ -302,10 +302,14 @@ def permits(state: RateState | None, policy: RateLimit, now_ms: int) -> int:
 # -- the rule, at the job's route ------------------------------------------------
 
 
+_WAITING = frozenset({"available", "scheduled", "retryable"})
+
+
 def needs_permit(job: Mapping[str, Any] | None, claim: bool) -> RateLimit | None:
     """The policy whose home a claim of `job` must pass first: a claim of a rate-limited job
-    not already active; None when it needs none."""
-    if not claim or job is None or job.get("state") == "active":
+    that waits (a claim of one active, finished or pending is answered by the lifecycle
+    rule as it stands, taking no permit); None when it needs none."""
+    if not claim or job is None or job.get("state") not in _WAITING:
         return None
     return job_policy(job)
 

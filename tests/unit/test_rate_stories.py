@@ -211,3 +211,18 @@ def test_in_any_interleaving_no_more_than_the_limits(
                     if r["what"]["rate"]["permit"] not in unused)  # fmt: skip
     for i in range(len(starts) - 3):
         assert starts[i + 3] - starts[i] >= 1000
+
+
+def test_a_claim_of_a_finished_job_takes_no_permit() -> None:
+    story = Story()
+    [job] = story.enqueue(1, {"key": "queue:rl", "concurrency": 1})
+    story.claim(job, straight=True)
+    story.run()
+    story.event(job, "job.completed")
+    story.run()
+    assert story.job(job)["state"] == "completed"
+    late = story.claim(job, straight=True)
+    story.run()
+    assert story.answer(late)["outcome"] == "refused"
+    assert story.answer(late)["error"]["code"] == "invalid_request"  # completed, a terminal state
+    assert story.home() is None  # nothing held, nothing counted
