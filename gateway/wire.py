@@ -72,6 +72,27 @@ def idempotency_home(key: str) -> bytes:
     return IDEMPOTENCY_KEY_PREFIX + key.encode()
 
 
+# On `requests`: a rate-limited job's claim (and what must follow it in order, the
+# requeue of a claim with no answer), keyed by `rate_home(key)` and marked `rate`; there
+# the key's permits are decided (core/rates.py), and a granted claim is sent on to the
+# job's route as a job event carrying its permit (`rate_permit`, the permit's id;
+# `rate_key`; `rate_permit_at`, its time in ms). A route gives a permit back with a record
+# marked `rate_report`, keyed by the home. Only the gateway sets the permit headers: the
+# router drops a producer's own.
+RATE = b"rate"
+RATE_REPORT = b"rate_report"
+RATE_PERMIT_HEADER = "rate_permit"
+RATE_KEY_HEADER = "rate_key"
+RATE_PERMIT_AT_HEADER = "rate_permit_at"
+RATE_HEADERS = (RATE_PERMIT_HEADER, RATE_KEY_HEADER, RATE_PERMIT_AT_HEADER)
+RATE_KEY_PREFIX = b"\x00rate\x00"
+
+
+def rate_home(key: str) -> bytes:
+    """The record key of a rate key's home: apart from every route (NUL first)."""
+    return RATE_KEY_PREFIX + key.encode()
+
+
 def queue_key(name: str) -> bytes:
     return QUEUE_KEY_PREFIX + name.encode()
 

@@ -27,6 +27,7 @@ import orjson
 from gateway.audit.moves import (
     event_result,
     explain_event,
+    explain_rate,
     job_before,
     job_moves,
     state_rows,
@@ -84,6 +85,9 @@ def explain_what(record: Mapping[str, Any]) -> Explained:
         return _request(record)
     what = what_of(record)
     at = record.get("at") if isinstance(record.get("at"), str) else None
+    if kind == "rate" or (kind == "event" and "rate" in what and "outcome" not in what):
+        return Explained(kind, at, f"{kind} job {what.get('job_id')}", dict(what),
+                         [explain_rate(what)])  # fmt: skip
     if kind == "event":
         result = event_result(record)
         head = f"event {what.get('outcome')} job {what.get('job_id')}"

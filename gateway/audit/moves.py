@@ -19,6 +19,7 @@ from gateway.core import (
     expire_job,
 )
 from gateway.core.concurrency import CONCURRENCY_LIMIT
+from gateway.core.rates import RATE_LIMITED
 from gateway.core.times import parse_rfc3339
 
 
@@ -155,6 +156,36 @@ def _moved(result: EventResult, before: Mapping[str, Any] | None = None) -> str:
             "and releases the key)"
         )
     return head
+
+
+def explain_rate(what: Mapping[str, Any]) -> str:
+    """What a rate key's home did with a claim or a report, or that a route sent a claim
+    there (core/rates.py), from the record's `what`."""
+    raw = what.get("rate")
+    rate: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    job, key = what.get("job_id"), rate.get("key")
+    if rate.get("sent_home"):
+        return f"job {job}'s claim sent to rate key {key}'s home for a permit"
+    if rate.get("forwarded"):
+        return f"{rate['forwarded']} of job {job} sent on to its route, after its claims"
+    if "released" in rate:
+        why = (
+            "unused: the claim did not start the job"
+            if rate.get("unused")
+            else "its job left active"
+        )
+        return f"permit {rate['released']} of rate key {key} given back ({why})"
+    if rate.get("outcome") == "granted":
+        return (
+            f"granted: job {job} may start with permit {rate.get('permit')} of rate key {key} "
+            f"({rate.get('held')} held, {rate.get('starts')} starts in the sliding window)"
+        )
+    held = "starts in its sliding window" if rate.get("strategy") == "rate" else "permits held"
+    then = f"; next permit at {rate['retry_at']}" if rate.get("retry_at") else ""
+    return (
+        f"refused ({RATE_LIMITED}): job {job} stays available: rate key {key} has "
+        f"{rate.get('current')} of {rate.get('limit')} {held}{then}"
+    )
 
 
 def time_of(value: Any) -> int | None:

@@ -4,7 +4,7 @@ Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
 retry, scheduled_at (`options.delay_until` is its HTTP name), expires_at,
 timeout_ms (how long one attempt may run), visibility_timeout_ms (its claims'
-lease) and tags; a field given in both places must agree.
+lease), tags and rate_limit (core/rates.py); a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
 job unchanged. scheduled_at and expires_at are RFC 3339 times, or, an extension the
 OJS conformance suite uses, "+" and an ISO 8601 duration counted from the decision
@@ -30,6 +30,7 @@ from typing import Any
 from gateway.core.errors import invalid_request
 from gateway.core.limits import duration_problem, instant_problem
 from gateway.core.periods import period_or_raise
+from gateway.core.rates import RateLimit, parse_rate_limit
 from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -80,6 +81,8 @@ class Envelope:
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None
     unique_field: str | None = None
+    # `rate_limit` or `options.rate_limit`, validated (core/rates.py).
+    rate_limit: RateLimit | None = None
 
     def __init__(
         self,
@@ -101,6 +104,7 @@ class Envelope:
         visibility_timeout_ms: int | None = None,
         unique: Any = None,
         unique_field: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.raw = raw
         self.type = type
@@ -120,6 +124,7 @@ class Envelope:
         self.visibility_timeout_ms = visibility_timeout_ms
         self.unique = unique
         self.unique_field = unique_field
+        self.rate_limit = rate_limit
 
 
 def envelope_or_raise(raw: object) -> Envelope:
@@ -192,7 +197,16 @@ def envelope_or_raise(raw: object) -> Envelope:
         _duration_option(pick("visibility_timeout_ms"), "visibility_timeout_ms"),
         top_unique if top_unique is not None else nested_unique,
         unique_field,
+        _rate_limit(raw, options, queue),
     )
+
+
+def _rate_limit(raw: Mapping[str, Any], options: Mapping[str, Any], queue: str) -> RateLimit | None:
+    top, nested = raw.get("rate_limit"), options.get("rate_limit") if options else None
+    if top is not None and nested is not None and top != nested:
+        raise invalid_request("rate_limit and options.rate_limit differ; give it once")
+    field = "rate_limit" if top is not None else "options.rate_limit"
+    return parse_rate_limit(top if top is not None else nested, queue, field)
 
 
 def is_valid_queue_name(name: str) -> bool:

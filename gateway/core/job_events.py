@@ -17,7 +17,8 @@ by job.completed), `error` (an object, kept by job.failed: its `code`, `type` an
 `message` strings, `retryable` a bool, `details` an object, when given;
 `retryable: false` discards at once), `visibility_timeout_ms` (job.started,
 job.heartbeat: the lease, see leases.py), `claim_id` and `worker_id` (see
-lifecycle.py). Other fields are allowed and ignored.
+lifecycle.py). An event carrying its job's `rate_limit` (as the job holds it) is sent to
+the rate key's home first (core/rates.py). Other fields are allowed and ignored.
 
 Sizes, nesting and numbers are held to limits.py. What an event does to a job
 is lifecycle.py's rule.

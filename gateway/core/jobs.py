@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.core.concurrency import JOB_FIELD as CONCURRENCY_FIELD
 from gateway.core.envelope import Envelope, is_uuid7
+from gateway.core.rates import JOB_FIELD as RATE_FIELD
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -28,7 +29,7 @@ LIFECYCLE_FIELDS = frozenset(
     {
         "enqueued_at", "started_at", "completed_at", "cancelled_at", "discarded_at",
         "next_attempt_at", "result", "error", "errors", "previous_state",
-        "lease_expires_at", "visibility_timeout_ms",
+        "lease_expires_at", "visibility_timeout_ms", "rate_permit",
     }
 )  # fmt: skip
 
@@ -101,8 +102,9 @@ def accepted_job(
 
     The gateway sets id, queue, state, priority, attempt, max_attempts, retry,
     timeout_ms, created_at, enqueued_at (once the job is available), scheduled_at,
-    expires_at, unique_key and, under a policy's `concurrency`, unique_concurrency
-    (core/concurrency.py); values for these in the request are replaced, and the
+    expires_at, unique_key, under a policy's `concurrency`, unique_concurrency
+    (core/concurrency.py) and, for a rate-limited job, its `rate_limit` normalised
+    (core/rates.py); values for these in the request are replaced, and the
     lifecycle fields a job gains later (started_at, completed_at, result, ...)
     are dropped from it.
     """
@@ -110,6 +112,8 @@ def accepted_job(
     job.pop(CONCURRENCY_FIELD, None)
     if concurrency is not None:
         job[CONCURRENCY_FIELD] = concurrency  # the claim rule reads the job's own limit
+    if envelope.rate_limit is not None:
+        job[RATE_FIELD] = envelope.rate_limit.to_dict()  # normalised: what its home reads
     state = initial_state(scheduled_at, now_ms)
     job.update(
         id=job_id,

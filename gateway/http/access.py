@@ -4,7 +4,7 @@ Each route of the table (app.py) names what it needs, a Need: an operation
 (OJS security §7.2), and which queues it touches (`Need.queues`): the one it names
 (ONE), those of the caller's reach for a read that spans them (REACHED: lists,
 stats, events, crons, dead letters, unique keys), or every queue for a change
-that spans them (EVERY: bulk changes, crons). The endpoint (plumbing.endpoint)
+that spans them, or a read no queue bounds (EVERY: bulk changes, crons, rate keys). The endpoint (plumbing.endpoint)
 asks `check` for the operation before anything else. A handler that learns the
 queue it touches from the body or the path asks `permit` (or `refusal`) for it,
 under the same need; one that reads a job by its id, or reads across queues,
@@ -40,7 +40,7 @@ from gateway.http.errors import ApiError
 # Which queues a route touches (Need.queues).
 ONE = "one"  # the one it names, or its job's
 REACHED = "reached"  # it reads across queues: those the caller reaches (Scope)
-EVERY = "every"  # it changes across queues: only a principal that reaches every queue
+EVERY = "every"  # it spans queues unbounded: only a principal that reaches every queue
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ DEQUEUE = Need(roles.DEQUEUE)
 CANCEL = Need(roles.CANCEL)
 INSPECT = Need(roles.INSPECT)
 INSPECT_ALL = Need(roles.INSPECT, REACHED)
+# A read whose answer no queue bounds (a rate key's permits span the queues of its jobs).
+INSPECT_EVERY = Need(roles.INSPECT, EVERY)
 ADMIN = Need(roles.ADMIN)
 ADMIN_ALL = Need(roles.ADMIN, EVERY)
 # Open to anyone, with or without a key: health and what describes the binding.
@@ -109,7 +111,7 @@ _CALLER: ContextVar[Caller | None] = ContextVar("gateway_http_caller", default=N
 
 async def check(request: Request, watcher: Watcher | None, need: Need) -> Token[Caller | None]:
     """401 without a valid key, 403 without the operation (on every queue, if the route
-    changes across them); else the caller is who `permit` and `scope` ask about until
+    needs EVERY); else the caller is who `permit` and `scope` ask about until
     `done(token)`."""
     if watcher is None or need is OPEN:
         return _CALLER.set(None)

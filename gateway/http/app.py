@@ -54,6 +54,7 @@ from gateway.http.access import (
     ENQUEUE,
     INSPECT,
     INSPECT_ALL,
+    INSPECT_EVERY,
     OPEN,
     Need,
 )
@@ -61,6 +62,7 @@ from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.client_limit import ClientLimit, host_of
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
+from gateway.http.rate_limits import get_rate_limit, list_rate_limits
 from gateway.http.responses import error_response, ojs_response
 from gateway.http.shared import PAGE_PARAMS, PAGING
 from gateway.processor import state_identity
@@ -247,6 +249,8 @@ def create_app(settings: HttpSettings) -> Direct:
             methods=["GET"],
         ),
         Route("/ojs/v1/crons", ops(admin.crons, INSPECT_ALL, PAGING), methods=["GET"]),
+        Route("/ojs/v1/rate-limits", ops(list_rate_limits, INSPECT_EVERY, PAGING), methods=["GET"]),
+        Route("/ojs/v1/rate-limits/{key}", ops(get_rate_limit, INSPECT_EVERY), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(admin.cron_detail, INSPECT_ALL), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(cron.toggle, ADMIN_ALL, body=True), methods=["PATCH"]),
         Route("/ojs/v1/crons/{name}", ops(cron.delete, ADMIN_ALL), methods=["DELETE"]),
@@ -262,8 +266,7 @@ def create_app(settings: HttpSettings) -> Direct:
 def ops(
     handler: Handler, need: Need, query: Collection[str] = (), *, body: bool = False
 ) -> Callable[[Request], Awaitable[Response]]:
-    """An admin or ops route: it takes the query parameters `query` names and no others,
-    and no body unless `body`."""
+    """An admin or ops route: only the query parameters `query` names; a body only if `body`."""
     return endpoint(handler, need, query=query, body=body)
 
 
@@ -323,11 +326,8 @@ class Direct:
 
 
 async def _openapi(request: Request) -> Response:
-    return Response(
-        OPENAPI.read_bytes(),
-        media_type="application/json",
-        headers={"X-Request-Id": request_id_of(request)},
-    )
+    headers = {"X-Request-Id": request_id_of(request)}
+    return Response(OPENAPI.read_bytes(), media_type="application/json", headers=headers)
 
 
 async def _manifest(request: Request) -> Response:

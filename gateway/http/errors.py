@@ -68,7 +68,7 @@ def permission_denied(principal: str, operation: str, queue: str | None = None) 
     """403 naming the principal, the operation and the queue (OJS security §15.2); the
     queue ANY_QUEUE for a route that spans every queue."""
     where = (
-        " on every queue (the route changes across them)" if queue == ANY_QUEUE
+        " on every queue (the route spans them)" if queue == ANY_QUEUE
         else f" on queue {queue!r}" if queue is not None else ""
     )  # fmt: skip
     details: dict[str, Any] = {"principal": principal, "operation": operation}

@@ -16,6 +16,10 @@ answer in the OJS shapes.
 A job of a key with a concurrency limit is proposed only while the view counts a
 free slot for it (core/concurrency.py's rule); a key whose claim the processor
 refuses as full (the view has not read a start yet) is asked no more in this fetch.
+Likewise a rate-limited job (core/rates.py) is proposed only while the view of its rate
+key's state shows a permit, at this server's clock; its claim goes to the key's home,
+which decides; one it refuses (`rate_limited`) stops that rate key for this fetch, and
+the fetch goes on to the next eligible job (none: `jobs: []`).
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ from typing import Any
 
 from starlette.requests import Request
 
+from gateway import wire
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
 from gateway.core.actor import Actor
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
+from gateway.core.rates import JOB_FIELD as RATE_FIELD
+from gateway.core.rates import RATE_LIMITED, RateState, job_policy, permits
 from gateway.core.times import format_rfc3339
 from gateway.http import access, transitions
 from gateway.http.answers import Answer
@@ -62,7 +69,16 @@ log = logging.getLogger("gateway.http.workers")
 # A claim this process has in flight: other local fetches skip it meanwhile (at most this long).
 CLAIM_MEMORY_S = 5.0
 PAUSED = object()  # a claim's answer: the job's queue is paused
-FULL = object()  # a claim's answer: the job's key runs as many jobs as its limit
+
+
+class Full(str):
+    """A claim's answer: the key named (a unique key, or a rate key as `rate_slot`) runs
+    or starts as many jobs as its limit allows now."""
+
+
+def rate_slot(key: str) -> str:
+    """A rate key among the keys a fetch counts slots of (apart from unique keys)."""
+    return "rate\x00" + key
 
 
 def now_ms() -> int:
@@ -102,8 +118,8 @@ async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
                 problems.append(answer)
             elif answer is PAUSED:
                 wanted = [q for q in wanted if q != job.get("queue")]
-            elif answer is FULL:
-                full.add(str(job["unique_key"]))
+            elif isinstance(answer, Full):
+                full.add(answer)
             elif isinstance(answer, dict):
                 claimed.append(shown(answer))
     if problems and not claimed:
@@ -143,7 +159,10 @@ def _candidates(
 
 
 def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str]) -> bool:
-    """Whether the job's key has a slot for it beside the jobs proposed already (taken)."""
+    """Whether the job's key has a slot for it beside the jobs proposed already (taken), and
+    its rate key a permit."""
+    if not _rate_permit(binding, job, taken, full):
+        return False
     limit, key = limit_of(job), job.get("unique_key")
     if limit is None or not isinstance(key, str):
         return True
@@ -162,14 +181,44 @@ def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: se
     return True
 
 
+def _rate_permit(
+    binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str]
+) -> bool:
+    """Whether the view shows the job's rate key a permit beside the jobs proposed already
+    and this process's claims in flight (advisory: the key's home decides)."""
+    policy = job_policy(job)
+    if policy is None:
+        return True
+    slot = rate_slot(policy.key)
+    if slot in full:
+        return False
+    if slot not in taken:
+        published = binding.view.controls(wire.rate_home(policy.key)).get("")
+        state = RateState.load(published)
+        claiming = (binding.view.get(i) for i in list(binding.claims))
+        in_flight = sum(
+            1 for j in claiming
+            if j is not None and j.get("state") != State.ACTIVE
+            and (p := job_policy(j)) is not None and p.key == policy.key
+        )  # fmt: skip
+        taken[slot] = permits(state, policy, now_ms()) - in_flight
+    if taken[slot] <= 0:
+        return False
+    taken[slot] -= 1
+    return True
+
+
 async def _claim(
     binding: Binding, actor: Actor, job: dict[str, Any], fields: dict[str, Any]
 ) -> dict[str, Any] | ApiError | object | None:
     """The job, active, if the processor gave it to us; PAUSED if its queue is paused;
-    FULL if its key runs as many jobs as its limit; None if it went elsewhere."""
+    Full if its key runs as many jobs as its limit, or its rate key has no permit now; None
+    if it went elsewhere."""
     binding.claims[job["id"]] = time.monotonic() + CLAIM_MEMORY_S
     # The claim's own name: a requeue undoes this claim, never another fetch's.
     claim_id = random_hex()
+    if isinstance(job.get(RATE_FIELD), dict):
+        fields = {**fields, RATE_FIELD: job[RATE_FIELD]}  # sent to its rate key's home
     try:
         try:
             ack = await transitions.ask(
@@ -183,7 +232,10 @@ async def _claim(
         if ack.error is not None and ack.error.code == QUEUE_PAUSED:
             return PAUSED
         if ack.error is not None and ack.error.code == CONCURRENCY_LIMIT:
-            return FULL
+            return Full(job["unique_key"])
+        if ack.error is not None and ack.error.code == RATE_LIMITED:
+            policy = job_policy(job)
+            return None if policy is None else Full(rate_slot(policy.key))
         if ack.outcome != EventOutcome.APPLIED or not isinstance(moved, dict):
             return None
         transitions.answered(binding, moved)
@@ -196,10 +248,13 @@ async def _claim(
 async def _requeue(binding: Binding, actor: Actor, job: dict[str, Any], claim_id: str) -> None:
     """After a claim with no answer: job.enqueued on the same key, so it comes after the
     claim in the key's log and undoes it if it was applied (an available job ignores it,
-    and the core refuses it for a job another fetch claimed)."""
+    and the core refuses it for a job another fetch claimed). A rate-limited job's claim
+    went to its rate key's home: so does the requeue, which the home sends on after it."""
     event = {"job_id": job["id"], "type": "job.enqueued", "claim_id": claim_id}
     if job.get("unique_key"):
         event["unique_key"] = job["unique_key"]
+    if isinstance(job.get(RATE_FIELD), dict):
+        event[RATE_FIELD] = job[RATE_FIELD]
     try:
         await binding.client.publish_event(event, wait=False, actor=actor)
     except ClientError as exc:  # the lease is the second safety net

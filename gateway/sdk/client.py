@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from gateway import wire
 from gateway.core import GatewayError
 from gateway.core.actor import Actor
 from gateway.core.idempotency import key_problem
@@ -70,11 +69,9 @@ class Client:
         self, bootstrap: str | None = None, namespace: str | None = None, **kafka_settings: Any
     ) -> None:
         self._jobs = _Kind(prepare, InvalidJob, EnqueueResult.from_record)
-        # Events go on `requests` beside the key's requests, marked as events, so
-        # the processor applies them in the order this client sent them.
-        self._events = _Kind(
-            prepare_event, InvalidEvent, EventAck.from_record, ((wire.KIND_HEADER, wire.JOB_EVENT),)
-        )
+        # Events go on `requests` beside the key's requests, marked as events (prepare_event),
+        # so the processor applies them in the order this client sent them.
+        self._events = _Kind(prepare_event, InvalidEvent, EventAck.from_record)
         # Commands (sdk/commands.py) come prepared, and their replies stay records.
         self._commands = _Kind(lambda out: out, Invalid, dict)
         self._transport = Transport(bootstrap, namespace, kafka_settings)

@@ -23,6 +23,8 @@ from gateway.core import (
 )
 from gateway.core.actor import Actor
 from gateway.core.meta import meta_problem
+from gateway.core.rates import JOB_FIELD as RATE_FIELD
+from gateway.core.rates import policy_of
 from gateway.randomness import random_bytes, random_hex
 
 
@@ -93,7 +95,10 @@ def new_job_id() -> str:
 
 
 def prepare_event(event: Any) -> Outgoing | GatewayError:
-    """A job-state event, validated by the core and keyed by its job's route (wire.route)."""
+    """A job-state event, validated by the core and keyed by its job's route (wire.route),
+    marked as a job event; one carrying its job's `rate_limit` (a claim of a rate-limited
+    job, and fetch's requeue after it) is keyed by the rate key's home, marked so
+    (core/rates.py)."""
     try:
         value = orjson.dumps(event)
     except TypeError as exc:
@@ -101,4 +106,9 @@ def prepare_event(event: Any) -> Outgoing | GatewayError:
     parsed = parse_event_json(value)
     if isinstance(parsed, GatewayError):
         return parsed
-    return Outgoing(value, parsed.route.encode(), random_hex(), parsed.unique_key)
+    policy = policy_of(event.get(RATE_FIELD)) if isinstance(event, dict) else None
+    if policy is not None:
+        return Outgoing(value, wire.rate_home(policy.key), random_hex(), parsed.unique_key,
+                        headers=((wire.KIND_HEADER, wire.RATE),))  # fmt: skip
+    return Outgoing(value, parsed.route.encode(), random_hex(), parsed.unique_key,
+                    headers=((wire.KIND_HEADER, wire.JOB_EVENT),))  # fmt: skip

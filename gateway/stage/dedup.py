@@ -3,11 +3,12 @@ between the log and the core, one handler per kind of record.
 
 A record is told once (kinds.py) and handed to the handler of its kind: requests
 (requests.py), job events (events.py), queue and cron commands (commands.py), id reports
-(ids.py), ticks (which carry only time). Before any of them, what the record's time made
-due is done (due.py). No rule of uniqueness or of the job lifecycle lives here: this
-module runs each record all or nothing (total.py) and leaves its audit record (trail.py);
-what every handler shares, a key's entries and job records and the schedules, is
-shared.py's. Each handler is given what it uses; none knows this module.
+(ids.py), a rate key's claims and reports (rates.py), ticks (which carry only time).
+Before any of them, what the record's time made due is done (due.py). No rule of
+uniqueness or of the job lifecycle lives here: this module runs each record all or nothing
+(total.py) and leaves its audit record (trail.py); what every handler shares, a key's
+entries and job records and the schedules, is shared.py's. Each handler is given what it
+uses; none knows this module.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gateway.stage.idempotency import Idempotency
 from gateway.stage.ids import Ids
 from gateway.stage.kinds import Kind, kind_of
 from gateway.stage.parsing import Limits
+from gateway.stage.rates import Rates
 from gateway.stage.records import Output, Source
 from gateway.stage.requests import Requests
 from gateway.stage.shared import Shared, Window
@@ -77,6 +79,7 @@ class Dedup:
         self._handlers: dict[Kind, KindHandler] = {
             Kind.REQUEST: Requests(shared, self.ids, idempotency), Kind.EVENT: events,
             Kind.TICK: _Ticks(), Kind.COMMAND: self.commands, Kind.ID_REPORT: self.ids,
+            Kind.RATE: Rates(shared),
         }  # fmt: skip
 
     def on_record(

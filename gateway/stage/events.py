@@ -2,6 +2,10 @@
 by `core.on_key`, the key's entries following the job's new state. `follow` is also how a
 job that time moved (an expired lease, expires_at) is stored (due.py).
 
+A claim of a rate-limited job applies only with its rate key's permit (core/rates.py): one
+without is sent to the key's home (rates.py), which sends it back with one or answers it;
+a permit the claim did not use goes back to the home at once.
+
 A terminal job's record expires from the store by the state's event-time TTL,
 `retention_ms` after it finished, and leaves `job_states` with a tombstone then (due.py);
 a deleted one (job.deleted) at once.
@@ -16,8 +20,10 @@ from typing import Any
 from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State, successor
 from gateway.core.jobs import job_route
 from gateway.core.lifecycle import follow, on_key
+from gateway.core.rates import PERMIT_FIELD, Permit, needs_permit
 from gateway.stage.context import Staged
 from gateway.stage.parsing import parse_event_record
+from gateway.stage.rates import is_claim, permit_of, to_home
 from gateway.stage.records import (
     Output,
     Source,
@@ -25,6 +31,7 @@ from gateway.stage.records import (
     event_reply,
     event_summary,
     job_state_tombstone,
+    rate_report,
     refused_event,
     released_output,
 )
@@ -49,12 +56,22 @@ class Events:
         event = parse_event_record(value, key)
         job_id = None if isinstance(event, GatewayError) else event.job_id
         job = shared.load_job(state, job_id) if job_id else None
+        permit = permit_of(source.headers)
+        claim = not isinstance(event, GatewayError) and is_claim(event)
+        policy = needs_permit(job, claim) if permit is None else None
+        if policy is not None and job is not None:
+            # Only the rate key's home grants a start: the claim goes there first.
+            shared.emit(to_home(value, job, policy.key, source), source)
+            shared.what = {"job_id": job_id, "rate": {"key": policy.key, "sent_home": True}}
+            return True
         keyed = job is not None and isinstance(job.get("unique_key"), str)
         entries = shared.load_entries(state) if keyed else ()
         paused = job is not None and self._paused(source, job.get("queue"))
         result, after = on_key(
-            job, entries, event, source.timestamp_ms, shared.limits.retention_ms, paused
+            job, entries, event, source.timestamp_ms, shared.limits.retention_ms, paused, permit
         )  # fmt: skip
+        if permit is not None and not _used(result, permit):
+            shared.emit(rate_report(permit.key, permit.id, unused=True), source)
         released = None
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
             moved = (entries, after) if keyed else None
@@ -127,6 +144,16 @@ class Events:
         job = successor.released_job(record, entry, source.timestamp_ms)
         shared.put_job(state, job, source)
         shared.emit(released_output(job, unique_key), source)
+
+
+def _used(result: EventResult, permit: Permit) -> bool:
+    """Whether the claim started the job with its permit (else the permit goes back)."""
+    held = None if result.job is None else result.job.get(PERMIT_FIELD)
+    return (
+        result.outcome is EventOutcome.APPLIED
+        and isinstance(held, dict)
+        and held.get("id") == permit.id
+    )
 
 
 def route_of(job: dict[str, Any] | None, event: JobEvent | GatewayError) -> str | None:

@@ -1,6 +1,7 @@
 """What a record of `requests` is: told once, from its `kind` header, and handed to the one
 handler of its kind (dedup.py). The router marks job events; ticks, queue and cron
-commands and id reports are marked by whoever writes them; anything else is a request.
+commands, id reports and what goes to a rate key's home (claims, reports) are marked by
+whoever writes them; anything else is a request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ class Kind(StrEnum):
     TICK = "tick"
     COMMAND = "command"
     ID_REPORT = "id_report"
+    RATE = "rate"
 
 
 _BY_HEADER = {
@@ -24,6 +26,8 @@ _BY_HEADER = {
     wire.QUEUE_COMMAND: Kind.COMMAND,
     wire.CRON_COMMAND: Kind.COMMAND,
     wire.ID_REPORT: Kind.ID_REPORT,
+    wire.RATE: Kind.RATE,
+    wire.RATE_REPORT: Kind.RATE,
 }
 
 

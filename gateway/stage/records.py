@@ -218,6 +218,14 @@ def id_report(
     return Output(value, job_id.encode(), role="requests", headers=headers)
 
 
+def rate_report(key: str, permit: str, unused: bool) -> Output:
+    """A permit given back to its rate key's home (core/rates.py): the job that held it left
+    active, or (`unused`) its claim did not apply."""
+    value = _json({"permit": permit, "unused": unused})
+    return Output(value, wire.rate_home(key), role="requests",
+                  headers=[(wire.KIND_HEADER, wire.RATE_REPORT)])  # fmt: skip
+
+
 def job_state(job: dict[str, Any], encoded: bytes | None = None) -> Output:
     """The job as it is now, for `job_states` (compacted, keyed by job id); `encoded`: its
     JSON, when known."""

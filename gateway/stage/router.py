@@ -58,7 +58,7 @@ class Router:
         # the gateway vouches for an id: a producer's own id_claim header is dropped.
         headers = {**source.headers, wire.REQUEST_ID_HEADER: req_id.encode()}
         for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER,
-                     wire.IDEMPOTENCY_CHECKED_HEADER):  # fmt: skip
+                     wire.IDEMPOTENCY_CHECKED_HEADER, *wire.RATE_HEADERS):  # fmt: skip
             headers.pop(name, None)
         idem = source.header(wire.IDEMPOTENCY_KEY_HEADER)
         if idem is not None:
@@ -88,5 +88,8 @@ class Router:
                 self.emit(output, source)
             self.metrics.refused_inputs.labels("router", refusal.code).inc()
             return
+        # Only a rate key's home grants a permit: a producer's own permit headers are dropped.
         headers = {**source.headers, wire.KIND_HEADER: wire.JOB_EVENT}
+        for name in wire.RATE_HEADERS:
+            headers.pop(name, None)
         self.emit(Output(value or b"", key, role="requests", headers=list(headers.items())), source)

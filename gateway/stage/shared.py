@@ -18,9 +18,10 @@ import orjson
 
 from gateway.core import Entry, dump_entries, expires_at, job_deadline, load_entries
 from gateway.core.jobs import job_expires_at, job_route
+from gateway.core.rates import PERMIT_FIELD, held_permit
 from gateway.stage.context import Emit, Staged, StageMetrics, StateOf
 from gateway.stage.parsing import Limits
-from gateway.stage.records import Source, job_state
+from gateway.stage.records import Source, job_state, rate_report
 from gateway.stage.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.stage.trail import JOB
 
@@ -98,7 +99,13 @@ class Shared:
     ) -> None:
         """Store and publish a job (`encoded`: its JSON, when known); a terminal one expires
         the retention after it ended, and its tombstone is scheduled for then; an active
-        one's attempt is looked at again when its lease or timeout ends."""
+        one's attempt is looked at again when its lease or timeout ends. A job that left
+        active gives its rate permit back to its key's home (core/rates.py)."""
+        held = held_permit(job)
+        if held is not None:
+            del job[PERMIT_FIELD]
+            encoded = None
+            self.emit(rate_report(*held, unused=False), source)
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         # One encoding for both: the stored record is the one published.

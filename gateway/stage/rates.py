@@ -1,0 +1,208 @@
+"""A rate key's home: the dedup stage's part in core/rates.py's one authority for permits.
+
+A rate key's home is the partition its record key `wire.rate_home(key)` routes to. A claim
+(job.started) of a rate-limited job comes here first, marked `rate`: from fetch, keyed so,
+or sent on by the job's route when a worker claimed the job straight at its route. The
+home decides it at the record's broker time: granted, the claim goes on to the job's route
+as a job event carrying the permit (wire.RATE_PERMIT_HEADER and its fellows), and the
+caller's reply headers, so the route answers it; refused, the home answers it (`refused`,
+code `rate_limited`). Any other event marked `rate` (fetch's requeue of a claim with no
+answer) goes on unchanged, after the claim it follows. The routes give permits back with
+records marked `rate_report`. The key's state is published on `job_states` under its home
+key (the view reads it as a control, so fetch proposes no job its key has no permit for).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import orjson
+
+from gateway import wire
+from gateway.core import INVALID_EVENT, EventOutcome, EventResult, GatewayError, State
+from gateway.core.job_events import HEARTBEAT, JobEvent, parse_event_json
+from gateway.core.rates import (
+    JOB_FIELD,
+    Permit,
+    RateLimit,
+    RateState,
+    decide,
+    idle_at,
+    policy_of,
+    refusal_error,
+    release,
+    window,
+)
+from gateway.stage.context import Staged
+from gateway.stage.records import Output, Source, event_reply, refused_event
+from gateway.stage.shared import Shared
+
+log = logging.getLogger("gateway.processor")
+STATE = "rate"
+
+
+class Rates:
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+
+    def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
+        """A claim refused before it is read is answered; a report is the gateway's own."""
+        if source.headers.get(wire.KIND_HEADER) == wire.RATE_REPORT:
+            return []
+        return refused_event(source, error)
+
+    def handle(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> bool:
+        if source.headers.get(wire.KIND_HEADER) == wire.RATE_REPORT:
+            self._report(value, key, source, state)
+        else:
+            self._event(value, key, source, state)
+        return True
+
+    def _event(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> None:
+        shared = self._shared
+        event, policy = _parse(value, key)
+        if isinstance(event, GatewayError):
+            for output in refused_event(source, event):
+                shared.emit(output, source)
+            shared.metrics.refused_inputs.labels("dedup", event.code).inc()
+            return
+        assert policy is not None
+        if not is_claim(event):
+            shared.emit(_forwarded(value or b"", event.route, source, None), source)
+            sent_on = {"key": policy.key, "forwarded": event.event_type}
+            shared.what = {"job_id": event.job_id, "rate": sent_on}
+            return
+        now = source.timestamp_ms
+        permit_id = f"{source.partition}-{source.offset}"  # the log's own: replay makes the same
+        before = RateState.load(state.get_bytes(STATE))
+        after, refusal = decide(before, policy, event.job_id, permit_id, now)
+        self._store(state, source, key or b"", before, after)
+        told: dict[str, Any] = {"key": policy.key, "policy": policy.to_dict(),
+                                "held": len(after.holders),
+                                "starts": len(window(after, policy, now))}  # fmt: skip
+        if refusal is None:
+            permit = Permit(policy.key, permit_id, now)
+            shared.emit(_forwarded(value or b"", event.route, source, permit), source)
+            told.update(outcome="granted", permit=permit_id, permit_at=now)
+        else:
+            error = refusal_error(event.job_id, policy.key, refusal)
+            result = EventResult(EventOutcome.REFUSED, event.job_id, error=error)
+            reply = event_reply(result, event.route, source)
+            if reply is not None:
+                shared.emit(reply, source)
+            told.update(outcome="refused", error=error.to_dict(), **refusal.details(policy.key))
+            shared.metrics.event(str(EventOutcome.REFUSED), error.code)
+        shared.what = {"job_id": event.job_id, "rate": told}
+
+    def _report(
+        self, value: bytes | None, key: bytes | None, source: Source, state: Staged
+    ) -> None:
+        """A permit given back by a route. One no route wrote changes nothing: counted."""
+        shared = self._shared
+        report = _parse_report(value)
+        if report is None:
+            shared.metrics.refused_inputs.labels("dedup", INVALID_EVENT).inc()
+            log.warning("rate report refused: not {permit, unused}")
+            return
+        permit_id, unused = report
+        before = RateState.load(state.get_bytes(STATE))
+        if before is None:
+            return
+        after = release(before, permit_id, unused, source.timestamp_ms)
+        self._store(state, source, key or b"", before, after)
+        shared.what = {"rate": {"key": before.policy.key, "released": permit_id,
+                                "unused": unused, "held": len(after.holders)}}  # fmt: skip
+
+    def _store(
+        self, state: Staged, source: Source, key: bytes, before: RateState | None,
+        after: RateState,
+    ) -> None:  # fmt: skip
+        """Keep and publish the key's state; a key that holds nothing is deleted. One that
+        holds only starts leaves the store by event time once the newest is a period old."""
+        if after == before:
+            return
+        idle = idle_at(after)
+        now = source.timestamp_ms
+        if idle is not None and idle <= now:
+            if before is not None:
+                state.delete(STATE)
+                self._shared.emit(Output(None, key, role="job_states"), source)
+            return
+        ttl = None if idle is None else timedelta(milliseconds=idle - now)
+        dumped = after.dump()
+        state.set_bytes(STATE, dumped, ttl=ttl)
+        self._shared.emit(Output(dumped, key, role="job_states"), source)
+
+
+def is_claim(event: JobEvent) -> bool:
+    return event.state is State.ACTIVE and event.event_type != HEARTBEAT
+
+
+def _parse(
+    value: bytes | None, key: bytes | None
+) -> tuple[JobEvent | GatewayError, RateLimit | None]:
+    event = parse_event_json(value or b"")
+    if isinstance(event, GatewayError):
+        return event, None
+    policy = policy_of(orjson.loads(value or b"{}").get(JOB_FIELD))
+    if policy is None or wire.rate_home(policy.key) != key:
+        return GatewayError(
+            INVALID_EVENT,
+            "an event sent to a rate key's home carries the job's rate_limit and is keyed by "
+            "the home of its key",
+        ), None
+    return event, policy
+
+
+def _parse_report(value: bytes | None) -> tuple[str, bool] | None:
+    try:
+        report = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(report, dict):
+        return None
+    permit, unused = report.get("permit"), report.get("unused")
+    if not isinstance(permit, str) or not isinstance(unused, bool):
+        return None
+    return permit, unused
+
+
+def _forwarded(value: bytes, route: str, source: Source, permit: Permit | None) -> Output:
+    """The event on to its job's route, as a job event, with the caller's reply headers and,
+    for a granted claim, its permit."""
+    dropped = (wire.KIND_HEADER, *wire.RATE_HEADERS)
+    headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
+    headers.append((wire.KIND_HEADER, wire.JOB_EVENT))
+    if permit is not None:
+        headers += [
+            (wire.RATE_PERMIT_HEADER, permit.id.encode()),
+            (wire.RATE_KEY_HEADER, permit.key.encode()),
+            (wire.RATE_PERMIT_AT_HEADER, str(permit.at_ms).encode()),
+        ]
+    return Output(value, route.encode(), role="requests", headers=headers)
+
+
+# -- at the job's route ------------------------------------------------------------
+
+
+def permit_of(headers: Mapping[str, bytes]) -> Permit | None:
+    """The permit a claim carries (only a home sets these headers); None without one."""
+    raw = [headers.get(name) for name in wire.RATE_HEADERS]
+    if any(v is None for v in raw):
+        return None
+    permit_id, key, at = (v.decode(errors="replace") for v in raw if v is not None)
+    return Permit(key, permit_id, int(at)) if at.isdigit() else None
+
+
+def to_home(value: bytes | None, job: Mapping[str, Any], key: str, source: Source) -> Output:
+    """A claim that came to the job's route without a permit, sent to its rate key's home,
+    with the job's rate limit and the caller's reply headers."""
+    event = orjson.loads(value or b"{}")
+    event[JOB_FIELD] = job[JOB_FIELD]
+    dropped = (wire.KIND_HEADER, *wire.RATE_HEADERS)
+    headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
+    headers.append((wire.KIND_HEADER, wire.RATE))
+    return Output(orjson.dumps(event), wire.rate_home(key), role="requests", headers=headers)

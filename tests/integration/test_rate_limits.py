@@ -1,0 +1,142 @@
+"""Rate limits against the real broker: many jobs of one rate key limited to 5 starts a
+second and 2 at once, workers fetching and acking over HTTP through two serve processes
+(two views, neither knowing the other's claims until it reads them), and a worker that
+claims every job straight through the SDK at the jobs' routes (sent on to the key's home).
+The home's decision records never grant a sixth start within a second of permits used, nor
+hold more than two permits; the jobs' own records never show more than two running; every
+job completes once."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway import Client
+from gateway.core import EventOutcome
+from gateway.core.times import parse_rfc3339
+from gateway.http.binding import HttpSettings
+from gateway.sdk import ClientError, EventAck
+from tests.integration.harness import Processor, Reader, apply_topics
+from tests.integration.test_concurrency import Workers, state, wait_for
+from tests.integration.test_http import Served
+
+pytestmark = pytest.mark.kafka
+JOBS = 40
+RATE, CONCURRENCY = 5, 2
+
+
+class Straight:
+    """A worker that claims each waiting job at its route through the SDK, no view asked."""
+
+    def __init__(self, client: Client, ids: list[str]) -> None:
+        self.client, self.ids = client, ids
+        self.stop = threading.Event()
+        self.refused = self.done = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Straight:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+
+    def _event(self, job_id: str, kind: str, **fields: Any) -> EventAck | None:
+        try:
+            ack = self.client.publish_event({"job_id": job_id, "type": kind, **fields}, timeout=20)
+        except ClientError:
+            return None
+        return ack if isinstance(ack, EventAck) else None
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for job_id in self.ids:
+                ack = self._event(job_id, "job.started", worker_id="straight",
+                                  visibility_timeout_ms=120_000)  # fmt: skip
+                if ack is not None and ack.error is not None and ack.error.code == "rate_limited":
+                    self.refused += 1
+                elif ack is not None and ack.outcome is EventOutcome.APPLIED:
+                    time.sleep(random.uniform(0.05, 0.2))  # the work
+                    while self._event(job_id, "job.completed") is None:
+                        time.sleep(0.2)
+                    self.done += 1
+                if self.stop.is_set():
+                    return
+            time.sleep(0.05)
+
+
+def test_a_rate_key_never_starts_more_than_its_limits_whoever_fetches(
+    kafka_bootstrap: str, namespace: str, tmp_path: Any
+) -> None:
+    cat = apply_topics(kafka_bootstrap, namespace)
+    runtime = Processor(kafka_bootstrap, namespace, tmp_path, "a")
+    runtime.start()
+    queue, key = f"q{uuid.uuid4().hex[:8]}", f"rl-{uuid.uuid4().hex[:8]}"
+    limit = {"key": key, "concurrency": CONCURRENCY,
+             "rate": {"limit": RATE, "period": "PT1S"}, "on_limit": "wait"}  # fmt: skip
+    settings = HttpSettings(kafka_bootstrap, namespace, decision_timeout=20)
+    ids: list[str] = []
+    try:
+        with (
+            Served(settings) as served,
+            Served(settings) as other,
+            httpx.Client(base_url=served.url, timeout=120) as http,
+        ):
+            for n in range(JOBS):
+                body = {"type": "mail.send", "args": [n], "queue": queue, "rate_limit": limit}
+                posted = http.post("/ojs/v1/jobs", json=body)
+                assert posted.status_code == 201, posted.text
+                ids.append(posted.json()["job"]["id"])
+            bad = http.post("/ojs/v1/jobs", json={**body, "rate_limit": {"key": key}})
+            assert bad.status_code == 400 and "rate_limit" in bad.json()["error"]["message"]
+            client = Client(kafka_bootstrap, namespace)
+            try:
+                with Straight(client, ids) as straight, Workers([served.url, other.url], queue):
+                    wait_for(lambda: all(state(http, i) == "completed" for i in ids), 120)
+            finally:
+                client.close()
+            shown = http.get(f"/ojs/v1/rate-limits/{key}")
+            assert shown.status_code == 200 and shown.json()["key"] == key
+            print(f"the SDK worker ran {straight.done} jobs, refused {straight.refused} times")
+    finally:
+        runtime.stop()
+
+    reader = Reader(kafka_bootstrap, [cat.name("decisions"), cat.name("job_states")])
+    try:
+        reader.settle(quiet=3)
+        audit = [r["value"] for r in reader.records.get(cat.name("decisions"), [])]
+        states = [r["value"] for r in reader.records.get(cat.name("job_states"), [])]
+    finally:
+        reader.close()
+    home = [r for r in audit if r.get("kind") == "rate"
+            and (r.get("what") or {}).get("rate", {}).get("key") == key]  # fmt: skip
+    told = [r["what"]["rate"] for r in home]
+    unused = {t["released"] for t in told if t.get("unused")}
+    starts = sorted(t["permit_at"] for t in told
+                    if t.get("outcome") == "granted" and t["permit"] not in unused)  # fmt: skip
+    refused = [t for t in told if t.get("outcome") == "refused"]
+    print(f"{len(starts)} starts used, {len(unused)} given back unused, {len(refused)} refused")
+    assert len(starts) >= JOBS and refused
+    for i in range(len(starts) - RATE):
+        assert starts[i + RATE] - starts[i] >= 1000, "six starts within a second"
+    assert max(t["held"] for t in told) <= CONCURRENCY
+    # By the jobs' own records: one attempt each, never more than two running at once.
+    final = {s["id"]: s for s in states if isinstance(s, dict) and s.get("id") in set(ids)}
+    assert {s["state"] for s in final.values()} == {"completed"} and len(final) == JOBS
+    assert all(s["attempt"] == 1 and "rate_permit" not in s for s in final.values())
+    spans = sorted(
+        (parse_rfc3339(s[stamp]), delta)
+        for s in final.values()
+        for stamp, delta in (("started_at", 1), ("completed_at", -1))
+    )  # an end sorts before a start of the same millisecond
+    at_once = 0
+    for _, delta in spans:
+        at_once += delta
+        assert at_once <= CONCURRENCY
