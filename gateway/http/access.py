@@ -4,12 +4,13 @@ Each route of the table (app.py) names what it needs, a Need: an operation
 (OJS security §7.2), and which queues it touches (`Need.queues`): the one it names
 (ONE), those of the caller's reach for a read that spans them (REACHED: lists,
 stats, events, crons, dead letters, unique keys), or every queue for a change
-that spans them, or a read no queue bounds (EVERY: bulk changes, crons, rate keys). The endpoint (plumbing.endpoint)
-asks `check` for the operation before anything else. A handler that learns the
-queue it touches from the body or the path asks `permit` (or `refusal`) for it,
-under the same need; one that reads a job by its id, or reads across queues,
-asks the caller's `scope` what it may see: a job it may not see is as missing
-(404), and a list, count or feed holds only what it may. Without a credentials
+that spans them, or a read no queue bounds (EVERY: bulk changes, crons, rate
+keys). The endpoint (plumbing.endpoint) asks `check` for the operation before
+anything else. A handler that learns the queue it touches from the body or the
+path asks `permit` (or `refusal`) for it, under the same need; one that reads a
+job by its id, or reads across queues, asks the caller's `scope` what it may see:
+a job it may not see is as missing (404), and a list, count or feed holds only
+what it may. Without a credentials
 file every request may do everything.
 
 401 `unauthenticated` without a valid key (gateway/auth/bearer.py says whose a key
