@@ -29,6 +29,8 @@ UNIQUE_KEY_HEADER = "unique_key"
 # request without it is decided as before tenants were, so an older log replays the same.
 TENANT_SCOPED_HEADER = "tenant_scoped"
 TENANT_SCOPED = b"1"
+# The HTTP binding's header naming the request's tenant (OJS multi-tenancy §5.3).
+HTTP_TENANT = "X-OJS-Tenant"
 
 # What a record on a stage's input is, when it is not a request.
 KIND_HEADER = "kind"
