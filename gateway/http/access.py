@@ -119,7 +119,11 @@ class Scope:
 
     def sees_job(self, job: Mapping[str, Any]) -> bool:
         """Whether a job (or a cron's template) is shown: its queue's and its tenant's."""
-        return self.sees(job.get("queue")) and self.sees_tenant(tenant_of(job))
+        return self.sees_named(job.get("queue"), tenant_of(job))
+
+    def sees_named(self, queue: str | None, tenant: str | None) -> bool:
+        """Whether what belongs to `queue` and `tenant` (an event of a job) is shown."""
+        return self.sees(queue) and self.sees_tenant(tenant)
 
     @property
     def queue_filter(self) -> Callable[[str], bool] | None:

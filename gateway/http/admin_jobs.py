@@ -53,9 +53,10 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer:
     if sort not in (None, "scheduled_at") or order not in ("asc", "desc"):
         raise ApiError(400, INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
     await settled(binding, chosen.queue)
+    scope = access.scope()
     found, total = jobs_page(
         binding.view, chosen, page.first, page.count, sort, order == "desc",
-        access.scope().queue_filter,
+        scope.queue_filter, scope.tenants,
     )  # fmt: skip
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
@@ -83,8 +84,10 @@ async def job_detail(request: Request, binding: Binding, _: str) -> Answer:
 async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request, numbered=True)
     chosen = query_filter(request, DEAD_FILTER)
-    sees = access.scope().queue_filter
-    found, total = dead_letters(binding.view, chosen, page.first, page.count, sees)
+    scope = access.scope()
+    found, total = dead_letters(
+        binding.view, chosen, page.first, page.count, scope.queue_filter, scope.tenants
+    )
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
 
@@ -123,7 +126,7 @@ async def _bulk(
         raise ApiError(400, parsed.code, parsed.message)
     chosen = bulk_filter(action, parsed)
     await settled(binding, chosen.queue)
-    ids = ids_of(binding.view, chosen)
+    ids = ids_of(binding.view, chosen, tenants=access.scope().tenants)
     found = (j for j in map(binding.view.get, ids) if j is not None and chosen.matches(j))
     asked = list(itertools.islice(found, BULK_MAX))
     # The rest are counted, not asked: by their index keys where state and queue decide.

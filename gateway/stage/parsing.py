@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway import wire
-
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
