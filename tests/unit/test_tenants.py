@@ -357,8 +357,12 @@ def test_ext_multi_tenancy_sequences(app: App):
     assert len(fetched) >= 1 and fetched[0]["meta"]["tenant_id"] == "tenant-alpha"
     assert fetched[0]["args"][0]["action"] == "isolation-test-alpha"
     # EXT-MT-003: a tenant's stats, no header.
-    app.call("POST", "/ojs/v1/jobs", "tenant-stats-test", json={
-        "type": "test.stats", "args": [], "options": {"queue": "conformance-tenant-stats"}})
+    app.call(
+        "POST",
+        "/ojs/v1/jobs",
+        "tenant-stats-test",
+        json={"type": "test.stats", "args": [], "options": {"queue": "conformance-tenant-stats"}},
+    )
     stats = app.call("GET", "/ojs/v1/admin/tenants/tenant-stats-test/stats").json()
     assert stats["tenant_id"] == "tenant-stats-test" and isinstance(stats["total_jobs"], int)
     assert stats["total_jobs"] == 1
@@ -366,13 +370,25 @@ def test_ext_multi_tenancy_sequences(app: App):
     queue = app.call("GET", "/ojs/v1/queues/conformance-tenant-stats", "tenant-stats-test")
     assert queue.status_code == 200 and queue.json()["queue"]["name"] == "conformance-tenant-stats"
     # EXT-MT-007: a batch, every job of the header's tenant.
-    batch = app.call("POST", "/ojs/v1/jobs/batch", "tenant-batch-corp", json={"jobs": [
-        {"type": "test.batch", "args": [n], "options": {"queue": "q"}} for n in range(3)]})
+    batch = app.call(
+        "POST",
+        "/ojs/v1/jobs/batch",
+        "tenant-batch-corp",
+        json={
+            "jobs": [
+                {"type": "test.batch", "args": [n], "options": {"queue": "q"}} for n in range(3)
+            ]
+        },
+    )
     assert batch.status_code == 201, batch.text
     assert [j["meta"]["tenant_id"] for j in batch.json()["jobs"]] == ["tenant-batch-corp"] * 3
     # EXT-MT-008: another tenant's cancel finds no job; the job is still available.
-    mine = app.call("POST", "/ojs/v1/jobs", "tenant-cancel-a", json={
-        "type": "test.cancel", "args": [], "options": {"queue": "q"}}).json()["job"]["id"]
+    mine = app.call(
+        "POST",
+        "/ojs/v1/jobs",
+        "tenant-cancel-a",
+        json={"type": "test.cancel", "args": [], "options": {"queue": "q"}},
+    ).json()["job"]["id"]
     cancel = app.call("POST", f"/ojs/v1/admin/jobs/{mine}/cancel", "tenant-cancel-b")
     assert cancel.status_code == 404
     assert app.call("DELETE", f"/ojs/v1/jobs/{mine}", "tenant-cancel-b").status_code == 404
