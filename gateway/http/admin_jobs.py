@@ -3,9 +3,10 @@ bulk retry and cancel.
 
 Which jobs a filter names is the core's rule (core/job_filter.py); here a
 filter is read from the query or the body and a page of what it names is read
-from the view (view/listing.py), of the queues the caller sees (access.scope).
-Changes are asked of the processor job by job, as on the single-job routes; a bulk
-change spans every queue, so only a principal that reaches every queue asks one.
+from the view (view/listing.py), of the queues and tenants the caller sees
+(access.scope). Changes are asked of the processor job by job, as on the single-job
+routes; a bulk change spans every queue, so only a principal that reaches every queue
+asks one, and it touches only the jobs of the caller's tenants, if it names some.
 """
 
 from __future__ import annotations
