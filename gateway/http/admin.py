@@ -5,7 +5,8 @@ materialised) and every change is asked of the processor, as on the other
 routes: the admin API decides nothing. Lists are paged as the UI reads them,
 `{"items": [...], "pagination": {"total", "page", "per_page"}}`. What spans queues
 (lists, stats, workers, crons, unique keys) holds only the queues the caller sees, and
-only its tenants' jobs (access.scope). The jobs, the dead letter list and bulk actions are admin_jobs.py's.
+only its tenants' jobs (access.scope). The jobs, the dead letter list and bulk actions
+are admin_jobs.py's.
 
 Workers. The gateway has no worker registry: a worker is known by the jobs it
 runs. A fetch that names its `worker_id` has it kept on each job it takes while
