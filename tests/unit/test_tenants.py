@@ -20,19 +20,26 @@ import pytest
 
 from gateway import wire
 from gateway.auth import credentials, keys
+from gateway.catalogue import Catalogue, TopicSpec
 from gateway.core import GatewayError, Request, stored_job
 from gateway.core.tenants import scoped_key, tenant_problem
 from gateway.http import shared
 from gateway.http.app import HttpSettings, create_app
 from gateway.http.binding import Binding
+from gateway.partitioner import partition_for
+from gateway.processor.metrics import Metrics
+from gateway.processor.stages import INPUTS, Stages, Stores
 from gateway.sdk import EnqueueResult, EventAck, InvalidJob
 from gateway.sdk.prepare import prepare
 from gateway.stage.parsing import Limits, parse_limited
+from gateway.stage.records import Output, Source
 from gateway.view.store import JobView
+from tests.support import Consumed
 
 UNIQUE = {"keys": ["type", "args"]}
 JOB = {"type": "report.build", "args": [7], "queue": "reports", "unique": UNIQUE}
 T0 = "2026-01-01T12:00:00.000Z"
+CATALOGUE = Catalogue(tuple(TopicSpec(role, f"t.{role}", 8, 1) for role in INPUTS))
 
 
 class Broker:
@@ -209,6 +216,44 @@ def test_a_record_without_the_mark_is_decided_as_before_even_naming_a_tenant():
     # A mark without a tenant to scope by is refused, not decided unscoped.
     refused = parse_limited(orjson.dumps(JOB), Limits(), {wire.TENANT_SCOPED_HEADER: b"1"})
     assert isinstance(refused, GatewayError) and refused.code == "invalid_request"
+
+
+def decide_records(tmp: Path, jobs: list[tuple[dict[str, Any], bool]]) -> list[str]:
+    """The outcomes the processor's own stages decide for `jobs` sent on `requests` as the
+    SDK keys them, each marked as scoped by its tenant or not."""
+    outcomes: list[str] = []
+
+    def emit(output: Output, _source: Source) -> None:
+        if output.role == "decisions":
+            outcomes.append(orjson.loads(output.value or b"")["outcome"])
+
+    stages = Stages(CATALOGUE, emit, Metrics(), Limits(), Stores(tmp))
+    for offset, (job, marked) in enumerate(jobs):
+        out = prepare(job)
+        assert not isinstance(out, GatewayError)
+        request = parse_limited(out.value, Limits())
+        assert isinstance(request, Request) and request.unique_key is not None
+        key = (out.unique_key if marked else request.unique_key).encode()  # type: ignore[union-attr]
+        headers = list(out.headers) if marked else None
+        stages.handle([Consumed(
+            "t.requests", partition_for(key, 8), offset, 1_760_000_000_000 + offset, key,
+            out.value, headers,
+        )])  # fmt: skip
+    stages.stores.close(list(stages.stores.open))
+    return outcomes
+
+
+def test_the_stages_decide_a_log_without_marks_as_before_and_scope_marked_ones(tmp_path: Path):
+    acme, globex = ({**JOB, "meta": {"tenant_id": t}} for t in ("acme", "globex"))
+    # As a log from before tenants: one key for both tenants, the second a duplicate.
+    assert decide_records(tmp_path / "old", [(acme, False), (globex, False)]) == [
+        "accepted", "rejected"
+    ]  # fmt: skip
+    # Marked, as the SDK sends them now: a key each; the same tenant again, a duplicate.
+    marked = [(acme, True), (globex, True), (acme, True), (JOB, False)]
+    assert decide_records(tmp_path / "new", marked) == [
+        "accepted", "accepted", "rejected", "accepted"
+    ]  # fmt: skip
 
 
 def test_a_job_naming_a_bad_tenant_is_refused_by_the_sdk():
