@@ -24,6 +24,14 @@ ACTOR_HEADER = "actor"
 # On `jobs` and `cancellations`: the job's unique key, when it has one.
 UNIQUE_KEY_HEADER = "unique_key"
 
+# On `requests`: the request's unique key is scoped by its tenant, `meta.tenant_id`
+# (core/tenants.py), and its route with it. The SDK sets it on every job with a tenant; a
+# request without it is decided as before tenants were, so an older log replays the same.
+TENANT_SCOPED_HEADER = "tenant_scoped"
+TENANT_SCOPED = b"1"
+# The HTTP binding's header naming the request's tenant (OJS multi-tenancy §5.3).
+HTTP_TENANT = "X-OJS-Tenant"
+
 # What a record on a stage's input is, when it is not a request.
 KIND_HEADER = "kind"
 # On `requests`: a job event the router (or the SDK) put beside the requests, so
@@ -108,8 +116,9 @@ def group_name(namespace: str | None) -> str:
 
 def route(request: Request) -> str | None:
     """The key a request travels under and is decided in, where its job then lives: its
-    unique key, else its job id (`core.route_key`); None while it has neither, until the
-    SDK or the router gives it an id."""
+    unique key (its tenant's, for a request marked TENANT_SCOPED_HEADER: parsing scoped
+    it), else its job id (`core.route_key`); None while it has neither, until the SDK or
+    the router gives it an id."""
     if request.unique_key is None and request.envelope.id is None:
         return None
     return route_key(request.unique_key, request.envelope.id or "")

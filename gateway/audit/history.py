@@ -135,22 +135,22 @@ def page(
     return Page(key, unique_key, items, after)
 
 
-def queues_named(page: Page) -> frozenset[str]:
-    """The queues of the jobs the page's records carry: a request's job (the new one, or
-    the one that held the key), an event's job as it left it, each job as a record read
-    it."""
-    found: set[str] = set()
+def jobs_named(page: Page) -> list[Mapping[str, Any]]:
+    """The jobs the page's records carry (each with its queue): a request's job (the new
+    one, or the one that held the key), an event's job as it left it, each job as a
+    record read it."""
+    found: list[Mapping[str, Any]] = []
     for item in page.items:
         record = item.record or {}
         jobs = [record.get("job"), what_of(record).get("job")]
         state = record.get("state")
         if isinstance(state, Mapping):
             jobs += [row[2] for row in state_rows(state) if str(row[1]).startswith("job/")]
-        found.update(
-            job["queue"] for job in jobs
+        found += [
+            job for job in jobs
             if isinstance(job, Mapping) and isinstance(job.get("queue"), str)
-        )  # fmt: skip
-    return frozenset(found)
+        ]  # fmt: skip
+    return found
 
 
 def _record(value: bytes | None) -> dict[str, Any] | None:

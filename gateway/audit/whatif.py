@@ -42,6 +42,7 @@ from gateway.core import (
     fingerprint,
 )
 from gateway.core.lifecycle import follow
+from gateway.core.tenants import scoped
 from gateway.stage.kinds import Kind, kind_of
 from gateway.stage.parsing import Limits, parse_event_record, parse_limited
 
@@ -133,6 +134,8 @@ def replay_under_policy(
         request = parse_limited(record.value, limits)
         if isinstance(request, Request):
             request = with_policy(request, policy)
+            if isinstance(request, Request) and wire.TENANT_SCOPED_HEADER in record.headers:
+                request = scoped(request)  # a tenant's key, under the policy asked about
         key = request.unique_key if isinstance(request, Request) else None
         decision = decide(
             state.get(key, ()) if key else (), request, record.timestamp_ms,

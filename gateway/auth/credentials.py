@@ -6,6 +6,7 @@ TOML, one `[[principal]]` table each (docs/security.md):
     name = "orders-api"
     role = "producer"                 # or: operations = ["enqueue", "inspect"]
     queues = ["orders", "orders.*"]
+    # tenants = ["acme"]               # optional: acts for and sees these tenants' jobs only
     # keyless_from = ["127.0.0.1/32", "::1/128"]   # see docs/security.md
 
     [[principal.key]]
@@ -35,6 +36,7 @@ from typing import Any
 import orjson
 
 from gateway.auth import keys, roles
+from gateway.core.tenants import TENANT_RULE, is_valid_tenant
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -44,7 +46,7 @@ DEFAULT_GRACE_S = 24 * 3600
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 NAME_RULE = '1 to 64 characters of A-Z, a-z, 0-9, ".", "_", "@" and "-"'
 _KEY_ID = re.compile(r"[0-9a-f]{16}")
-_PRINCIPAL_FIELDS = ("name", "role", "operations", "queues", "keyless_from", "key")
+_PRINCIPAL_FIELDS = ("name", "role", "operations", "queues", "tenants", "keyless_from", "key")
 _KEY_FIELDS = ("id", "hash", "created", "expires")
 
 
@@ -72,6 +74,9 @@ class Principal:
     keys: tuple[Key, ...] = ()
     # Requests with no Authorization header from these networks are this principal's.
     keyless_from: tuple[Network, ...] = ()
+    # The tenants it is bound to (core/tenants.py): it acts for and sees only their jobs.
+    # Empty: bound to none, it acts for any tenant and sees every job its queues hold.
+    tenants: frozenset[str] = frozenset()
 
 
 def load(path: Path) -> tuple[Principal, ...]:
@@ -110,6 +115,8 @@ def dump(principals: Iterable[Principal]) -> str:
         else:
             lines.append(f"operations = {_strs(sorted(p.operations))}")
         lines.append(f"queues = {_strs(p.queues.patterns)}")
+        if p.tenants:
+            lines.append(f"tenants = {_strs(sorted(p.tenants))}")
         if p.keyless_from:
             lines.append(f"keyless_from = {_strs(str(n) for n in p.keyless_from)}")
         for k in p.keys:
@@ -152,12 +159,14 @@ def save(path: Path, principals: Iterable[Principal]) -> None:
 
 def principal(
     name: str, role: str | None, operations: Iterable[str] | None, queues: Iterable[str],
-    keyless_from: Iterable[str] = (),
+    keyless_from: Iterable[str] = (), tenants: Iterable[str] = (),
 ) -> Principal:  # fmt: skip
     """A new principal without keys, checked as a file's would be."""
     table: dict[str, Any] = {
         "name": name, "queues": list(queues), "keyless_from": list(keyless_from)
     }  # fmt: skip
+    if tenants:
+        table["tenants"] = list(tenants)
     if role is not None:
         table["role"] = role
     if operations is not None:
@@ -224,10 +233,13 @@ def _principal(table: Any, where: str) -> Principal:
             f'{where}: queues must be a list of queue patterns ("*" for every queue), each '
             f"{roles.PATTERN_RULE}"
         )
+    tenants = table.get("tenants", [])
+    if not _strings(tenants) or not all(map(is_valid_tenant, tenants)):
+        raise CredentialsError(f"{where}: tenants must be a list of tenant ids, each {TENANT_RULE}")
     return Principal(
         name, role, roles.operations_of(role, listed), roles.Patterns.of(patterns),
         tuple(_key(k, f"{where}, key {i + 1}") for i, k in enumerate(_tables(table, where))),
-        _networks(table.get("keyless_from", []), where),
+        _networks(table.get("keyless_from", []), where), frozenset(tenants),
     )  # fmt: skip
 
 

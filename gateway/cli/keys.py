@@ -50,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         '(default "*": every queue)',
     )  # fmt: skip
     new.add_argument(
+        "--tenants", metavar="TENANT,...", default=None,
+        help="bind a new principal to these tenants: it acts for and sees only their jobs "
+        "(default: none, every tenant)",
+    )  # fmt: skip
+    new.add_argument(
         "--keyless-from", metavar="NETWORK,...", default=None,
         help="requests without an Authorization header from these networks are this new "
         "principal's (for the OJS Admin UI on this machine: docs/security.md; default: none)",
@@ -138,19 +143,19 @@ def _edit(args: argparse.Namespace, path: Path) -> str | None:
 def _new(args: argparse.Namespace, principals: tuple[Principal, ...]) -> Principal | None:
     """The principal to add, if NAME is new; for an existing one, nothing else may be
     asked (a second key changes nothing else)."""
-    asked = (args.role, args.operations, args.queues, args.keyless_from)
+    asked = (args.role, args.operations, args.queues, args.tenants, args.keyless_from)
     if any(p.name == args.name for p in principals):
         if any(a is not None for a in asked):
             raise CredentialsError(
                 f"principal {args.name!r} exists: `keys new` only adds a key to it; edit "
-                "the file to change its role, operations, queues or keyless_from"
+                "the file to change its role, operations, queues, tenants or keyless_from"
             )
         return None
     if args.role is None and args.operations is None:
         raise CredentialsError(f"a new principal needs --role or --operations ({args.name!r})")
     return credentials.principal(
         args.name, args.role, _listed(args.operations), _listed(args.queues) or ["*"],
-        _listed(args.keyless_from) or (),
+        _listed(args.keyless_from) or (), _listed(args.tenants) or (),
     )  # fmt: skip
 
 
@@ -163,6 +168,8 @@ def _list(principals: tuple[Principal, ...]) -> None:
     for p in principals:
         grant = f"role {p.role}" if p.role else f"operations {','.join(sorted(p.operations))}"
         line = f"{p.name}: {grant}; queues {','.join(p.queues.patterns)}"
+        if p.tenants:
+            line += f"; tenants {','.join(sorted(p.tenants))}"
         if p.keyless_from:
             line += f"; keyless from {','.join(map(str, p.keyless_from))}"
         print(line)

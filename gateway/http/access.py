@@ -10,30 +10,44 @@ anything else. A handler that learns the queue it touches from the body or the
 path asks `permit` (or `refusal`) for it, under the same need; one that reads a
 job by its id, or reads across queues, asks the caller's `scope` what it may see:
 a job it may not see is as missing (404), and a list, count or feed holds only
-what it may. Without a credentials
-file every request may do everything.
+what it may. Without a credentials file every request may do everything, within
+the tenant its X-OJS-Tenant header names.
+
+Tenants (core/tenants.py). A request's X-OJS-Tenant header, or a principal bound to
+tenants in the credentials file, bounds what it sees to their jobs (`Scope.tenants`);
+an enqueue's jobs are of the caller's tenant (`acting_for`).
 
 401 `unauthenticated` without a valid key (gateway/auth/bearer.py says whose a key
 is, the processor's status port asks it too); 403 `permission_denied` naming the
 principal, the operation and the queue (OJS security §15.2), for a route whose
-operation the principal lacks, or for a queue the caller names and does not reach
-(it names the queue: the answer tells it nothing new).
+operation the principal lacks, or for a queue or tenant the caller names and does not
+reach (it names them: the answer tells it nothing new).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import Request
 
+from gateway import wire
 from gateway.auth import bearer, roles
 from gateway.auth.credentials import Principal
 from gateway.auth.keyring import Watcher
 from gateway.auth.roles import Patterns
+from gateway.core import INVALID_REQUEST
+from gateway.core.tenants import (
+    TENANT_FIELD,
+    TENANT_RULE,
+    is_valid_tenant,
+    tenant_in,
+    tenant_of,
+    tenant_problem,
+)
 from gateway.http import errors
 from gateway.http.caller import PRINCIPAL
 from gateway.http.errors import ApiError
@@ -77,30 +91,46 @@ def need_of(route_endpoint: Callable[..., Any]) -> Need | None:
 
 @dataclass(frozen=True)
 class Caller:
-    principal: Principal
+    principal: Principal | None  # None: no credentials file, every operation allowed
     need: Need
+    tenant: str | None = None  # the tenant the request names (its X-OJS-Tenant header)
 
 
 @dataclass(frozen=True)
 class Scope:
-    """What a caller may see: the one predicate every read asks of a queue, where it
-    reads (a job by its id, a listing, a count, an event feed, a cron, a key's history).
-    The queues a principal reaches bound it today (None: every queue); a bound of
-    another kind (a tenant's) joins them here, so every route keeps asking `sees`."""
+    """What a caller may see: the one predicate every read asks, where it reads (a job by
+    its id, a listing, a count, an event feed, a cron, a key's history). Two bounds: the
+    queues a principal reaches (None: every queue), and the tenants whose jobs it sees
+    (None: every job, of a tenant or of none), those of the request's X-OJS-Tenant header,
+    else those its principal is bound to (core/tenants.py)."""
 
     queues: Patterns | None = None
+    tenants: frozenset[str] | None = None
 
     @property
     def everything(self) -> bool:
-        return self.queues is None
+        return self.queues is None and self.tenants is None
 
     def sees(self, queue: str | None) -> bool:
-        """Whether what belongs to `queue` (its jobs, counts, events, crons, keys) is shown."""
+        """Whether `queue` itself (its name, its pause) is shown; what its jobs are also
+        asks the tenant (`sees_job`, `sees_tenant`)."""
         return self.queues is None or (queue is not None and self.queues.matches(queue))
+
+    def sees_tenant(self, tenant: str | None) -> bool:
+        """Whether what belongs to `tenant` (None: to no tenant) is shown."""
+        return self.tenants is None or tenant in self.tenants
+
+    def sees_job(self, job: Mapping[str, Any]) -> bool:
+        """Whether a job (or a cron's template) is shown: its queue's and its tenant's."""
+        return self.sees_named(job.get("queue"), tenant_of(job))
+
+    def sees_named(self, queue: str | None, tenant: str | None) -> bool:
+        """Whether what belongs to `queue` and `tenant` (an event of a job) is shown."""
+        return self.sees(queue) and self.sees_tenant(tenant)
 
     @property
     def queue_filter(self) -> Callable[[str], bool] | None:
-        """`sees`, for a view listing; None when it hides nothing (the listing's fast path)."""
+        """`sees`, for a view listing; None when it hides no queue (the listing's fast path)."""
         return None if self.queues is None else self.sees
 
 
@@ -112,10 +142,14 @@ _CALLER: ContextVar[Caller | None] = ContextVar("gateway_http_caller", default=N
 
 async def check(request: Request, watcher: Watcher | None, need: Need) -> Token[Caller | None]:
     """401 without a valid key, 403 without the operation (on every queue, if the route
-    needs EVERY); else the caller is who `permit` and `scope` ask about until
+    needs EVERY) or for a tenant the principal is not bound to, 400 for a tenant
+    header that names none; else the caller is who `permit` and `scope` ask about until
     `done(token)`."""
-    if watcher is None or need is OPEN:
+    if need is OPEN:
         return _CALLER.set(None)
+    if watcher is None:
+        tenant = _tenant_header(request)
+        return _CALLER.set(None if tenant is None else Caller(None, need, tenant))
     principal = await authenticate(request, watcher)
     # Named for the audit (caller.py) and the security log, a refusal included.
     request.scope[PRINCIPAL] = (principal.name, principal.role)
@@ -123,7 +157,10 @@ async def check(request: Request, watcher: Watcher | None, need: Need) -> Token[
         raise _denied(principal, need, None)
     if need.queues == EVERY and not principal.queues.every:
         raise _denied(principal, need, roles.ANY_QUEUE)
-    return _CALLER.set(Caller(principal, need))
+    tenant = _tenant_header(request)
+    if tenant is not None and principal.tenants and tenant not in principal.tenants:
+        raise _tenant_denied(principal, need, tenant)
+    return _CALLER.set(Caller(principal, need, tenant))
 
 
 def done(token: Token[Caller | None]) -> None:
@@ -135,16 +172,22 @@ def scope() -> Scope:
     """What the caller may see, until `done`: an answer that outlives its handler (an
     event stream) takes it first and keeps it."""
     caller = _CALLER.get()
-    if caller is None or caller.principal.queues.every:
+    if caller is None:
         return EVERYTHING
-    return Scope(caller.principal.queues)
+    principal = caller.principal
+    queues = None if principal is None or principal.queues.every else principal.queues
+    tenants = (
+        frozenset((caller.tenant,)) if caller.tenant is not None
+        else principal.tenants or None if principal is not None else None
+    )  # fmt: skip
+    return EVERYTHING if queues is None and tenants is None else Scope(queues, tenants)
 
 
 def refusal(queue: str | None) -> ApiError | None:
     """The 403 if the caller may not do the route's operation on `queue`, which it named,
     else None."""
     caller = _CALLER.get()
-    if caller is None or scope().sees(queue):
+    if caller is None or caller.principal is None or scope().sees(queue):
         return None
     return _denied(caller.principal, caller.need, queue)
 
@@ -157,8 +200,40 @@ def permit(queue: str | None) -> None:
 
 
 def restricted() -> bool:
-    """Whether the caller's queues are limited: only then is a queue worth finding out."""
+    """Whether the caller's queues or tenants are limited: only then is a queue worth
+    finding out."""
     return not scope().everything
+
+
+def acting_for(job: Any) -> Any:
+    """The job to enqueue for the caller, of its tenant (OJS multi-tenancy §5.3): the one
+    `meta.tenant_id` names, else the request's X-OJS-Tenant header, written into its meta,
+    else the principal's, if it is bound to exactly one. 400 for a tenant that is none, or
+    a header and a meta that differ; 403 for a tenant the principal is not bound to (or
+    none, for one bound to several). A job that is not an object is left to the parser."""
+    caller = _CALLER.get()
+    if caller is None or not isinstance(job, dict):
+        return job
+    meta = job.get("meta")
+    problem = tenant_problem(meta)
+    if problem is not None:
+        raise ApiError(400, INVALID_REQUEST, problem)
+    named = tenant_in(meta)
+    if named is not None and caller.tenant is not None and named != caller.tenant:
+        raise ApiError(
+            400, INVALID_REQUEST,
+            f"meta.tenant_id {named!r} and the {wire.HTTP_TENANT} header {caller.tenant!r} "
+            "differ; send one tenant",
+            details={"meta.tenant_id": named, wire.HTTP_TENANT: caller.tenant},
+        )  # fmt: skip
+    principal = caller.principal
+    bound = () if principal is None else principal.tenants
+    tenant = named or caller.tenant or (next(iter(bound)) if len(bound) == 1 else None)
+    if principal is not None and bound and tenant not in bound:
+        raise _tenant_denied(principal, caller.need, tenant)
+    if tenant is None or named is not None:
+        return job
+    return {**job, "meta": {**(meta if isinstance(meta, dict) else {}), TENANT_FIELD: tenant}}
 
 
 async def authenticate(request: Request, watcher: Watcher) -> Principal:
@@ -179,3 +254,23 @@ async def authenticate(request: Request, watcher: Watcher) -> Principal:
 
 def _denied(principal: Principal, need: Need, queue: str | None) -> ApiError:
     return errors.permission_denied(principal.name, need.operation, queue)
+
+
+def _tenant_denied(principal: Principal, need: Need, tenant: str | None) -> ApiError:
+    """403 naming the tenant (the caller named it, or named none)."""
+    error = errors.permission_denied(principal.name, need.operation)
+    where = f"for tenant {tenant!r}" if tenant is not None else "for no tenant"
+    return replace(
+        error, message=f"{error.message} {where}: it acts for {sorted(principal.tenants)} only",
+        details={**error.details, "tenant": tenant},
+    )  # fmt: skip
+
+
+def _tenant_header(request: Request) -> str | None:
+    """The tenant the request's X-OJS-Tenant header names; 400 for one that names none."""
+    tenant = request.headers.get(wire.HTTP_TENANT)
+    if tenant is None:
+        return None
+    if not is_valid_tenant(tenant):
+        raise ApiError(400, INVALID_REQUEST, f"the {wire.HTTP_TENANT} header must be {TENANT_RULE}")
+    return tenant

@@ -4,8 +4,9 @@ Everything here is read from this process's view (the job_states topic
 materialised) and every change is asked of the processor, as on the other
 routes: the admin API decides nothing. Lists are paged as the UI reads them,
 `{"items": [...], "pagination": {"total", "page", "per_page"}}`. What spans queues
-(lists, stats, workers, crons, unique keys) holds only the queues the caller sees
-(access.scope). The jobs, the dead letter list and bulk actions are admin_jobs.py's.
+(lists, stats, workers, crons, unique keys) holds only the queues the caller sees, and
+only its tenants' jobs (access.scope). The jobs, the dead letter list and bulk actions
+are admin_jobs.py's.
 
 Workers. The gateway has no worker registry: a worker is known by the jobs it
 runs. A fetch that names its `worker_id` has it kept on each job it takes while
@@ -35,12 +36,12 @@ from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
 from gateway.http.shared import (
     cron_for_admin_ui,
-    cron_queue,
     page_of,
     paused_queues,
     query_filter,
     seen_crons,
     seen_queues,
+    sees_cron,
     settled,
 )
 from gateway.view import queue_stats
@@ -73,7 +74,7 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer:
     scope = access.scope()
     known = seen_queues(binding, scope)
     counts = {s: sum(q["counts"].get(s, 0) for q in known.values()) for s in STATES}
-    throughput = _per_minute(binding, known, _now_ms())
+    throughput = _per_minute(binding, known if scope.tenants is None else {}, _now_ms())
     return Answer(200, {
         "queues": len(known), "workers": len(_workers(binding, scope)), "jobs": counts,
         "throughput": throughput, "uptime_seconds": round(time.time() - _STARTED),
@@ -95,6 +96,8 @@ async def stats_history(request: Request, binding: Binding, _: str) -> Answer:
     await settled(binding, chosen.queue)
     names = binding.view.queues() if chosen.queue is None else [chosen.queue]
     scope = access.scope()
+    if scope.tenants is not None:
+        names = []  # the activity buckets count every tenant's jobs of a queue
     buckets = [b for name in names if scope.sees(name) for b in binding.view.queue_activity(name)]
     data = queue_stats.history(buckets, _now_ms(), width, chosen.since)
     return Answer(200, {"period": period, "data": data})
@@ -102,25 +105,33 @@ async def stats_history(request: Request, binding: Binding, _: str) -> Answer:
 
 async def queues(request: Request, binding: Binding, _: str) -> Answer:
     await settled(binding)
-    known, now = seen_queues(binding, access.scope()), _now_ms()
-    return _listed(request, sorted(known), lambda name: _queue(binding, name, known[name], now))
+    scope = access.scope()
+    known, now, every = seen_queues(binding, scope), _now_ms(), scope.tenants is None
+    return _listed(
+        request, sorted(known), lambda name: _queue(binding, name, known[name], now, every)
+    )
 
 
 async def queue(request: Request, binding: Binding, _: str) -> Answer:
     name = request.path_params["name"]
     access.permit(name)
-    known = binding.view.queues().get(name)
+    tenants = access.scope().tenants
+    known = binding.view.queues(tenants).get(name)
     if known is None:
         raise ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
-    return Answer(200, _queue(binding, name, known, _now_ms()))
+    return Answer(200, _queue(binding, name, known, _now_ms(), tenants is None))
 
 
-def _queue(binding: Binding, name: str, known: dict[str, Any], now_ms: int) -> dict[str, Any]:
+def _queue(
+    binding: Binding, name: str, known: dict[str, Any], now_ms: int, every: bool
+) -> dict[str, Any]:
+    """A queue as the UI reads it; its throughput (of every tenant's jobs) only to a
+    caller that sees `every` tenant."""
     paused = name in paused_queues(binding)
     return {
         "name": name, "state": "paused" if paused else "active", "paused": paused,
         "counts": {s: known["counts"].get(s, 0) for s in STATES},
-        "throughput": _per_minute(binding, {name: known}, now_ms),
+        "throughput": _per_minute(binding, {name: known} if every else {}, now_ms),
         "created_at": known["created_at"],
     }  # fmt: skip
 
@@ -141,7 +152,7 @@ async def crons(request: Request, binding: Binding, _: str) -> Answer:
 async def cron_detail(request: Request, binding: Binding, _: str) -> Answer:
     name = request.path_params["name"]
     cron = binding.view.controls(wire.CRON_KEY_PREFIX).get(name)
-    if cron is None or not access.scope().sees(cron_queue(cron)):
+    if cron is None or not sees_cron(access.scope(), cron):
         raise ApiError(404, errors.NOT_FOUND, f"no cron {name} is registered")
     return Answer(200, cron_for_admin_ui(cron))
 
@@ -151,7 +162,8 @@ async def dead_stats(request: Request, binding: Binding, _: str) -> Answer:
     by_error: dict[str, int] = {}
     stamps = []
     dead = JobFilter(state=State.DISCARDED)
-    for job in matching(binding.view, dead, access.scope().queue_filter):
+    scope = access.scope()
+    for job in matching(binding.view, dead, scope.queue_filter, scope.tenants):
         by_queue[job["queue"]] = by_queue.get(job["queue"], 0) + 1
         error = job.get("error")
         kind = str(error.get("type")) if isinstance(error, dict) else "unknown"
@@ -176,7 +188,7 @@ def _workers(binding: Binding, scope: Scope) -> dict[str, dict[str, Any]]:
     """The workers running a job now, by the worker_id their fetches named, told from the
     jobs `scope` sees."""
     found: dict[str, dict[str, Any]] = {}
-    for job_id in binding.view.in_state(str(State.ACTIVE), sees=scope.queue_filter):
+    for job_id in binding.view.in_state(str(State.ACTIVE), None, scope.queue_filter, scope.tenants):
         job = binding.view.get(job_id)
         worker_id = None if job is None else job.get("worker_id")
         if not isinstance(worker_id, str) or job is None:
@@ -216,7 +228,8 @@ async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer:
     has not finished), by state; a key's pending successor names the job it follows
     (`successor_of`), and a job with a concurrency limit shows it beside its key's
     active jobs."""
-    live = matching(binding.view, JobFilter(live=True), access.scope().queue_filter)
+    scope = access.scope()
+    live = matching(binding.view, JobFilter(live=True), scope.queue_filter, scope.tenants)
     held = [job for job in live if job.get("unique_key")]
     running: dict[str, int] = {}
 

@@ -3,9 +3,10 @@ bulk retry and cancel.
 
 Which jobs a filter names is the core's rule (core/job_filter.py); here a
 filter is read from the query or the body and a page of what it names is read
-from the view (view/listing.py), of the queues the caller sees (access.scope).
-Changes are asked of the processor job by job, as on the single-job routes; a bulk
-change spans every queue, so only a principal that reaches every queue asks one.
+from the view (view/listing.py), of the queues and tenants the caller sees
+(access.scope). Changes are asked of the processor job by job, as on the single-job
+routes; a bulk change spans every queue, so only a principal that reaches every queue
+asks one, and it touches only the jobs of the caller's tenants, if it names some.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer:
     if sort not in (None, "scheduled_at") or order not in ("asc", "desc"):
         raise ApiError(400, INVALID_REQUEST, "sort may be scheduled_at, order asc or desc")
     await settled(binding, chosen.queue)
+    scope = access.scope()
     found, total = jobs_page(
         binding.view, chosen, page.first, page.count, sort, order == "desc",
-        access.scope().queue_filter,
+        scope.queue_filter, scope.tenants,
     )  # fmt: skip
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
@@ -83,8 +85,10 @@ async def job_detail(request: Request, binding: Binding, _: str) -> Answer:
 async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request, numbered=True)
     chosen = query_filter(request, DEAD_FILTER)
-    sees = access.scope().queue_filter
-    found, total = dead_letters(binding.view, chosen, page.first, page.count, sees)
+    scope = access.scope()
+    found, total = dead_letters(
+        binding.view, chosen, page.first, page.count, scope.queue_filter, scope.tenants
+    )
     return Answer(200, page.paged([_summary(j) for j in found], total))
 
 
@@ -123,7 +127,7 @@ async def _bulk(
         raise ApiError(400, parsed.code, parsed.message)
     chosen = bulk_filter(action, parsed)
     await settled(binding, chosen.queue)
-    ids = ids_of(binding.view, chosen)
+    ids = ids_of(binding.view, chosen, tenants=access.scope().tenants)
     found = (j for j in map(binding.view.get, ids) if j is not None and chosen.matches(j))
     asked = list(itertools.islice(found, BULK_MAX))
     # The rest are counted, not asked: by their index keys where state and queue decide.

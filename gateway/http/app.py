@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from gateway import catalogue, config, wire
+from gateway import catalogue, config
 from gateway.audit import index as audit_index
 from gateway.audit.key_history import KeyHistory, audit_dir
 from gateway.audit.verify import Layout, Verifier
@@ -44,6 +44,7 @@ from gateway.http import (
     history,
     jobs,
     queues,
+    tenants,
     workers,
 )
 from gateway.http.access import (
@@ -168,12 +169,13 @@ def create_app(settings: HttpSettings) -> Direct:
         *direct,
         Route("/openapi.json", public(_openapi), methods=["GET"]),
         Route("/ojs/manifest", public(_manifest), methods=["GET"]),
-        Route("/ojs/v1/health", public(_health), methods=["GET"]),
-        Route("/ojs/v1/health/live", public(_live), methods=["GET"]),
+        Route("/ojs/v1/health", public(health.health), methods=["GET"]),
+        Route("/ojs/v1/health/live", public(health.live), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", ops(jobs.get_job, INSPECT), methods=["GET"]),
         Route("/ojs/v1/jobs/{job_id}", ops(jobs.cancel_job, CANCEL), methods=["DELETE"]),
         # The ops routes (`ops`) refuse a query parameter, or a body, they do not take.
         Route("/ojs/v1/queues", ops(queues.list_queues, INSPECT_ALL, PAGE_PARAMS), methods=["GET"]),
+        Route("/ojs/v1/queues/{name}", ops(queues.stats, INSPECT), methods=["GET"]),
         Route("/ojs/v1/queues/{name}/stats", ops(queues.stats, INSPECT), methods=["GET"]),
         Route("/ojs/v1/queues/{name}/pause", ops(queues.pause, ADMIN), methods=["POST"]),
         Route("/ojs/v1/queues/{name}/resume", ops(queues.resume, ADMIN), methods=["POST"]),
@@ -251,6 +253,23 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/crons", ops(admin.crons, INSPECT_ALL, PAGING), methods=["GET"]),
         Route("/ojs/v1/rate-limits", ops(list_rate_limits, INSPECT_EVERY, PAGING), methods=["GET"]),
         Route("/ojs/v1/rate-limits/{key}", ops(get_rate_limit, INSPECT_EVERY), methods=["GET"]),
+        # Tenants (tenants.py): known by their jobs, each of those the caller sees.
+        Route(
+            "/ojs/v1/admin/tenants", ops(tenants.list_tenants, INSPECT_ALL, PAGING), methods=["GET"]
+        ),
+        Route(
+            "/ojs/v1/admin/tenants/{tenant_id}", ops(tenants.tenant, INSPECT_ALL), methods=["GET"]
+        ),
+        Route(
+            "/ojs/v1/admin/tenants/{tenant_id}/stats",
+            ops(tenants.stats, INSPECT_ALL),
+            methods=["GET"],
+        ),  # fmt: skip
+        Route(
+            "/ojs/v1/admin/tenants/{tenant_id}/jobs",
+            ops(tenants.jobs, INSPECT_ALL, PAGING),
+            methods=["GET"],
+        ),  # fmt: skip
         Route("/ojs/v1/crons/{name}", ops(admin.cron_detail, INSPECT_ALL), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(cron.toggle, ADMIN_ALL, body=True), methods=["PATCH"]),
         Route("/ojs/v1/crons/{name}", ops(cron.delete, ADMIN_ALL), methods=["DELETE"]),
@@ -334,50 +353,6 @@ async def _manifest(request: Request) -> Response:
     binding: Binding = request.app.state.binding
     manifest = orjson.loads(binding.settings.manifest.read_bytes())
     return ojs_response(200, manifest, request_id_of(request), None, media_type_of(request))
-
-
-async def _health(request: Request) -> Response:
-    """Readiness: 200 once this process's view is live (it follows every partition of
-    job_states and has read what was there), and every other serve worker's, and the
-    processor owns its partitions and has restored its state. Open to anyone; with a
-    credentials file, why it is not ready is said to a principal's key only."""
-    binding: Binding = request.app.state.binding
-    settings = binding.settings
-    reason = binding.view_not_live()
-    if reason is None and settings.board is not None:
-        reason = settings.board.not_live()
-    if reason is None:
-        reason = await asyncio.to_thread(
-            health.not_ready,
-            binding.admin,
-            binding.requests_topic,
-            wire.group_name(settings.namespace),
-            settings.processor_url,
-        )
-    media_type = media_type_of(request)
-    if reason is not None:
-        body = {"status": "starting", "reason": reason}
-        if not await _may_read_reasons(request, binding):
-            # Names of hosts, topics and groups are for the deployment's own principals.
-            body = {"status": "starting"}
-        return ojs_response(503, body, request_id_of(request), None, media_type)
-    return ojs_response(200, {"status": "ok"}, request_id_of(request), None, media_type)
-
-
-async def _may_read_reasons(request: Request, binding: Binding) -> bool:
-    """Without a credentials file anyone may; with one, any principal's key."""
-    if binding.watcher is None:
-        return True
-    try:
-        await access.authenticate(request, binding.watcher)
-    except ApiError:
-        return False
-    return True
-
-
-async def _live(request: Request) -> Response:
-    """Liveness: this process answers; Kafka and the processor are readiness's business."""
-    return ojs_response(200, {"status": "ok"}, request_id_of(request), None, media_type_of(request))
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,18 +91,18 @@ class Binding:
     watcher: Watcher | None = None
 
     async def job(
-        self, job_id: str, sees: Callable[[str | None], bool] | None = None
+        self, job_id: str, sees: Callable[[Mapping[str, Any]], bool] | None = None
     ) -> dict[str, Any] | None:
-        """The job as the view holds it; one of a queue `sees` is false of (the caller's
-        scope: access.Scope) is missing. A job this process has not seen, whose id says it
-        was made within RECENT_JOB_WAIT_S, is waited for until then: enqueued through
-        another serve worker (or answered there before its commit), its record is on its
-        way here. Every other missing job is None at once: a hidden one after the same
-        wait as a missing one."""
+        """The job as the view holds it; one `sees` is false of (the caller's scope:
+        access.Scope.sees_job, its queue and tenant) is missing. A job this process has
+        not seen, whose id says it was made within RECENT_JOB_WAIT_S, is waited for until
+        then: enqueued through another serve worker (or answered there before its commit),
+        its record is on its way here. Every other missing job is None at once: a hidden
+        one after the same wait as a missing one."""
 
         def seen() -> dict[str, Any] | None:
             job = self.view.get(job_id)
-            return job if job is None or sees is None or sees(job.get("queue")) else None
+            return job if job is None or sees is None or sees(job) else None
 
         job = seen()
         made_ms = uuid7_ms(job_id) if job is None else None

@@ -29,7 +29,7 @@ from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json, unknown_fields
 from gateway.http.security import privileged
-from gateway.http.shared import cron_queue, page_of, seen_crons
+from gateway.http.shared import page_of, seen_crons, sees_cron
 from gateway.sdk.commands import cron_commands
 
 
@@ -65,7 +65,7 @@ async def get_cron(request: Request, binding: Binding, _: str) -> Answer:
     see (the same answer)."""
     name = _name(request)
     cron = binding.view.controls(wire.cron_key(name)).get("")
-    if cron is None or not access.scope().sees(cron_queue(cron)):
+    if cron is None or not sees_cron(access.scope(), cron):
         raise _not_found(name)
     return Answer(200, _shown(cron))
 

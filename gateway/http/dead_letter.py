@@ -31,8 +31,10 @@ LIST_QUERY = ("queue", "limit", "offset")
 async def list_dead(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request)
     chosen = query_filter(request, ("queue",))
-    sees = access.scope().queue_filter
-    jobs, total = dead_letters(binding.view, chosen, page.first, page.count, sees)
+    scope = access.scope()
+    jobs, total = dead_letters(
+        binding.view, chosen, page.first, page.count, scope.queue_filter, scope.tenants
+    )
     return Answer(200, {"jobs": [shown(job) for job in jobs], "pagination": page.pagination(total)})
 
 
@@ -60,9 +62,9 @@ async def delete(request: Request, binding: Binding, request_id: str) -> Answer:
 
 def _dead(binding: Binding, job_id: str) -> dict[str, Any]:
     """The dead letter job; 404 for any other, and for one of a queue the caller does not
-    see (access.scope), as for no job at all."""
+    see or of another tenant (access.scope), as for no job at all."""
     job = binding.view.get(job_id)
-    if job is not None and not access.scope().sees(job.get("queue")):
+    if job is not None and not access.scope().sees_job(job):
         job = None
     if job is None or job.get("state") != DEAD:
         details: dict[str, Any] = {"resource_type": "dead_letter_job", "resource_id": job_id}

@@ -34,11 +34,15 @@ SSE_HEARTBEAT = b":heartbeat\n\n"
 
 def matches(
     event: Mapping[str, Any], types: frozenset[str] | None, queues: frozenset[str] | None,
-    sees: Callable[[str | None], bool] | None = None,
+    sees: Callable[[str | None, str | None], bool] | None = None,
 ) -> bool:  # fmt: skip
     """Whether a reader that asked for `types` and `queues` (None: any), and sees the
-    queues `sees` is true of (access.Scope; None: every queue), gets the event."""
+    jobs of the queues and tenants `sees` is true of (access.Scope.sees_named; None:
+    every job), gets the event."""
     if types is not None and event["type"] not in types:
         return False
-    queue = event["data"].get("queue")
-    return (queues is None or queue in queues) and (sees is None or sees(queue))
+    data = event["data"]
+    queue = data.get("queue")
+    return (queues is None or queue in queues) and (
+        sees is None or sees(queue, data.get("tenant_id"))
+    )

@@ -64,7 +64,7 @@ def _set(raw: str | None) -> frozenset[str] | None:
 async def events(request: Request, binding: Binding, request_id: str) -> Answer | Response:
     query = request.query_params
     types, queues = _set(query.get("types")) or _set(query.get("type")), _set(query.get("queues"))
-    sees = access.scope().sees
+    sees = access.scope().sees_named
 
     def wanted(event: Mapping[str, Any]) -> bool:
         return matches(event, types, queues, sees)

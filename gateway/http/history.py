@@ -72,5 +72,5 @@ async def key_history(request: Request, binding: Binding, _: str) -> Answer:
 def _seen(scope: access.Scope, page: history.Page) -> bool:
     if scope.everything:
         return True
-    queues = history.queues_named(page)
-    return bool(queues) and all(map(scope.sees, queues))
+    jobs = history.jobs_named(page)
+    return bool(jobs) and all(map(scope.sees_job, jobs))

@@ -41,10 +41,10 @@ from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout
 async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
     """Under an `Idempotency-Key`, a retry gets the first answer again (the decision record
     the processor kept for the key), so the same body: see docs/http.md. A job is read
-    here only to refuse it (a queue the caller does not reach, a type not allowed); else
-    the processor alone reads it."""
+    here only to refuse it (a queue the caller does not reach, a type not allowed, another
+    tenant) and to give it the caller's tenant; else the processor alone reads it."""
     idem = _header_key(request)
-    job = await read_json(request, binding.settings.max_body_bytes)
+    job = access.acting_for(await read_json(request, binding.settings.max_body_bytes))
     if isinstance(job, dict):
         job = {**job, "request_id": request_id}
     allowed = binding.settings.job_types
@@ -69,7 +69,8 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
 
 async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str) -> Answer:
     """Validate every job first (one invalid, one the caller may not enqueue, or one of a
-    type not allowed: nothing is enqueued), then enqueue them all.
+    type not allowed: nothing is enqueued), then enqueue them all, each of the caller's
+    tenant (access.acting_for).
     Under an idempotency key (the `Idempotency-Key` header, or OJS's `idempotency_key` in
     the body), the whole batch's first answers, or 422 if the key named another batch."""
     header = _header_key(request)
@@ -77,6 +78,7 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
         raise ApiError(400, INVALID_REQUEST, 'send {"jobs": [job, ...]}, at least one')
     idem = _batch_key(header, body)
+    body["jobs"] = [access.acting_for(job) for job in body["jobs"]]
     problems, refusals, unregistered = [], [], []
     for index, job in enumerate(body["jobs"]):
         parsed = parse_request(job)

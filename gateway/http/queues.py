@@ -39,7 +39,9 @@ async def list_queues(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request)
     scope = access.scope()
     known, paused = seen_queues(binding, scope), paused_queues(binding)
-    names = sorted(known.keys() | {name for name in paused if scope.sees(name)})
+    # A caller bound to tenants sees the queues its tenants' jobs are in.
+    shown = {name for name in paused if scope.sees(name) and scope.tenants is None}
+    names = sorted(known.keys() | shown)
     queues = [
         {
             "name": name,
@@ -53,20 +55,24 @@ async def list_queues(request: Request, binding: Binding, _: str) -> Answer:
 
 
 async def stats(request: Request, binding: Binding, _: str) -> Answer:
-    """OJS level 4's queue stats: jobs per state now, and the last hour's completions,
-    failures, mean run and wait times and throughput. The shape holds both OJS's
+    """OJS level 4's queue stats: jobs per state now (of the caller's tenants, if it is
+    bound to some), and the last hour's completions, failures, mean run and wait times and
+    throughput (none, to a caller bound to tenants). The shape holds both OJS's
     documents: the HTTP binding's top-level `status` and `stats`, and the conformance
     suite's `queue` object with the name and the counts."""
     name = _name(request)
     await settled(binding, name)
-    known = binding.view.queues().get(name)
+    tenants = access.scope().tenants
+    known = binding.view.queues(tenants).get(name)
     is_paused = name in paused_queues(binding)
-    if known is None and not is_paused:
+    if known is None and (not is_paused or tenants is not None):
         raise ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
     now_ms = time.time_ns() // 1_000_000
     held = {} if known is None else known["counts"]
     counts: dict[str, Any] = {str(s): held.get(str(s), 0) for s in State}
-    stats = {**counts, **queue_stats.last_hour(binding.view.queue_activity(name), now_ms)}
+    # The last hour's activity counts every tenant's jobs: for a caller that sees them all.
+    activity = binding.view.queue_activity(name) if tenants is None else []
+    stats = {**counts, **queue_stats.last_hour(activity, now_ms)}
     status = "paused" if is_paused else "active"
     return Answer(200, {
         "queue": {"name": name, "status": status, "paused": is_paused, **counts},

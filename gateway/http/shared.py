@@ -17,6 +17,7 @@ from gateway.core import GatewayError, job_effective_state
 from gateway.core.envelope import DEFAULT_QUEUE
 from gateway.core.job_filter import JobFilter, parse_filter
 from gateway.core.retry import with_ojs_retry
+from gateway.core.tenants import tenant_of
 from gateway.http.access import Scope
 from gateway.http.binding import Binding
 from gateway.http.errors import ApiError
@@ -131,15 +132,22 @@ def paused_queues(binding: Binding) -> dict[str, dict[str, Any]]:
 
 
 def seen_queues(binding: Binding, scope: Scope) -> dict[str, dict[str, Any]]:
-    """The queues the view has seen a job of (JobView.queues), of those `scope` sees."""
-    return {name: q for name, q in binding.view.queues().items() if scope.sees(name)}
+    """The queues the view has seen a job of (JobView.queues), of those `scope` sees, and
+    their counts of the jobs it sees (of its tenants, if it is bound to some)."""
+    known = binding.view.queues(scope.tenants)
+    return {name: q for name, q in known.items() if scope.sees(name)}
 
 
 def seen_crons(binding: Binding, scope: Scope) -> dict[str, dict[str, Any]]:
-    """The crons as this view holds them, by name, of those whose jobs go to a queue
-    `scope` sees."""
+    """The crons as this view holds them, by name, of those `scope` sees (sees_cron)."""
     crons = binding.view.controls(wire.CRON_KEY_PREFIX)
-    return {name: cron for name, cron in crons.items() if scope.sees(cron_queue(cron))}
+    return {name: cron for name, cron in crons.items() if sees_cron(scope, cron)}
+
+
+def sees_cron(scope: Scope, cron: dict[str, Any]) -> bool:
+    """Whether `scope` sees a cron: its jobs go to a queue it sees, of a tenant it sees
+    (the one its template's meta names, or none)."""
+    return scope.sees_named(cron_queue(cron), tenant_of(cron["job_template"]))
 
 
 def cron_queue(cron: dict[str, Any]) -> str:

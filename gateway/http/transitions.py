@@ -31,9 +31,9 @@ def not_found(job_id: str) -> ApiError:
 
 async def known_job(binding: Binding, job_id: str) -> dict[str, Any]:
     """The job as the view holds it (Binding.job); 404 if no job has that id, or the
-    caller does not see its queue (access.scope): the same answer, so the caller learns
-    nothing of a job it may not reach."""
-    job = await binding.job(job_id, access.scope().sees)
+    caller does not see its queue or its tenant (access.scope): the same answer, so the
+    caller learns nothing of a job it may not reach."""
+    job = await binding.job(job_id, access.scope().sees_job)
     if job is None:
         raise not_found(job_id)
     return job

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -39,8 +39,10 @@ from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.rates import JOB_FIELD as RATE_FIELD
 from gateway.core.rates import RATE_LIMITED, RateState, job_policy, permits
+from gateway.core.tenants import tenant_of
 from gateway.core.times import format_rfc3339
 from gateway.http import access, transitions
+from gateway.http.access import EVERYTHING, Scope
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
@@ -105,10 +107,10 @@ async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
     # Queues this view shows paused are not asked; one whose claim the processor refuses
     # as paused (this view has not read the pause yet) is asked no more.
     wanted = [q for q in queues if q not in paused_queues(binding)]
-    actor = caller(request, request_id)
+    actor, scope = caller(request, request_id), access.scope()
     while len(claimed) < count and not problems:
         # Never more claims than jobs wanted: a claimed job is active, it must be handed out.
-        candidates = _candidates(binding, wanted, count - len(claimed), tried, full)
+        candidates = _candidates(binding, wanted, count - len(claimed), tried, full, scope)
         if not candidates:
             break
         tried.update(j["id"] for j in candidates)
@@ -131,10 +133,12 @@ async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
 
 
 def _candidates(
-    binding: Binding, queues: list[str], wanted: int, tried: set[str], full: set[str]
-) -> list[dict[str, Any]]:
+    binding: Binding, queues: list[str], wanted: int, tried: set[str], full: set[str],
+    scope: Scope = EVERYTHING,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Due jobs of the queues, left to right, not claimed by this process just now, none
-    beyond a free slot of its key (`full`: keys known to have none)."""
+    beyond a free slot of its key (`full`: keys known to have none), of the caller's
+    tenants (`scope`) if it names some."""
     at, found = now_ms(), list[dict[str, Any]]()
     taken: dict[str, int] = {}  # slots this proposal takes, per key
     recent = binding.claims
@@ -152,6 +156,7 @@ def _candidates(
                 job is not None
                 and job_effective_state(job, at) is State.AVAILABLE
                 and not past_expiry(job, at)
+                and scope.sees_tenant(tenant_of(job))
                 and _slot(binding, job, taken, full)
             ):
                 found.append(job)
@@ -279,7 +284,7 @@ async def heartbeat(request: Request, binding: Binding, request_id: str) -> Answ
     ids = heartbeat_job_ids(body)
     lease = visibility_timeout(body)
     fields = {} if lease is None else {"visibility_timeout_ms": lease}
-    actor, sees = caller(request, request_id), access.scope().sees
+    actor, sees = caller(request, request_id), access.scope().sees_job
     results = await asyncio.gather(*(_beat(binding, actor, sees, job_id, fields) for job_id in ids))
     return Answer(
         200,
@@ -292,10 +297,11 @@ async def heartbeat(request: Request, binding: Binding, request_id: str) -> Answ
 
 
 async def _beat(
-    binding: Binding, actor: Actor, sees: Callable[[str | None], bool], job_id: str,
+    binding: Binding, actor: Actor, sees: Callable[[Mapping[str, Any]], bool], job_id: str,
     fields: dict[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
-    # Not found, or of a queue the caller does not reach (the same): said for that job alone.
+    # Not found, or of a queue or tenant the caller does not reach (the same): said for that
+    # job alone.
     job = await binding.job(job_id, sees)
     if job is None:
         error = _error_of(transitions.not_found(job_id))

@@ -1,7 +1,8 @@
 """A job turned into the record the SDK produces: validated, fingerprinted, identified.
 
 Pure. The bytes that are validated are the bytes that are sent, so the key
-computed here is the key the processor computes.
+computed here is the key the processor computes; a job naming a tenant is marked as
+scoped by it (wire.TENANT_SCOPED_HEADER), so both compute its tenant's key.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.core.actor import Actor
 from gateway.core.meta import meta_problem
 from gateway.core.rates import JOB_FIELD as RATE_FIELD
 from gateway.core.rates import policy_of
+from gateway.core.tenants import scoped, tenant_in, tenant_problem
 from gateway.randomness import random_bytes, random_hex
 
 
@@ -52,21 +54,30 @@ def prepare(job: Any, mint_id: bool = True) -> Outgoing | GatewayError:
     request = parse_request_json(value)
     if isinstance(request, GatewayError):
         return request
-    problem = meta_problem(request.envelope.meta)
+    meta = request.envelope.meta
+    problem = meta_problem(meta) or tenant_problem(meta)
     if problem is not None:
         return GatewayError(INVALID_REQUEST, problem)
+    headers: tuple[tuple[str, bytes], ...] = ()
+    if tenant_in(meta) is not None:
+        # Its key is its tenant's, here as where it is decided: the mark says so.
+        scoped_request = scoped(request)
+        if isinstance(scoped_request, GatewayError):
+            return scoped_request
+        request, headers = scoped_request, ((wire.TENANT_SCOPED_HEADER, wire.TENANT_SCOPED),)
     request_id = request.envelope.raw.get("request_id", random_hex())
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
     route = request.envelope.id or wire.route(request)
     if route is not None or not mint_id:
-        return Outgoing(value, None if route is None else route.encode(), request_id, key)
+        record_key = None if route is None else route.encode()
+        return Outgoing(value, record_key, request_id, key, headers=headers)
     # A job without a key is routed by its id, so it is given one here (see wire.route),
     # fresh. Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
     route = new_job_id()
     value = orjson.dumps({**job, "id": route})
-    return Outgoing(value, route.encode(), request_id, key)
+    return Outgoing(value, route.encode(), request_id, key, headers=headers)
 
 
 def idempotent(out: Outgoing, key: str, item: str | None) -> Outgoing:

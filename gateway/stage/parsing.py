@@ -10,8 +10,10 @@ size it reads and how long it keeps finished jobs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gateway import wire
 from gateway.core import (
     DEFAULT_RETENTION_MS,
     INVALID_EVENT,
@@ -26,6 +28,7 @@ from gateway.core import (
 )
 from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.core.limits import MAX_REQUEST_BYTES
+from gateway.core.tenants import scoped
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,21 @@ class Limits:
             raise ValueError("--idempotency-seconds must be positive")
 
 
-def parse_limited(value: bytes | None, limits: Limits) -> Request | GatewayError:
-    """Parse a request record, refusing one over the size limit before reading it."""
+def parse_limited(
+    value: bytes | None, limits: Limits, headers: Mapping[str, bytes] | None = None
+) -> Request | GatewayError:
+    """Parse a request record, refusing one over the size limit before reading it; one
+    whose `headers` mark it as scoped by its tenant holds its tenant's key (core/tenants.py)."""
     size = len(value or b"")
     if size > limits.max_request_bytes:
         return GatewayError(
             PAYLOAD_TOO_LARGE,
             f"the request is {size} bytes; the limit is {limits.max_request_bytes}",
         )
-    return parse_request_json(value or b"")
+    request = parse_request_json(value or b"")
+    if headers and wire.TENANT_SCOPED_HEADER in headers and isinstance(request, Request):
+        return scoped(request)
+    return request
 
 
 def dialect_of(request: Request | GatewayError, value: bytes | None) -> str:

@@ -50,7 +50,7 @@ class Requests:
     def handle(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> bool:
         """Decide a request (True), or send it where it must go first (False)."""
         shared = self._shared
-        request = parse_limited(value, shared.limits)
+        request = parse_limited(value, shared.limits, source.headers)
         idem = self._idempotency.key_of(source) if isinstance(request, Request) else None
         if idem is not None and self._idempotency.unchecked(source):
             self._idempotency.at_home(request, value, key, source, state, idem)  # type: ignore[arg-type]

@@ -45,7 +45,9 @@ class Router:
         )  # fmt: skip
 
     def _on_record(self, value: bytes | None, source: Source) -> None:
-        request = headers_refusal(source.headers) or parse_limited(value, self.limits)
+        request = headers_refusal(source.headers) or parse_limited(
+            value, self.limits, source.headers
+        )
         raw = request.envelope.raw if isinstance(request, Request) else None
         req_id = request_id(source, raw)
         if isinstance(request, GatewayError):

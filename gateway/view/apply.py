@@ -1,8 +1,9 @@
 """What a batch of `job_states` records writes to the view: the jobs and every index.
 
 A record replaces its job (a tombstone removes it); the job's old version
-leaves every index and its new one enters them, and the counters, first-seen
-times and activity buckets (queue_stats.py) move with it. A terminal job
+leaves every index and its new one enters them, and the counters (its queue's,
+and its tenant's), first-seen times and activity buckets (queue_stats.py) move
+with it. A terminal job
 already past its expiry is not kept (the processor's own rule,
 `core.job_expires_at`, on wall-clock time), and `sweep` drops the others as
 their expiry passes. A record under a NUL-prefixed key is a queue's or a
@@ -23,6 +24,7 @@ from rocksdict import Rdict, WriteBatch
 from gateway import wire
 from gateway.core.jobs import job_expires_at
 from gateway.core.queues import newer_state
+from gateway.core.tenants import tenant_of
 from gateway.view import keys, queue_stats
 
 log = logging.getLogger("gateway.view")
@@ -90,10 +92,14 @@ def stage(db: Rdict, records: list[Record], now_ms: int, retention_ms: int) -> S
             sums = activity.setdefault(bucket, [0] * queue_stats.COUNTERS)
             sums[:] = [a + b for a, b in zip(sums, did, strict=True)]
         _index(batch, key, job, expiry, counts)
-        queue_key = keys.first_seen_key(str(job.get("queue", "")))
         created = str(job.get("created_at") or "")
-        if queue_key not in first_seen and db.get(queue_key) is None:
-            first_seen[queue_key] = created
+        tenant = tenant_of(job)
+        for seen_key in (
+            keys.first_seen_key(str(job.get("queue", ""))),
+            None if tenant is None else keys.tenant_first_seen_key(tenant),
+        ):
+            if seen_key is not None and seen_key not in first_seen and db.get(seen_key) is None:
+                first_seen[seen_key] = created
     _count(db, batch, counts)
     for queue_key, created in first_seen.items():
         batch.put(queue_key, created.encode())
@@ -119,8 +125,10 @@ def _index(
     active = keys.active_key(job)
     if active is not None:
         batch.put(active, b"")
-    count = keys.job_count_key(job)
-    counts[count] = counts.get(count, 0) + 1
+    tenant_state = keys.tenant_state_key(job)
+    if tenant_state is not None:
+        batch.put(tenant_state, b"")
+    _move(counts, job, 1)
 
 
 def _unindex(
@@ -138,8 +146,17 @@ def _unindex(
     active = keys.active_key(job)
     if active is not None:
         batch.delete(active)
-    count = keys.job_count_key(job)
-    counts[count] = counts.get(count, 0) - 1
+    tenant_state = keys.tenant_state_key(job)
+    if tenant_state is not None:
+        batch.delete(tenant_state)
+    _move(counts, job, -1)
+
+
+def _move(counts: dict[bytes, int], job: Mapping[str, Any], delta: int) -> None:
+    """Move the counters of the job's queue and state, and its tenant's, by `delta`."""
+    for count in (keys.job_count_key(job), keys.tenant_count_key(job)):
+        if count is not None:
+            counts[count] = counts.get(count, 0) + delta
 
 
 def _count(db: Rdict, batch: WriteBatch, counts: dict[bytes, int]) -> None:
@@ -166,8 +183,10 @@ def sweep(db: Rdict, now_ms: int) -> tuple[WriteBatch, int]:
         if job_raw is not None:
             job = orjson.loads(bytes(job_raw))  # type: ignore[arg-type]
             batch.delete(keys.state_key(job))
-            count = keys.job_count_key(job)
-            counts[count] = counts.get(count, 0) - 1
+            tenant_state = keys.tenant_state_key(job)
+            if tenant_state is not None:
+                batch.delete(tenant_state)
+            _move(counts, job, -1)
         batch.delete(keys.JOB + key[10:])
         dropped += 1
     for count, delta in counts.items():

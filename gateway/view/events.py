@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.core import transition_events
+from gateway.core.tenants import tenant_of
 from gateway.core.times import parse_rfc3339
 from gateway.view.apply import Change
 
@@ -55,6 +56,9 @@ def _envelope(kind: str, event_id: str, was: Any, job: Mapping[str, Any]) -> dic
         "job_id": job.get("id"), "job_type": job.get("type"), "queue": job.get("queue"),
         "from": was, "to": job.get("state"), "attempt": job.get("attempt"),
     }  # fmt: skip
+    tenant = tenant_of(job)
+    if tenant is not None:
+        data["tenant_id"] = tenant
     error = job.get("error")
     if kind == "job.completed":
         data["duration_ms"] = _between(job.get("started_at"), job.get("completed_at"))

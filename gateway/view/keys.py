@@ -11,6 +11,11 @@ Layout (one RocksDB under the gateway home per serve process):
     c/<queue>\\0<state>              -> how many jobs of the queue are in the state
     a/<unique key>\\0<id>            -> b"" for every active job with a unique key: fetch counts
                                       a key's running jobs by it (core/concurrency.py)
+    g/<tenant>\\0<state>\\0<queue>\\0<id> -> b"" for every job of a tenant (core/tenants.py),
+                                      as s/ within the tenant: its listings
+    d/<tenant>\\0<queue>\\0<state>     -> how many of the tenant's jobs of the queue are in
+                                      the state
+    m/<tenant>                     -> when the tenant's first job was created (RFC 3339)
     r/<queue>\\0<minute>             -> what the queue's jobs did in the minute (queue_stats.py)
     n/<queue>                      -> when the queue's first job was created (RFC 3339)
     k/<key>                        -> a queue's or a cron's state, as the processor published
@@ -31,14 +36,18 @@ import orjson
 from gateway.core import ready_at
 from gateway.core.moves import WAITING_STATES
 from gateway.core.states import State
+from gateway.core.tenants import tenant_of
 from gateway.core.times import parse_rfc3339
 
-LAYOUT = b"6"
+LAYOUT = b"7"
 LAYOUT_KEY = b"meta/layout"
 JOB = b"j/"
 EXPIRY = b"x/"
 COUNT = b"c/"
 FIRST_SEEN = b"n/"
+TENANT_STATE = b"g/"
+TENANT_COUNT = b"d/"
+TENANT_FIRST_SEEN = b"m/"
 CONTROL = b"k/"
 OFFSET = b"o/"
 _PRIORITY_BIAS = 2**31
@@ -106,6 +115,30 @@ def count_key(queue: str, state: str) -> bytes:
 def job_count_key(job: Mapping[str, Any]) -> bytes:
     """The counter of the job's queue and state."""
     return count_key(str(job.get("queue", "")), str(job.get("state", "")))
+
+
+def tenant_state_prefix(tenant: str, state: str, queue: str | None = None) -> bytes:
+    return TENANT_STATE + tenant.encode() + b"\x00" + state_prefix(state, queue)[2:]
+
+
+def tenant_state_key(job: Mapping[str, Any]) -> bytes | None:
+    """Where a job of a tenant is listed; None for a job of no tenant."""
+    tenant = tenant_of(job)
+    if tenant is None:
+        return None
+    return TENANT_STATE + tenant.encode() + b"\x00" + state_key(job)[2:]
+
+
+def tenant_count_key(job: Mapping[str, Any]) -> bytes | None:
+    """The counter of the job's tenant, queue and state; None for a job of no tenant."""
+    tenant = tenant_of(job)
+    if tenant is None:
+        return None
+    return TENANT_COUNT + tenant.encode() + b"\x00" + job_count_key(job)[2:]
+
+
+def tenant_first_seen_key(tenant: str) -> bytes:
+    return TENANT_FIRST_SEEN + tenant.encode()
 
 
 def first_seen_key(queue: str) -> bytes:

@@ -29,7 +29,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from gateway import store_memory, wire
 from gateway.core import DEFAULT_RETENTION_MS
+from gateway.core.tenants import tenant_of
 from gateway.home import gateway_home
 from gateway.processor.state_identity import Identity
 from gateway.view import apply, keys, queue_stats
@@ -179,7 +180,7 @@ class JobView:
                 batch.put(key, value)
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """The entries under `prefix` (one the view does not use itself), in key order."""
+        """The entries under `prefix`, in key order."""
         for raw_key, raw_value in self._db.items(from_key=prefix):
             key = bytes(raw_key)  # type: ignore[arg-type]
             if not key.startswith(prefix):
@@ -269,31 +270,37 @@ class JobView:
             yield key
 
     def in_state(
-        self, state: str, queue: str | None = None, sees: Callable[[str], bool] | None = None
-    ) -> Iterator[str]:
+        self, state: str, queue: str | None = None, sees: Callable[[str], bool] | None = None,
+        tenants: Collection[str] | None = None,
+    ) -> Iterator[str]:  # fmt: skip
         """Ids of the jobs in `state` (of one queue, or all; only of the queues `sees` is
-        true of, if given, read from the index's keys), by queue then id; then those an
-        answer just put there (provisional), so a listing right after agrees with it."""
+        true of, if given, read from the index's keys; only of `tenants`, if given), by
+        (tenant,) queue then id; then those an answer just put there (provisional), so a
+        listing right after agrees with it."""
         if queue is not None and sees is not None and not sees(queue):
             return
         answered = self._answered.live()
-        prefix = keys.state_prefix(state, queue)
-        shown: tuple[bytes, bool] = (b"", True)  # the last queue asked of `sees`, its answer
-        for raw in self._db.keys(from_key=prefix):
-            key = bytes(raw)  # type: ignore[arg-type]
-            if not key.startswith(prefix):
-                break
-            named, _, raw_id = key[len(prefix) :].rpartition(b"\x00")
-            if sees is not None and queue is None and named != shown[0]:
-                shown = (named, sees(named.decode()))
-            job_id = raw_id.decode()
-            if shown[1] and job_id not in answered:
-                yield job_id
+        prefixes = (
+            [keys.state_prefix(state, queue)] if tenants is None
+            else [keys.tenant_state_prefix(t, state, queue) for t in sorted(tenants)]
+        )  # fmt: skip
+        for prefix in prefixes:
+            shown: tuple[bytes, bool] = (b"", True)  # the last queue asked of `sees`, its answer
+            for key in self._ranks(prefix):
+                named, _, raw_id = key[len(prefix) :].rpartition(b"\x00")
+                if sees is not None and queue is None and named != shown[0]:
+                    shown = (named, sees(named.decode()))
+                job_id = raw_id.decode()
+                if shown[1] and job_id not in answered:
+                    yield job_id
         for job_id, job in sorted(answered.items()):
             if job is None or job.get("state") != state:
                 continue
             of = job.get("queue")
-            if queue in (None, of) and (sees is None or sees(str(of))):
+            if (
+                queue in (None, of) and (sees is None or sees(str(of)))
+                and (tenants is None or tenant_of(job) in tenants)
+            ):  # fmt: skip
                 yield job_id
 
     def queue_activity(self, queue: str) -> list[tuple[bytes, bytes]]:
@@ -315,21 +322,34 @@ class JobView:
             for job in self._answered.live().values()
         )
 
-    def queues(self) -> dict[str, dict[str, Any]]:
-        """Every queue the view has seen a job of: when its first job was created, and
-        how many of its jobs are in each state now."""
+    def queues(self, tenants: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Every queue the view has seen a job of (of `tenants`, if given): when its first
+        job was created, and how many of its jobs (of `tenants`) are in each state now."""
+        first = {key[2:].decode(): v.decode() or None for key, v in self.scan(keys.FIRST_SEEN)}
         found: dict[str, dict[str, Any]] = {}
-        for raw_key, raw_value in self._db.items(from_key=keys.FIRST_SEEN):
-            key = bytes(raw_key)  # type: ignore[arg-type]
-            if not key.startswith(keys.FIRST_SEEN):
-                break
-            created = bytes(raw_value).decode()  # type: ignore[arg-type]
-            found[key[2:].decode()] = {"created_at": created or None, "counts": {}}
-        for raw_key, raw_value in self._db.items(from_key=keys.COUNT):
-            key = bytes(raw_key)  # type: ignore[arg-type]
-            if not key.startswith(keys.COUNT):
-                break
-            queue, _, state = key[2:].decode().partition("\x00")
-            entry = found.setdefault(queue, {"created_at": None, "counts": {}})
-            entry["counts"][state] = int(bytes(raw_value))  # type: ignore[arg-type]
+        if tenants is None:
+            found = {queue: {"created_at": at, "counts": {}} for queue, at in first.items()}
+            counted = ((key[2:], value) for key, value in self.scan(keys.COUNT))
+        else:
+            counted = (  # each counter key after its tenant: <queue>\0<state>
+                (key.partition(b"\x00")[2], value)
+                for tenant in sorted(tenants)
+                for key, value in self.scan(keys.TENANT_COUNT + tenant.encode() + b"\x00")
+            )  # fmt: skip
+        for key, value in counted:
+            queue, _, state = key.decode().partition("\x00")
+            entry = found.setdefault(queue, {"created_at": first.get(queue), "counts": {}})
+            entry["counts"][state] = entry["counts"].get(state, 0) + int(value)
+        return found
+
+    def tenants(self) -> dict[str, dict[str, Any]]:
+        """Every tenant the view has seen a job of: when its first job was created, and how
+        many of its jobs of each queue are in each state now."""
+        found: dict[str, dict[str, Any]] = {}
+        for key, value in self.scan(keys.TENANT_FIRST_SEEN):
+            found[key[2:].decode()] = {"created_at": value.decode() or None, "queues": {}}
+        for key, value in self.scan(keys.TENANT_COUNT):
+            tenant, queue, state = key[2:].decode().split("\x00")
+            entry = found.setdefault(tenant, {"created_at": None, "queues": {}})
+            entry["queues"].setdefault(queue, {})[state] = int(value)
         return found

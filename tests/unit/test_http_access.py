@@ -32,7 +32,7 @@ PRINCIPALS = {
     "mail-producer": ("producer", None, ["mail"]),
 }
 # What fills a route's path parameters: JOB_IDS[0] is a job of queue "mail".
-PARAMS = {"job_id": JOB_IDS[0], "name": "mail", "action": "cancel", "key": "k"}
+PARAMS = {"job_id": JOB_IDS[0], "name": "mail", "action": "cancel", "key": "k", "tenant_id": "t"}
 DEAD_JOB = JOB_IDS[5]  # discarded, of queue "mail"
 # The bodies that name a queue, or a job (JOB_IDS[1]: active, of queue "mail").
 MAIL_JOB = {"type": "mail.send", "args": [], "queue": "mail"}

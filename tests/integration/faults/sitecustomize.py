@@ -15,8 +15,8 @@ if _FAULT:
 
     _parse_limited = parsing.parse_limited
 
-    def _failing_parse(value, limits):  # type: ignore[no-untyped-def]
-        request = _parse_limited(value, limits)
+    def _failing_parse(value, limits, headers=None):  # type: ignore[no-untyped-def]
+        request = _parse_limited(value, limits, headers)
         if isinstance(request, Request) and request.envelope.type == _FAULT:
             raise RuntimeError("injected fault")
         return request
