@@ -119,6 +119,9 @@ def _index(
     active = keys.active_key(job)
     if active is not None:
         batch.put(active, b"")
+    waiting = keys.rate_waiting_key(job)
+    if waiting is not None:
+        batch.put(waiting, b"")
     count = keys.job_count_key(job)
     counts[count] = counts.get(count, 0) + 1
 
@@ -138,6 +141,9 @@ def _unindex(
     active = keys.active_key(job)
     if active is not None:
         batch.delete(active)
+    waiting = keys.rate_waiting_key(job)
+    if waiting is not None:
+        batch.delete(waiting)
     count = keys.job_count_key(job)
     counts[count] = counts.get(count, 0) - 1
 

@@ -161,7 +161,10 @@ def test_a_rate_key_holds_exactly_through_load_and_a_killed_runtime(
         for serve in serves:
             serve.wait(timeout=60)
         proc.stop()
-    assert killed_at is not None and b"processor runtime exited; restarting" in proc.log_path.read_bytes()
+    assert (
+        killed_at is not None
+        and b"processor runtime exited; restarting" in proc.log_path.read_bytes()
+    )
 
     reader = Reader(kafka_bootstrap, [cat.name("decisions")])
     try:
@@ -184,7 +187,7 @@ def test_a_rate_key_holds_exactly_through_load_and_a_killed_runtime(
     # active ends it.
     wanted = set(ids)
     moves = [
-        (parse_rfc3339(r["at"]), r["what"]) for r in audit
+        (parse_rfc3339(r["at"]) or 0, r["what"]) for r in audit
         if (r.get("what") or {}).get("job_id") in wanted and r["what"].get("outcome") == "applied"
     ]  # fmt: skip
     spans: list[tuple[int, int]] = []
@@ -206,7 +209,8 @@ def test_a_rate_key_holds_exactly_through_load_and_a_killed_runtime(
         f"{JOBS} jobs, {WORKERS} workers on 2 serve processes x 2 workers, 2 runtimes, one "
         f"killed at {killed_at:.1f}s; done in {ran_s:.1f}s ({time.monotonic() - began:.0f}s "
         f"in all): {len(granted)} grants, {len(unused)} given back unused, {refused} refused, "
-        f"{len(starts)} starts, {attempts} runs; most starts in a second {most} (limit {RATE}), "
+        f"{len(starts)} starts, {attempts} runs, {len(fetchers.fetched)} handed out; "
+        f"most starts in a second {most} (limit {RATE}), "
         f"most permits held {held}, most running at once {at_once} (limit {CONCURRENCY}); "
         f"home shows {inspected}"
     )
