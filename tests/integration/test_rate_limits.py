@@ -127,7 +127,7 @@ def test_a_rate_key_never_starts_more_than_its_limits_whoever_fetches(
     assert len(starts) >= JOBS and refused
     for i in range(len(starts) - RATE):
         assert starts[i + RATE] - starts[i] >= 1000, "six starts within a second"
-    assert max(t["held"] for t in told) <= CONCURRENCY
+    assert max(t.get("held", 0) for t in told) <= CONCURRENCY  # overrides hold none
     # By the jobs' own records: one attempt each, never more than two running at once.
     final = {s["id"]: s for s in states if isinstance(s, dict) and s.get("id") in set(ids)}
     assert {s["state"] for s in final.values()} == {"completed"} and len(final) == JOBS
