@@ -44,6 +44,7 @@ from gateway.http import (
     history,
     jobs,
     queues,
+    rate_limits,
     workers,
 )
 from gateway.http.access import (
@@ -62,12 +63,6 @@ from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.client_limit import ClientLimit, host_of
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
-from gateway.http.rate_limits import (
-    delete_override,
-    get_rate_limit,
-    list_rate_limits,
-    put_rate_limit,
-)
 from gateway.http.responses import error_response, ojs_response
 from gateway.http.shared import PAGE_PARAMS, PAGING
 from gateway.processor import state_identity
@@ -254,14 +249,14 @@ def create_app(settings: HttpSettings) -> Direct:
             methods=["GET"],
         ),
         Route("/ojs/v1/crons", ops(admin.crons, INSPECT_ALL, PAGING), methods=["GET"]),
-        Route("/ojs/v1/rate-limits", ops(list_rate_limits, INSPECT_EVERY, PAGING), methods=["GET"]),
-        Route("/ojs/v1/rate-limits/{key}", ops(get_rate_limit, INSPECT_EVERY), methods=["GET"]),
+        Route("/ojs/v1/rate-limits", ops(rate_limits.keys, INSPECT_EVERY, PAGING), methods=["GET"]),
+        Route("/ojs/v1/rate-limits/{key}", ops(rate_limits.get, INSPECT_EVERY), methods=["GET"]),
         Route(
-            "/ojs/v1/rate-limits/{key}", ops(put_rate_limit, ADMIN_ALL, body=True), methods=["PUT"]
+            "/ojs/v1/rate-limits/{key}", ops(rate_limits.put, ADMIN_ALL, body=True), methods=["PUT"]
         ),
         Route(
             "/ojs/v1/rate-limits/{key}/override",
-            ops(delete_override, ADMIN_ALL),
+            ops(rate_limits.clear, ADMIN_ALL),
             methods=["DELETE"],
         ),
         Route("/ojs/v1/crons/{name}", ops(admin.cron_detail, INSPECT_ALL), methods=["GET"]),

@@ -34,20 +34,20 @@ from gateway.sdk.commands import rate_commands
 MAX_WAITING = 10_000  # a key's waiting jobs are counted up to this many
 
 
-async def get_rate_limit(request: Request, binding: Binding, _: str) -> Answer:
+async def get(request: Request, binding: Binding, _: str) -> Answer:
     key = _key(request)
     state = RateState.load(binding.view.controls(wire.rate_home(key)).get(""))
     return Answer(200, _shown(binding, key, state))
 
 
-async def list_rate_limits(request: Request, binding: Binding, _: str) -> Answer:
+async def keys(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request, numbered=True)
     held = binding.view.controls(wire.RATE_KEY_PREFIX)
     items = [_shown(binding, key, RateState.load(held[key])) for key in page.of(sorted(held))]
     return Answer(200, page.paged(items, len(held)))
 
 
-async def put_rate_limit(request: Request, binding: Binding, request_id: str) -> Answer:
+async def put(request: Request, binding: Binding, request_id: str) -> Answer:
     key = _key(request)
     try:
         override = parse_override(await read_json(request, binding.settings.max_body_bytes))
@@ -56,7 +56,7 @@ async def put_rate_limit(request: Request, binding: Binding, request_id: str) ->
     return await _send(request, binding, request_id, key, override)
 
 
-async def delete_override(request: Request, binding: Binding, request_id: str) -> Answer:
+async def clear(request: Request, binding: Binding, request_id: str) -> Answer:
     return await _send(request, binding, request_id, _key(request), None)
 
 
