@@ -85,10 +85,12 @@ def idempotency_home(key: str) -> bytes:
 # the key's permits are decided (core/rates.py), and a granted claim is sent on to the
 # job's route as a job event carrying its permit (`rate_permit`, the permit's id;
 # `rate_key`; `rate_permit_at`, its time in ms). A route gives a permit back with a record
-# marked `rate_report`, keyed by the home. Only the gateway sets the permit headers: the
-# router drops a producer's own.
+# marked `rate_report`, keyed by the home, and an operator sets or clears a key's override
+# with one marked `rate_command`. Only the gateway sets the permit headers: the router
+# drops a producer's own.
 RATE = b"rate"
 RATE_REPORT = b"rate_report"
+RATE_COMMAND = b"rate_command"
 RATE_PERMIT_HEADER = "rate_permit"
 RATE_KEY_HEADER = "rate_key"
 RATE_PERMIT_AT_HEADER = "rate_permit_at"

@@ -164,6 +164,13 @@ def explain_rate(what: Mapping[str, Any]) -> str:
     raw = what.get("rate")
     rate: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     job, key = what.get("job_id"), rate.get("key")
+    if "cleared" in rate:
+        if rate["cleared"]:
+            return f"override of rate key {key} cleared: its jobs' own limits apply"
+        override = rate.get("override")
+        if not isinstance(override, Mapping):
+            return f"override of rate key {key} set, already past its expires_at: none applies"
+        return f"rate key {key} overridden: {_limits(override)}"
     if rate.get("sent_home"):
         return f"job {job}'s claim sent to rate key {key}'s home for a permit"
     if rate.get("forwarded"):
@@ -175,17 +182,31 @@ def explain_rate(what: Mapping[str, Any]) -> str:
             else "its job left active"
         )
         return f"permit {rate['released']} of rate key {key} given back ({why})"
+    over = rate.get("override")
+    by = f"; under the override {_limits(over)}" if isinstance(over, Mapping) else ""
     if rate.get("outcome") == "granted":
         return (
             f"granted: job {job} may start with permit {rate.get('permit')} of rate key {key} "
-            f"({rate.get('held')} held, {rate.get('starts')} starts in the sliding window)"
+            f"({rate.get('held')} held, {rate.get('starts')} starts in the sliding window{by})"
         )
     held = "starts in its sliding window" if rate.get("strategy") == "rate" else "permits held"
     then = f"; next permit at {rate['retry_at']}" if rate.get("retry_at") else ""
     return (
         f"refused ({RATE_LIMITED}): job {job} stays available: rate key {key} has "
-        f"{rate.get('current')} of {rate.get('limit')} {held}{then}"
+        f"{rate.get('current')} of {rate.get('limit')} {held}{then}{by}"
     )
+
+
+def _limits(override: Mapping[str, Any]) -> str:
+    """An override's limits as explain tells them."""
+    told = []
+    if override.get("concurrency") is not None:
+        told.append(f"concurrency {override['concurrency']}")
+    rate = override.get("rate")
+    if isinstance(rate, Mapping):
+        told.append(f"rate {rate.get('limit')} per {rate.get('period')}")
+    until = override.get("expires_at")
+    return ", ".join(told) + (f" until {until}" if until else " until cleared")
 
 
 def time_of(value: Any) -> int | None:

@@ -4,7 +4,7 @@ Two shapes are read: the OJS envelope (top-level fields) and the HTTP form
 (`options.*`). Read from either place: queue, unique, priority, max_attempts,
 retry, scheduled_at (`options.delay_until` is its HTTP name), expires_at,
 timeout_ms (how long one attempt may run), visibility_timeout_ms (its claims'
-lease), tags and rate_limit (core/rates.py); a field given in both places must agree.
+lease), tags and rate_limit (core/rate_policy.py); a field given in both places must agree.
 Every other field, known or not, is kept in `raw` and carried into the accepted
 job unchanged. scheduled_at and expires_at are RFC 3339 times, or, an extension the
 OJS conformance suite uses, "+" and an ISO 8601 duration counted from the decision
@@ -30,7 +30,7 @@ from typing import Any
 from gateway.core.errors import invalid_request
 from gateway.core.limits import duration_problem, instant_problem
 from gateway.core.periods import period_or_raise
-from gateway.core.rates import RateLimit, parse_rate_limit
+from gateway.core.rate_policy import RateLimit, parse_rate_limit
 from gateway.core.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy, retry_or_raise
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -81,7 +81,7 @@ class Envelope:
     # The raw unique policy and where it was found ("unique" or "options.unique").
     unique: Any = None
     unique_field: str | None = None
-    # `rate_limit` or `options.rate_limit`, validated (core/rates.py).
+    # `rate_limit` or `options.rate_limit`, validated (core/rate_policy.py).
     rate_limit: RateLimit | None = None
 
     def __init__(

@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.core.concurrency import JOB_FIELD as CONCURRENCY_FIELD
 from gateway.core.envelope import Envelope, is_uuid7
-from gateway.core.rates import JOB_FIELD as RATE_FIELD
+from gateway.core.rate_policy import JOB_FIELD as RATE_FIELD
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -104,7 +104,7 @@ def accepted_job(
     timeout_ms, created_at, enqueued_at (once the job is available), scheduled_at,
     expires_at, unique_key, under a policy's `concurrency`, unique_concurrency
     (core/concurrency.py) and, for a rate-limited job, its `rate_limit` normalised
-    (core/rates.py); values for these in the request are replaced, and the
+    (core/rate_policy.py); values for these in the request are replaced, and the
     lifecycle fields a job gains later (started_at, completed_at, result, ...)
     are dropped from it.
     """

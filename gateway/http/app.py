@@ -44,6 +44,7 @@ from gateway.http import (
     history,
     jobs,
     queues,
+    rate_limits,
     tenants,
     workers,
 )
@@ -63,7 +64,6 @@ from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.client_limit import ClientLimit, host_of
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
-from gateway.http.rate_limits import get_rate_limit, list_rate_limits
 from gateway.http.responses import error_response, ojs_response
 from gateway.http.shared import PAGE_PARAMS, PAGING
 from gateway.processor import state_identity
@@ -251,8 +251,16 @@ def create_app(settings: HttpSettings) -> Direct:
             methods=["GET"],
         ),
         Route("/ojs/v1/crons", ops(admin.crons, INSPECT_ALL, PAGING), methods=["GET"]),
-        Route("/ojs/v1/rate-limits", ops(list_rate_limits, INSPECT_EVERY, PAGING), methods=["GET"]),
-        Route("/ojs/v1/rate-limits/{key}", ops(get_rate_limit, INSPECT_EVERY), methods=["GET"]),
+        Route("/ojs/v1/rate-limits", ops(rate_limits.keys, INSPECT_EVERY, PAGING), methods=["GET"]),
+        Route("/ojs/v1/rate-limits/{key}", ops(rate_limits.get, INSPECT_EVERY), methods=["GET"]),
+        Route(
+            "/ojs/v1/rate-limits/{key}", ops(rate_limits.put, ADMIN_ALL, body=True), methods=["PUT"]
+        ),
+        Route(
+            "/ojs/v1/rate-limits/{key}/override",
+            ops(rate_limits.clear, ADMIN_ALL),
+            methods=["DELETE"],
+        ),
         # Tenants (tenants.py): known by their jobs, each of those the caller sees.
         Route(
             "/ojs/v1/admin/tenants", ops(tenants.list_tenants, INSPECT_ALL, PAGING), methods=["GET"]

@@ -37,8 +37,9 @@ from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_sta
 from gateway.core.actor import Actor
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
-from gateway.core.rates import JOB_FIELD as RATE_FIELD
-from gateway.core.rates import RATE_LIMITED, RateState, job_policy, permits
+from gateway.core.rate_policy import JOB_FIELD as RATE_FIELD
+from gateway.core.rate_policy import job_policy
+from gateway.core.rates import RATE_LIMITED, RateState, permits
 from gateway.core.tenants import tenant_of
 from gateway.core.times import format_rfc3339
 from gateway.http import access, transitions

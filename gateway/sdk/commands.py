@@ -1,8 +1,10 @@
-"""Queue and cron commands as the records the SDK produces (see core/queues.py, core/crons.py).
+"""Queue, cron and rate commands as the records the SDK produces (see core/queues.py,
+core/crons.py, core/rate_policy.py).
 
 Pure. A queue command goes to every partition of `requests`, so each partition
 applies it in its own log; a cron command goes to its key's partition, where
-the cron lives. Send them with `Client.send_commands`.
+the cron lives; a rate command to its rate key's home. Send them with
+`Client.send_commands`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from gateway import wire
 from gateway.core.crons import CronCommand, command_record
 from gateway.core.queues import queue_command, version_after
+from gateway.core.rate_policy import Override, rate_command
 from gateway.randomness import random_hex
 from gateway.sdk.prepare import Outgoing
 
@@ -40,3 +43,11 @@ def cron_commands(command: CronCommand) -> list[Outgoing]:
     headers = ((wire.KIND_HEADER, wire.CRON_COMMAND),)
     key = wire.cron_key(command.name)
     return [Outgoing(command_record(command), key, request_id, None, headers=headers)]
+
+
+def rate_commands(key: str, override: Override | None) -> list[Outgoing]:
+    """Set (or, None, clear) the override of rate key `key`, at the key's home."""
+    request_id = f"rate/{key}/{'set' if override is not None else 'clear'}/{random_hex()}"
+    headers = ((wire.KIND_HEADER, wire.RATE_COMMAND),)
+    value = rate_command(key, override)
+    return [Outgoing(value, wire.rate_home(key), request_id, None, headers=headers)]

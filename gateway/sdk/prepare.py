@@ -24,8 +24,8 @@ from gateway.core import (
 )
 from gateway.core.actor import Actor
 from gateway.core.meta import meta_problem
-from gateway.core.rates import JOB_FIELD as RATE_FIELD
-from gateway.core.rates import policy_of
+from gateway.core.rate_policy import JOB_FIELD as RATE_FIELD
+from gateway.core.rate_policy import policy_of
 from gateway.core.tenants import scoped, tenant_in, tenant_problem
 from gateway.randomness import random_bytes, random_hex
 

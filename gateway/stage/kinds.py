@@ -1,7 +1,7 @@
 """What a record of `requests` is: told once, from its `kind` header, and handed to the one
 handler of its kind (dedup.py). The router marks job events; ticks, queue and cron
-commands, id reports and what goes to a rate key's home (claims, reports) are marked by
-whoever writes them; anything else is a request.
+commands, id reports and what goes to a rate key's home (claims, reports, overrides) are
+marked by whoever writes them; anything else is a request.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ _BY_HEADER = {
     wire.ID_REPORT: Kind.ID_REPORT,
     wire.RATE: Kind.RATE,
     wire.RATE_REPORT: Kind.RATE,
+    wire.RATE_COMMAND: Kind.RATE,
 }
 
 

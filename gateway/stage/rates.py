@@ -8,8 +8,10 @@ as a job event carrying the permit (wire.RATE_PERMIT_HEADER and its fellows), an
 caller's reply headers, so the route answers it; refused, the home answers it (`refused`,
 code `rate_limited`). Any other event marked `rate` (fetch's requeue of a claim with no
 answer) goes on unchanged, after the claim it follows. The routes give permits back with
-records marked `rate_report`. The key's state is published on `job_states` under its home
-key (the view reads it as a control, so fetch proposes no job its key has no permit for).
+records marked `rate_report`; an operator sets or clears the key's override with one
+marked `rate_command`, answered with the key as it then stands. The key's state is
+published on `job_states` under its home key (the view reads it as a control, so fetch
+proposes no job its key has no permit for).
 """
 
 from __future__ import annotations
@@ -22,22 +24,37 @@ from typing import Any
 import orjson
 
 from gateway import wire
-from gateway.core import INVALID_EVENT, EventOutcome, EventResult, GatewayError, State
+from gateway.core import (
+    INVALID_EVENT,
+    INVALID_REQUEST,
+    EventOutcome,
+    EventResult,
+    GatewayError,
+    State,
+)
 from gateway.core.job_events import HEARTBEAT, JobEvent, parse_event_json
+from gateway.core.rate_policy import JOB_FIELD, RateLimit, parse_rate_command, policy_of
 from gateway.core.rates import (
-    JOB_FIELD,
     Permit,
-    RateLimit,
     RateState,
     decide,
     idle_at,
-    policy_of,
+    inspect,
+    overridden,
     refusal_error,
     release,
+    set_override,
     window,
 )
 from gateway.stage.context import Staged
-from gateway.stage.records import Output, Source, event_reply, refused_event
+from gateway.stage.records import (
+    Output,
+    Source,
+    command_reply,
+    event_reply,
+    refused_command,
+    refused_event,
+)
 from gateway.stage.shared import Shared
 
 log = logging.getLogger("gateway.processor")
@@ -48,18 +65,51 @@ class Rates:
     def __init__(self, shared: Shared) -> None:
         self._shared = shared
 
-    def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
-        """A claim refused before it is read is answered; a report is the gateway's own."""
-        if source.headers.get(wire.KIND_HEADER) == wire.RATE_REPORT:
+    def refused(self, source: Source, error: GatewayError, key: bytes | None) -> list[Output]:
+        """A claim or command refused before it is read is answered; a report is the
+        gateway's own."""
+        kind = source.headers.get(wire.KIND_HEADER)
+        if kind == wire.RATE_REPORT:
             return []
+        if kind == wire.RATE_COMMAND:
+            return refused_command(source, error, key)
         return refused_event(source, error)
 
     def handle(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> bool:
-        if source.headers.get(wire.KIND_HEADER) == wire.RATE_REPORT:
+        kind = source.headers.get(wire.KIND_HEADER)
+        if kind == wire.RATE_REPORT:
             self._report(value, key, source, state)
+        elif kind == wire.RATE_COMMAND:
+            self._command(value, key, source, state)
         else:
             self._event(value, key, source, state)
         return True
+
+    def _command(
+        self, value: bytes | None, key: bytes | None, source: Source, state: Staged
+    ) -> None:
+        """An operator's override of the key set or cleared, at the record's broker time;
+        answered with the key as it then stands."""
+        shared = self._shared
+        command = parse_rate_command(value or b"")
+        if not isinstance(command, GatewayError) and wire.rate_home(command[0]) != key:
+            command = GatewayError(INVALID_REQUEST, "a rate command is keyed by its key's home")
+        if isinstance(command, GatewayError):
+            for output in refused_command(source, command, key):
+                shared.emit(output, source)
+            shared.metrics.refused_inputs.labels("dedup", command.code).inc()
+            return
+        name, given = command
+        now = source.timestamp_ms
+        before = RateState.load(state.get_bytes(STATE))
+        after = set_override(before, name, given, now)
+        self._store(state, source, key or b"", before, after)
+        override = None if after.override is None else after.override.to_dict()
+        shared.what = {"rate": {"key": name, "override": override, "cleared": given is None}}
+        shown = {"outcome": str(EventOutcome.APPLIED), "rate_limit": inspect(name, after, now, 0)}
+        reply = command_reply(source, key, shown)
+        if reply is not None:
+            shared.emit(reply, source)
 
     def _event(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> None:
         shared = self._shared
@@ -80,9 +130,12 @@ class Rates:
         before = RateState.load(state.get_bytes(STATE))
         after, refusal = decide(before, policy, event.job_id, permit_id, now)
         self._store(state, source, key or b"", before, after)
+        rule = overridden(after, policy, now)
         told: dict[str, Any] = {"key": policy.key, "policy": policy.to_dict(),
                                 "held": len(after.holders),
-                                "starts": len(window(after, policy, now))}  # fmt: skip
+                                "starts": len(window(after.starts, rule, now))}  # fmt: skip
+        if after.override is not None and after.override.active(now):
+            told["override"] = after.override.to_dict()
         if refusal is None:
             permit = Permit(policy.key, permit_id, now)
             shared.emit(_forwarded(value or b"", event.route, source, permit), source)
@@ -113,7 +166,7 @@ class Rates:
             return
         after = release(before, permit_id, unused, source.timestamp_ms)
         self._store(state, source, key or b"", before, after)
-        shared.what = {"rate": {"key": before.policy.key, "released": permit_id,
+        shared.what = {"rate": {"key": before.key, "released": permit_id,
                                 "unused": unused, "held": len(after.holders)}}  # fmt: skip
 
     def _store(

@@ -128,6 +128,9 @@ def _index(
     tenant_state = keys.tenant_state_key(job)
     if tenant_state is not None:
         batch.put(tenant_state, b"")
+    waiting = keys.rate_waiting_key(job)
+    if waiting is not None:
+        batch.put(waiting, b"")
     _move(counts, job, 1)
 
 
@@ -149,6 +152,9 @@ def _unindex(
     tenant_state = keys.tenant_state_key(job)
     if tenant_state is not None:
         batch.delete(tenant_state)
+    waiting = keys.rate_waiting_key(job)
+    if waiting is not None:
+        batch.delete(waiting)
     _move(counts, job, -1)
 
 

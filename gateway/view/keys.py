@@ -16,6 +16,8 @@ Layout (one RocksDB under the gateway home per serve process):
     d/<tenant>\\0<queue>\\0<state>     -> how many of the tenant's jobs of the queue are in
                                       the state
     m/<tenant>                     -> when the tenant's first job was created (RFC 3339)
+    l/<rate key>\\0<id>              -> b"" for every available job of a rate key: how many wait
+                                      for its permits (core/rates.py)
     r/<queue>\\0<minute>             -> what the queue's jobs did in the minute (queue_stats.py)
     n/<queue>                      -> when the queue's first job was created (RFC 3339)
     k/<key>                        -> a queue's or a cron's state, as the processor published
@@ -106,6 +108,19 @@ def active_key(job: Mapping[str, Any]) -> bytes | None:
     if job.get("state") != State.ACTIVE or not isinstance(key, str):
         return None
     return active_prefix(key) + str(job["id"]).encode()
+
+
+def rate_waiting_prefix(rate_key: str) -> bytes:
+    return b"l/" + rate_key.encode() + b"\x00"
+
+
+def rate_waiting_key(job: Mapping[str, Any]) -> bytes | None:
+    """Where an available job of a rate key is counted; None for any other job."""
+    limit = job.get("rate_limit")
+    key = limit.get("key") if isinstance(limit, Mapping) else None
+    if job.get("state") != State.AVAILABLE or not isinstance(key, str):
+        return None
+    return rate_waiting_prefix(key) + str(job["id"]).encode()
 
 
 def count_key(queue: str, state: str) -> bytes:

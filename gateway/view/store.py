@@ -262,6 +262,16 @@ class JobView:
                 running.discard(job_id.encode())
         return len(running)
 
+    def waiting_under(self, rate_key: str, most: int) -> int:
+        """How many jobs of the rate key are available, as the committed records say,
+        counted up to `most` (the cost of an answer stays bounded)."""
+        counted = 0
+        for _ in self._ranks(keys.rate_waiting_prefix(rate_key)):
+            counted += 1
+            if counted == most:
+                break
+        return counted
+
     def _ranks(self, prefix: bytes) -> Iterator[bytes]:
         for raw in self._db.keys(from_key=prefix):
             key = bytes(raw)  # type: ignore[arg-type]

@@ -113,7 +113,7 @@ def test_the_rate_limit_routes_show_a_key_from_the_view(
 ) -> None:
     from starlette.requests import Request
 
-    from gateway.http.rate_limits import get_rate_limit, list_rate_limits
+    from gateway.http import rate_limits
 
     def get_request(path_params: dict[str, str] | None = None) -> Request:
         return Request({"type": "http", "method": "GET", "path": "/", "query_string": b"",
@@ -122,11 +122,12 @@ def test_the_rate_limit_routes_show_a_key_from_the_view(
     binding, _, _ = l4_setup(tmp_path, monkeypatch)
     fetched(binding, "w")
     key = "queue:rate-limit-test"
-    answer = asyncio.run(get_rate_limit(get_request(path_params={"key": key}), binding, "r"))
+    answer = asyncio.run(rate_limits.get(get_request(path_params={"key": key}), binding, "r"))
     assert answer.status == 200 and answer.body["key"] == key
     assert answer.body["rate"]["current_count"] == 1 and answer.body["active"] == 1
-    never = asyncio.run(get_rate_limit(get_request(path_params={"key": "never"}), binding, "r"))
+    assert answer.body["waiting"] == answer.body["waiting_count"] == 2
+    never = asyncio.run(rate_limits.get(get_request(path_params={"key": "never"}), binding, "r"))
     assert never.body == {**never.body, "key": "never", "active": 0, "policy": None}
-    listed = asyncio.run(list_rate_limits(get_request(), binding, "r"))
+    listed = asyncio.run(rate_limits.keys(get_request(), binding, "r"))
     assert [i["key"] for i in listed.body["items"]] == [key]
     binding.view.close()

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from gateway import wire
 from gateway.audit.explain import explain_record
 from gateway.core.rates import RateState
+from gateway.core.times import format_rfc3339
 from gateway.partitioner import partition_for
 from gateway.stage.records import Output
 from gateway.stage.trail import JOB
@@ -172,6 +173,67 @@ def test_a_bad_claim_or_report_at_the_home_never_stops_it() -> None:
     answer = story.claim(jobs[0])
     story.run()
     assert story.answer(answer)["outcome"] == "applied"
+
+
+def command(story: Story, key: str, override: dict[str, Any] | None, raw: bytes = b"") -> str:
+    """An operator's override sent to the key's home, as PUT (or DELETE) sends it."""
+    story.asked += 1
+    correlation = f"c{story.asked}"
+    home = wire.rate_home(key)
+    value = raw or orjson.dumps({"key": key, "override": override})
+    story.logs.setdefault(("requests", partition_for(home, PARTITIONS)), deque()).append(
+        Output(value, home, headers=[
+            (wire.KIND_HEADER, wire.RATE_COMMAND), (wire.REPLY_TO_HEADER, b"replies"),
+            (wire.CORRELATION_ID_HEADER, correlation.encode()),
+        ])
+    )  # fmt: skip
+    story.run()
+    return correlation
+
+
+def test_an_override_is_decided_at_the_home_and_ends_by_its_clock() -> None:
+    story = Story()
+    jobs = story.enqueue(2, {"key": "queue:rl", "concurrency": 2})
+    until = format_rfc3339(story.clock + 5000)
+    set_it = story.answer(command(story, KEY, {"concurrency": 0, "expires_at": until}))
+    assert set_it["outcome"] == "applied"
+    assert set_it["rate_limit"]["override"]["concurrency"] == 0
+    refused = story.claim(jobs[0])
+    story.run()
+    assert story.answer(refused)["error"]["code"] == "rate_limited"
+    [told] = [r for r in story.trail() if r.get("kind") == "rate"
+              and r["what"]["rate"].get("outcome") == "refused"]  # fmt: skip
+    assert "under the override concurrency 0 until" in explain_record(told).reason[0]
+    story.clock += 5000  # past expires_at by the home's clock: the job's own limit again
+    granted = story.claim(jobs[0])
+    story.run()
+    assert story.answer(granted)["outcome"] == "applied"
+    # Set with no end, then cleared.
+    assert story.answer(command(story, KEY, {"concurrency": 1}))["outcome"] == "applied"
+    second = story.claim(jobs[1])
+    story.run()
+    assert story.answer(second)["error"]["code"] == "rate_limited"
+    cleared = story.answer(command(story, KEY, None))
+    assert cleared["outcome"] == "applied" and cleared["rate_limit"]["override"] is None
+    lines = [explain_record(r).reason[0] for r in story.trail() if r.get("kind") == "rate"
+             and "cleared" in r["what"]["rate"]]  # fmt: skip
+    assert any("cleared" in line for line in lines)
+    third = story.claim(jobs[1])
+    story.run()
+    assert story.answer(third)["outcome"] == "applied"
+
+
+def test_a_bad_override_command_is_answered_and_never_stops_the_home() -> None:
+    story = Story()
+    bad = [b"{", b"[]", b'{"key": "k"}', b'{"key": "k", "override": {"concurrency": -1}}',
+           b'{"key": "other", "override": {"concurrency": 1}}']  # fmt: skip
+    for raw in bad:
+        answer = story.answer(command(story, "k", None, raw))
+        assert answer["outcome"] == "invalid", raw
+    jobs = story.enqueue(1, {"max_per_second": 1})
+    claimed = story.claim(jobs[0])
+    story.run()
+    assert story.answer(claimed)["outcome"] == "applied"
 
 
 @settings(max_examples=40, deadline=None)

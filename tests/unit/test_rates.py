@@ -14,20 +14,26 @@ from hypothesis import strategies as st
 from gateway.core.envelope import envelope_or_raise
 from gateway.core.errors import Invalid
 from gateway.core.jobs import accepted_job
+from gateway.core.rate_policy import (
+    Override,
+    RateLimit,
+    parse_override,
+    parse_rate_limit,
+    policy_of,
+)
 from gateway.core.rates import (
     RATE_LIMITED,
     Permit,
-    RateLimit,
     RateState,
     decide,
     idle_at,
     inspect,
-    parse_rate_limit,
     permit_refusal,
     permits,
-    policy_of,
     release,
+    set_override,
 )
+from gateway.core.times import parse_rfc3339
 
 T0 = 1_770_000_000_000
 PER_SECOND = RateLimit("k", None, 1, 1000)
@@ -162,10 +168,11 @@ def test_the_state_round_trips_and_says_what_fetch_may_propose() -> None:
     assert RateState.load(b"not json") is None and RateState.load({"policy": 1}) is None
     assert permits(state, policy, T0 + 1) == 1  # concurrency 2, one held
     assert permits(None, policy, T0) == 2
-    shown = inspect("k", state, T0 + 1)
+    shown = inspect("k", state, T0 + 1, 3)
     assert shown["concurrency"] == {"limit": 2, "active": 1, "available": 1}
     assert shown["rate"]["current_count"] == 1 and shown["limit"] == 5
-    assert inspect("k", None, T0)["active"] == 0
+    assert shown["waiting"] == shown["waiting_count"] == 3 and shown["override"] is None
+    assert inspect("k", None, T0, 0)["active"] == 0
 
 
 def test_a_claim_needs_a_permit_of_its_own_key() -> None:
@@ -221,3 +228,70 @@ def test_no_window_holds_more_than_the_limit_and_no_more_than_concurrency_run(
     starts = sorted(at for p, at in granted.items() if p not in returned_unused)
     for i in range(len(starts) - limit):
         assert starts[i + limit] - starts[i] >= period
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"concurrency": 0}, Override(0)),
+        (
+            {
+                "concurrency": 1,
+                "rate": {"limit": 2, "period": "PT1M"},
+                "expires_at": "2026-02-13T13:00:00Z",
+            },
+            Override(1, 2, 60_000, parse_rfc3339("2026-02-13T13:00:00Z")),
+        ),  # fmt: skip
+        ({"limit": 10, "period": "10s"}, Override(None, 10, 10_000)),
+        ({"limit": 3, "period": "5m", "expires_at": None}, Override(None, 3, 300_000)),
+        ({"limit": 3, "period": "1h"}, Override(None, 3, 3_600_000)),
+    ],
+)
+def test_an_override_is_read_in_the_spec_s_shape_and_the_admin_ui_s(
+    raw: Any, expected: Override
+) -> None:
+    assert parse_override(raw) == expected
+    assert parse_override(expected.to_dict()) == expected  # as the home keeps it
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ({}, "needs concurrency"),
+        ({"limit": 0, "period": "1s"}, "from 1 to"),
+        ({"limit": 1}, "period is required"),
+        ({"limit": 1, "period": "2y"}, "ISO 8601"),
+        ({"concurrency": -1}, "from 0 to"),
+        ({"concurrency": 1, "expires_at": "soon"}, "RFC 3339"),
+        ({"concurrency": 1, "until": "x"}, "until is not a field"),
+        ({"limit": 1, "period": "1s", "rate": {"limit": 1, "period": "PT1S"}}, "not both"),
+        ([], "an object"),
+    ],
+)
+def test_an_override_that_is_not_one_is_refused_naming_why(raw: Any, says: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        parse_override(raw)
+    assert says in refused.value.error.message and refused.value.error.code == "invalid_request"
+
+
+def test_an_override_replaces_what_it_names_until_it_ends_by_event_time() -> None:
+    policy = RateLimit("k", 2, 5, 1000)
+    paused = set_override(None, "k", Override(0, expires_at_ms=T0 + 10_000), T0)
+    state, refusal = decide(paused, policy, "j1", "p1", T0 + 1)
+    assert refusal is not None and refusal.strategy == "concurrency" and refusal.limit == 0
+    assert permits(state, policy, T0 + 2) == 0
+    shown = inspect("k", state, T0 + 2, 0)
+    assert shown["override"]["concurrency"] == 0 and shown["concurrency"]["limit"] == 0
+    assert shown["rate"]["limit"] == 5  # what the override does not name stays the job's
+    assert idle_at(state) == T0 + 10_000
+    # At its end, by the home's clock, the job's own limits apply again, and it is gone.
+    state, refusal = decide(state, policy, "j1", "p2", T0 + 10_000)
+    assert refusal is None and state.override is None
+    assert inspect("k", state, T0 + 10_000, 0)["override"] is None
+    # A rate override: one start a second, whatever the job says; cleared, five again.
+    slow = set_override(state, "k", Override(None, 1, 1000), T0 + 10_001)
+    assert decide(slow, policy, "j2", "p3", T0 + 10_002)[1] is not None
+    assert decide(set_override(slow, "k", None, T0 + 10_002), policy, "j2", "p3",
+                  T0 + 10_002)[1] is None  # fmt: skip
+    kept = set_override(None, "k", Override(1), T0)
+    assert idle_at(kept) is None and RateState.load(kept.dump()) == kept
