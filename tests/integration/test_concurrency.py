@@ -9,7 +9,6 @@ exactly once."""
 from __future__ import annotations
 
 import random
-import threading
 import time
 import uuid
 from typing import Any
@@ -18,12 +17,11 @@ import httpx
 import pytest
 
 from gateway import Client
-from gateway.core import EventOutcome
 from gateway.core.times import parse_rfc3339
 from gateway.http.binding import HttpSettings
-from gateway.sdk import ClientError, EventAck
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_http import Served
+from tests.integration.workers import Claimer, Threads
 
 pytestmark = pytest.mark.kafka
 JOBS = 30
@@ -37,27 +35,14 @@ def job(n: int, tenant: str, queue: str) -> dict[str, Any]:
                        "concurrency": LIMIT}}  # fmt: skip
 
 
-class Workers:
+class Workers(Threads):
     """Threads that fetch one job at a time, run it a little while and ack it (again until
     the job shows completed, when an ack finds no processor)."""
 
     def __init__(self, urls: list[str], queue: str) -> None:
+        super().__init__([(f"w{i}", urls[i % len(urls)]) for i in range(WORKERS)])
         self.urls, self.queue = urls, queue
-        self.stop = threading.Event()
         self.acked: list[str] = []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(f"w{i}", urls[i % len(urls)]),
-                                         daemon=True) for i in range(WORKERS)]  # fmt: skip
-
-    def __enter__(self) -> Workers:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
 
     def done(self) -> int:
         with self.lock:
@@ -92,55 +77,6 @@ class Workers:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-
-
-class Greedy:
-    """A worker that asks the processor for every waiting job of the key through the SDK,
-    never through a view: only the processor's rule stands between it and the limit."""
-
-    def __init__(self, client: Client, ids: list[str], key: str) -> None:
-        self.client, self.ids, self.key = client, ids, key
-        self.stop = threading.Event()
-        self.refused = self.done = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Greedy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=120)
-
-    def _event(self, job_id: str, kind: str, **fields: Any) -> EventAck | None:
-        try:
-            ack = self.client.publish_event(
-                {"job_id": job_id, "unique_key": self.key, "type": kind, **fields}, timeout=20
-            )
-        except ClientError:
-            return None
-        return ack if isinstance(ack, EventAck) else None
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            for job_id in self.ids:
-                claim = uuid.uuid4().hex
-                ack = self._event(job_id, "job.started", claim_id=claim, worker_id="greedy",
-                                  visibility_timeout_ms=120_000)  # fmt: skip
-                if ack is None:  # no answer: undo the claim, if it was applied
-                    self.client.publish_event({"job_id": job_id, "unique_key": self.key,
-                                               "type": "job.enqueued", "claim_id": claim},
-                                              wait=False)  # fmt: skip
-                elif ack.error is not None and ack.error.code == "concurrency_limit":
-                    self.refused += 1
-                elif ack.outcome is EventOutcome.APPLIED:
-                    time.sleep(random.uniform(0.05, 0.2))  # the work
-                    while self._event(job_id, "job.completed") is None:
-                        time.sleep(0.2)
-                    self.done += 1
-                if self.stop.is_set():
-                    return
-            time.sleep(0.05)
 
 
 def state(http: httpx.Client, job_id: str) -> str:
@@ -185,7 +121,9 @@ def test_a_key_never_runs_more_than_its_limit_through_kill_9_and_every_job_compl
             key = str(shown["unique_key"])
             try:
                 with (
-                    Greedy(client, ids, key) as greedy,
+                    Claimer(
+                        client, ids, "concurrency_limit", "greedy", {"unique_key": key}, undo=True
+                    ) as greedy,
                     Workers([served.url, other.url], queue) as workers,
                 ):
                     for runtime, after in zip(runtimes, (JOBS // 4, JOBS // 2), strict=True):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +25,7 @@ from gateway.core.times import parse_rfc3339
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_processes import runtimes, wait_until_all_ready
 from tests.integration.test_serve_workers import _wait_health, start_serve
+from tests.integration.workers import Threads
 from tests.support import free_port_block
 
 pytestmark = pytest.mark.kafka
@@ -34,26 +34,13 @@ WORKERS = 20
 RATE, CONCURRENCY = 5, 2
 
 
-class Fetchers:
+class Fetchers(Threads):
     """Worker threads spread over the serve processes: fetch one job, work a moment, ack."""
 
     def __init__(self, urls: list[str], queue: str) -> None:
+        super().__init__([(f"w{i}", urls[i % len(urls)]) for i in range(WORKERS)])
         self.queue = queue
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
         self.fetched: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(f"w{i}", urls[i % len(urls)]),
-                                         daemon=True) for i in range(WORKERS)]  # fmt: skip
-
-    def __enter__(self) -> Fetchers:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
 
     def _run(self, name: str, url: str) -> None:
         with httpx.Client(base_url=url, timeout=60) as http:

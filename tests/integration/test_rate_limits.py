@@ -8,9 +8,6 @@ job completes once."""
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 import uuid
 from typing import Any
 
@@ -18,58 +15,16 @@ import httpx
 import pytest
 
 from gateway import Client
-from gateway.core import EventOutcome
 from gateway.core.times import parse_rfc3339
 from gateway.http.binding import HttpSettings
-from gateway.sdk import ClientError, EventAck
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_concurrency import Workers, state, wait_for
 from tests.integration.test_http import Served
+from tests.integration.workers import Claimer
 
 pytestmark = pytest.mark.kafka
 JOBS = 40
 RATE, CONCURRENCY = 5, 2
-
-
-class Straight:
-    """A worker that claims each waiting job at its route through the SDK, no view asked."""
-
-    def __init__(self, client: Client, ids: list[str]) -> None:
-        self.client, self.ids = client, ids
-        self.stop = threading.Event()
-        self.refused = self.done = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Straight:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=120)
-
-    def _event(self, job_id: str, kind: str, **fields: Any) -> EventAck | None:
-        try:
-            ack = self.client.publish_event({"job_id": job_id, "type": kind, **fields}, timeout=20)
-        except ClientError:
-            return None
-        return ack if isinstance(ack, EventAck) else None
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            for job_id in self.ids:
-                ack = self._event(job_id, "job.started", worker_id="straight",
-                                  visibility_timeout_ms=120_000)  # fmt: skip
-                if ack is not None and ack.error is not None and ack.error.code == "rate_limited":
-                    self.refused += 1
-                elif ack is not None and ack.outcome is EventOutcome.APPLIED:
-                    time.sleep(random.uniform(0.05, 0.2))  # the work
-                    while self._event(job_id, "job.completed") is None:
-                        time.sleep(0.2)
-                    self.done += 1
-                if self.stop.is_set():
-                    return
-            time.sleep(0.05)
 
 
 def test_a_rate_key_never_starts_more_than_its_limits_whoever_fetches(
@@ -98,7 +53,10 @@ def test_a_rate_key_never_starts_more_than_its_limits_whoever_fetches(
             assert bad.status_code == 400 and "rate_limit" in bad.json()["error"]["message"]
             client = Client(kafka_bootstrap, namespace)
             try:
-                with Straight(client, ids) as straight, Workers([served.url, other.url], queue):
+                with (
+                    Claimer(client, ids, "rate_limited", "straight") as straight,
+                    Workers([served.url, other.url], queue),
+                ):
                     wait_for(lambda: all(state(http, i) == "completed" for i in ids), 120)
             finally:
                 client.close()
