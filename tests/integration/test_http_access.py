@@ -65,7 +65,8 @@ def test_each_role_gets_an_answer_or_403_on_every_route_as_the_matrix_says(
 ):
     with secured.http("admin") as admin:
         job = admin.post("/ojs/v1/jobs", json={"type": "walk.job", "args": [role]}).json()["job"]
-    params = {"job_id": job["id"], "name": "default", "action": "cancel", "key": "k"}
+    params = {"job_id": job["id"], "name": "default", "action": "cancel", "key": "k",
+              "tenant_id": "t"}  # fmt: skip
     bodies: dict[str, Any] = {
         "/ojs/v1/jobs": {"type": "walk.job", "args": [role, 2]},
         "/ojs/v1/jobs/batch": {"jobs": [{"type": "walk.job", "args": [role, 3]}]},
