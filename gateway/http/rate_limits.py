@@ -28,6 +28,7 @@ from gateway.http.binding import Binding
 from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
+from gateway.http.security import privileged
 from gateway.http.shared import page_of
 from gateway.sdk.commands import rate_commands
 
@@ -47,6 +48,7 @@ async def keys(request: Request, binding: Binding, _: str) -> Answer:
     return Answer(200, page.paged(items, len(held)))
 
 
+@privileged
 async def put(request: Request, binding: Binding, request_id: str) -> Answer:
     key = _key(request)
     try:
@@ -56,6 +58,7 @@ async def put(request: Request, binding: Binding, request_id: str) -> Answer:
     return await _send(request, binding, request_id, key, override)
 
 
+@privileged
 async def clear(request: Request, binding: Binding, request_id: str) -> Answer:
     return await _send(request, binding, request_id, _key(request), None)
 

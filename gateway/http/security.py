@@ -1,10 +1,10 @@
 """The security log: one structured line (JSON on stderr, gateway/logs.py) for each
 privileged request (a change an operator makes: a cancel, a bulk retry or cancel, a pause
-or resume, a cron change, a dead letter retry or delete) and each refused one (401, 403),
-with who asked (caller.py: principal, role, source address, request id), the route (its
-path as the route names it, so no key or name the path carries is logged) and the
-outcome. Never a job's args or keys: whoever reads the log sees who changed what kind of
-thing, and the audit trail says which.
+or resume, a cron change, a dead letter retry or delete, a rate key's override) and each
+refused one (401, 403), with who asked (caller.py: principal, role, source address,
+request id), the route (its path as the route names it, so no key or name the path
+carries is logged) and the outcome. Never a job's args or keys: whoever reads the log
+sees who changed what kind of thing, and the audit trail says which.
 """
 
 from __future__ import annotations
