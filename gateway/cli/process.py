@@ -52,8 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_process)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The processor's options, shared with `gateway up`."""
+def add_arguments(p: argparse.ArgumentParser, metrics_default: str = "none") -> None:
+    """The processor's options, shared with `gateway up` (which picks free ports for the
+    status port when none is given: `metrics_default` says so)."""
     add_kafka_arguments(p)
     p.add_argument(
         "--instance-id",
@@ -77,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int,
         help="serve /metrics (Prometheus), /ready and /live on 127.0.0.1:PORT, for all the "
         "processes together; with several, process n serves its own on PORT+n; /metrics to a "
-        "key holding `inspect` only, given --credentials (default: none)",
+        f"key holding `inspect` only, given --credentials (default: {metrics_default})",
     )  # fmt: skip
     p.add_argument(
         "--max-request-bytes", type=int, default=Limits().max_request_bytes,

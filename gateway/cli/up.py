@@ -66,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--port", type=int, default=None,
-        help="local broker port, when no --bootstrap is given (default: the existing local "
-        f"cluster's, else {launcher.DEFAULT_PORT})",
+        help="local broker port, when no --bootstrap is given; its controller listens on "
+        f"PORT+100 (default: the existing local cluster's, else {launcher.DEFAULT_PORT})",
     )  # fmt: skip
     p.add_argument("--http-host", default="127.0.0.1", help="HTTP address (default %(default)s)")
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default %(default)s)")
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_job_types_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
     add_max_client_connections_argument(p)
-    process.add_arguments(p)
+    process.add_arguments(p, metrics_default="a free block of ports")
     p.set_defaults(func=_up)
 
 
