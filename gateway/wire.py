@@ -103,6 +103,34 @@ def rate_home(key: str) -> bytes:
     return RATE_KEY_PREFIX + key.encode()
 
 
+# On `requests`: a tenant's job counted at its tenant's home (core/tenant_limits.py). The
+# SDK marks every job with a tenant `tenant_counted`, and keys it by `tenant_home(tenant)`
+# when nothing must be checked before (no idempotency key, no client id to claim); the
+# route sends any other there once those are done. The home sends it on to its route with
+# `tenant_slot` (the place it took, `waiting/<tenant>` or `scheduled/<tenant>`) or
+# `tenant_refused` (JSON:
+# the limit it breaks, answered by the route). A route gives a place back with a record
+# marked `tenant_report`; an operator sets a tenant's limits with one marked
+# `tenant_command`. A request without the mark is decided as before tenant limits, so an
+# older log replays the same. Only the gateway sets the slot headers: the router drops a
+# producer's own.
+TENANT_COUNTED_HEADER = "tenant_counted"
+TENANT_COUNTED = b"1"
+TENANT_SLOT_HEADER = "tenant_slot"
+TENANT_REFUSED_HEADER = "tenant_refused"
+TENANT_HEADERS = (TENANT_SLOT_HEADER, TENANT_REFUSED_HEADER)
+SLOT_WAITING = "waiting"
+SLOT_SCHEDULED = "scheduled"
+TENANT_REPORT = b"tenant_report"
+TENANT_COMMAND = b"tenant_command"
+TENANT_KEY_PREFIX = b"\x00tenant\x00"
+
+
+def tenant_home(tenant: str) -> bytes:
+    """The record key of a tenant's home: apart from every route (NUL first)."""
+    return TENANT_KEY_PREFIX + tenant.encode()
+
+
 def queue_key(name: str) -> bytes:
     return QUEUE_KEY_PREFIX + name.encode()
 

@@ -128,7 +128,7 @@ def parse_rate_limit(raw: object, queue: str, field: str) -> RateLimit | None:
     if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise invalid_request(f"{field}.key must be {KEY_RULE}, not {shown(key)}")
     concurrency = _concurrency(raw.get("concurrency"), f"{field}.concurrency")
-    limit, period_ms = _rate(raw, field)
+    limit, period_ms = rate_pair(raw, field)
     if concurrency is None and limit is None:
         raise invalid_request(f"{field} needs concurrency, rate or max_per_second")
     return RateLimit(key, concurrency, limit, period_ms)
@@ -144,7 +144,9 @@ def _concurrency(raw: object, field: str) -> int | None:
     return raw
 
 
-def _rate(raw: Mapping[str, Any], field: str) -> tuple[int | None, int | None]:
+def rate_pair(raw: Mapping[str, Any], field: str) -> tuple[int | None, int | None]:
+    """`rate` and `period` (or `max_per_second`) of `raw`: (limit, period in ms), or
+    (None, None) without one; raises Invalid naming the field."""
     rate, period, per_second = raw.get("rate"), raw.get("period"), raw.get("max_per_second")
     if per_second is not None:
         if rate is not None or period is not None:
@@ -230,7 +232,7 @@ def parse_override(raw: object) -> Override:
         rate: dict[str, Any] = {"rate": {"limit": raw["limit"], "period": raw.get("period")}}
     else:
         rate = {"rate": raw.get("rate"), "period": raw.get("period")}
-    limit, period_ms = _rate(rate, "override")
+    limit, period_ms = rate_pair(rate, "override")
     concurrency = _concurrency(raw.get("concurrency"), "concurrency")
     if concurrency is None and limit is None:
         raise invalid_request("an override needs concurrency, or a rate: rate {limit, period}, "

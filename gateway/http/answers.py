@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.core import DUPLICATE, INTERNAL, INVALID_REQUEST, OJS, PAYLOAD_TOO_LARGE, Outcome
 from gateway.core.idempotency import IDEMPOTENCY_KEY_REUSED
+from gateway.core.tenant_limits import TENANT_LIMIT_EXCEEDED
 from gateway.http import errors
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
@@ -54,7 +55,18 @@ def for_result(result: EnqueueResult) -> Answer | ApiError:
         )
     code = result.error.code if result.error else INVALID_REQUEST
     message = result.error.message if result.error else f"the job was decided {result.outcome}"
+    if code == TENANT_LIMIT_EXCEEDED:
+        return _tenant_limit(message, result.record.get("details") or {})
     return ApiError(_INVALID_STATUS.get(code, 400), _HTTP_CODE.get(code, code), message)
+
+
+def _tenant_limit(message: str, details: dict[str, Any]) -> ApiError:
+    """OJS multi-tenancy §8.2: 429 with Retry-After, and the limit beside the code."""
+    spec = {k: details.get(k) for k in ("tenant_id", "limit", "current", "maximum")}
+    return ApiError(
+        429, errors.TENANT_LIMIT_EXCEEDED, message, retryable=True, details=details,
+        headers={"Retry-After": str(details.get("retry_after_seconds", 1))}, fields=spec,
+    )  # fmt: skip
 
 
 def for_client_error(exc: ClientError) -> ApiError:

@@ -278,6 +278,11 @@ def create_app(settings: HttpSettings) -> Direct:
             ops(tenants.jobs, INSPECT_ALL, PAGING),
             methods=["GET"],
         ),  # fmt: skip
+        Route(
+            "/ojs/v1/admin/tenants/{tenant_id}/limits",
+            ops(tenants.put_limits, ADMIN_ALL, body=True),
+            methods=["PUT"],
+        ),  # fmt: skip
         Route("/ojs/v1/crons/{name}", ops(admin.cron_detail, INSPECT_ALL), methods=["GET"]),
         Route("/ojs/v1/crons/{name}", ops(cron.toggle, ADMIN_ALL, body=True), methods=["PATCH"]),
         Route("/ojs/v1/crons/{name}", ops(cron.delete, ADMIN_ALL), methods=["DELETE"]),

@@ -29,6 +29,8 @@ UNAVAILABLE = "unavailable"
 INTERNAL_ERROR = "internal_error"
 # OJS security §10.4: a client with as many requests in flight as it may have (429).
 TOO_MANY_CONNECTIONS = "too_many_connections"
+# OJS multi-tenancy §8.2: a tenant over one of its limits (429, the spec's spelling).
+TENANT_LIMIT_EXCEEDED = "TENANT_LIMIT_EXCEEDED"
 
 
 @dataclass(eq=True)
@@ -41,6 +43,9 @@ class ApiError(Exception):
     # The request id the envelope names instead of the call's: the original request's,
     # for an answer given again under an idempotency key.
     request_id: str | None = None
+    # Response headers it needs (Retry-After), and fields a spec puts beside the code.
+    headers: dict[str, str] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
     # Raised and caught as an exception, compared as a value: hashed as an exception is.
     __hash__ = Exception.__hash__
 
@@ -56,6 +61,7 @@ class ApiError(Exception):
                 "retryable": self.retryable,
                 "details": self.details,
                 "request_id": self.request_id or request_id,
+                **self.fields,
             }
         }
 

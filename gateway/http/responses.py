@@ -66,5 +66,7 @@ def ojs_response(
 
 def error_response(error: ApiError, request_id: str, media_type: str = MEDIA_TYPE) -> Response:
     # A 401 names the scheme that would be accepted (RFC 9110 §11.6.1).
-    headers = {"WWW-Authenticate": 'Bearer realm="gateway"'} if error.status == 401 else None
+    headers = dict(error.headers)
+    if error.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="gateway"'
     return ojs_response(error.status, error.envelope(request_id), request_id, headers, media_type)

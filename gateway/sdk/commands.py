@@ -1,9 +1,9 @@
-"""Queue, cron and rate commands as the records the SDK produces (see core/queues.py,
-core/crons.py, core/rate_policy.py).
+"""Queue, cron, rate and tenant commands as the records the SDK produces (see
+core/queues.py, core/crons.py, core/rate_policy.py, core/tenant_limits.py).
 
 Pure. A queue command goes to every partition of `requests`, so each partition
 applies it in its own log; a cron command goes to its key's partition, where
-the cron lives; a rate command to its rate key's home. Send them with
+the cron lives; a rate command to its rate key's home, a tenant's to its tenant's. Send them with
 `Client.send_commands`.
 """
 
@@ -17,6 +17,7 @@ from gateway import wire
 from gateway.core.crons import CronCommand, command_record
 from gateway.core.queues import queue_command, version_after
 from gateway.core.rate_policy import Override, rate_command
+from gateway.core.tenant_limits import TenantLimits, tenant_command
 from gateway.randomness import random_hex
 from gateway.sdk.prepare import Outgoing
 
@@ -51,3 +52,11 @@ def rate_commands(key: str, override: Override | None) -> list[Outgoing]:
     headers = ((wire.KIND_HEADER, wire.RATE_COMMAND),)
     value = rate_command(key, override)
     return [Outgoing(value, wire.rate_home(key), request_id, None, headers=headers)]
+
+
+def tenant_commands(tenant: str, limits: TenantLimits, reason: str | None) -> list[Outgoing]:
+    """Set the limits of `tenant`, at its home."""
+    request_id = f"tenant/{tenant}/limits/{random_hex()}"
+    headers = ((wire.KIND_HEADER, wire.TENANT_COMMAND),)
+    value = tenant_command(tenant, limits, reason)
+    return [Outgoing(value, wire.tenant_home(tenant), request_id, None, headers=headers)]

@@ -2,7 +2,9 @@
 
 Pure. The bytes that are validated are the bytes that are sent, so the key
 computed here is the key the processor computes; a job naming a tenant is marked as
-scoped by it (wire.TENANT_SCOPED_HEADER), so both compute its tenant's key.
+scoped by it (wire.TENANT_SCOPED_HEADER), so both compute its tenant's key, and as counted
+by it (wire.TENANT_COUNTED_HEADER): it passes its tenant's home, first when nothing is to
+be checked before (core/tenant_limits.py).
 """
 
 from __future__ import annotations
@@ -64,19 +66,28 @@ def prepare(job: Any, mint_id: bool = True) -> Outgoing | GatewayError:
         scoped_request = scoped(request)
         if isinstance(scoped_request, GatewayError):
             return scoped_request
-        request, headers = scoped_request, ((wire.TENANT_SCOPED_HEADER, wire.TENANT_SCOPED),)
+        request = scoped_request
+        headers = (
+            (wire.TENANT_SCOPED_HEADER, wire.TENANT_SCOPED),
+            (wire.TENANT_COUNTED_HEADER, wire.TENANT_COUNTED),
+        )
     request_id = request.envelope.raw.get("request_id", random_hex())
     if not isinstance(request_id, str) or not request_id:
         return GatewayError(INVALID_REQUEST, "request_id, when given, must be a non-empty string")
     key = request.unique_key
     route = request.envelope.id or wire.route(request)
-    if route is not None or not mint_id:
+    if route is None and mint_id:
+        # A job without a key is routed by its id, so it is given one here (see wire.route),
+        # fresh. Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
+        route = new_job_id()
+        value = orjson.dumps({**job, "id": route})
+    elif route is None or not mint_id:
         record_key = None if route is None else route.encode()
         return Outgoing(value, record_key, request_id, key, headers=headers)
-    # A job without a key is routed by its id, so it is given one here (see wire.route),
-    # fresh. Into the job as sent, whatever its dialect (the envelope's raw is OJS-shaped).
-    route = new_job_id()
-    value = orjson.dumps({**job, "id": route})
+    tenant = tenant_in(meta)
+    if tenant is not None and (key is None or request.envelope.id is None):
+        # No client id to claim at its home first: straight to its tenant's home.
+        return Outgoing(value, wire.tenant_home(tenant), request_id, key, headers=headers)
     return Outgoing(value, route.encode(), request_id, key, headers=headers)
 
 

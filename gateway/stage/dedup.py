@@ -3,7 +3,8 @@ between the log and the core, one handler per kind of record.
 
 A record is told once (kinds.py) and handed to the handler of its kind: requests
 (requests.py), job events (events.py), queue and cron commands (commands.py), id reports
-(ids.py), a rate key's claims and reports (rates.py), ticks (which carry only time).
+(ids.py), a rate key's claims and reports (rates.py), a tenant's reports and limits
+(tenants.py), ticks (which carry only time).
 Before any of them, what the record's time made due is done (due.py). No rule of
 uniqueness or of the job lifecycle lives here: this module runs each record all or nothing
 (total.py) and leaves its audit record (trail.py); what every handler shares, a key's
@@ -33,6 +34,7 @@ from gateway.stage.rates import Rates
 from gateway.stage.records import Output, Source
 from gateway.stage.requests import Requests
 from gateway.stage.shared import Shared, Window
+from gateway.stage.tenants import Tenants
 from gateway.stage.total import Guard
 from gateway.stage.trail import CHAIN_KEY, JOB, UNKEYED, Sealer, actor_refusal, seal
 
@@ -75,11 +77,12 @@ class Dedup:
         idempotency = Idempotency(shared)
         self.ids = Ids(shared, idempotency)
         events = Events(shared, self.commands.paused)
+        tenants = Tenants(shared)
         self._due = Due(shared, events, self.ids, self.commands)
         self._handlers: dict[Kind, KindHandler] = {
-            Kind.REQUEST: Requests(shared, self.ids, idempotency), Kind.EVENT: events,
-            Kind.TICK: _Ticks(), Kind.COMMAND: self.commands, Kind.ID_REPORT: self.ids,
-            Kind.RATE: Rates(shared),
+            Kind.REQUEST: Requests(shared, self.ids, idempotency, tenants),
+            Kind.EVENT: events, Kind.TICK: _Ticks(), Kind.COMMAND: self.commands,
+            Kind.ID_REPORT: self.ids, Kind.RATE: Rates(shared), Kind.TENANT: tenants,
         }  # fmt: skip
 
     def on_record(

@@ -1,7 +1,8 @@
 """What a record of `requests` is: told once, from its `kind` header, and handed to the one
 handler of its kind (dedup.py). The router marks job events; ticks, queue and cron
-commands, id reports and what goes to a rate key's home (claims, reports, overrides) are
-marked by whoever writes them; anything else is a request.
+commands, id reports, what goes to a rate key's home (claims, reports, overrides) and a
+tenant's reports and limits are marked by whoever writes them; anything else is a request
+(a tenant's home admits requests as requests: stage/tenants.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Kind(StrEnum):
     COMMAND = "command"
     ID_REPORT = "id_report"
     RATE = "rate"
+    TENANT = "tenant"
 
 
 _BY_HEADER = {
@@ -29,6 +31,8 @@ _BY_HEADER = {
     wire.RATE: Kind.RATE,
     wire.RATE_REPORT: Kind.RATE,
     wire.RATE_COMMAND: Kind.RATE,
+    wire.TENANT_REPORT: Kind.TENANT,
+    wire.TENANT_COMMAND: Kind.TENANT,
 }
 
 

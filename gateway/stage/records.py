@@ -144,8 +144,12 @@ def request_id(source: Source, value: object) -> str:
     return f"{source.topic}/{source.partition}/{source.offset}"
 
 
-def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: str) -> list[Output]:
-    """Everything one decision writes: cancellations, the job, a rejection, the record."""
+def decision_outputs(
+    decision: Decision, source: Source, req_id: str, dialect: str,
+    details: dict[str, Any] | None = None,
+) -> list[Output]:  # fmt: skip
+    """Everything one decision writes: cancellations, the job, a rejection, the record;
+    `details`: a refusal's, in its rejection and its record."""
     key = decision.unique_key.encode() if decision.unique_key else None
     key_header: Headers = [(wire.UNIQUE_KEY_HEADER, key)] if key else []
     outputs = [
@@ -159,9 +163,13 @@ def decision_outputs(decision: Decision, source: Source, req_id: str, dialect: s
             route = route_key(decision.unique_key, str(decision.job["id"])).encode()
             outputs.append(Output(job, route, role="jobs", headers=key_header))
     if decision.error is not None:
-        envelope = rejection(decision.error, req_id, source, _duplicate_details(decision))
+        envelope = rejection(
+            decision.error, req_id, source, details or _duplicate_details(decision)
+        )
         outputs.append(Output(_json(envelope), key, role="rejections"))
     record = decision_record(decision, source, req_id, dialect)
+    if details is not None:
+        record["details"] = details
     if job is not None:
         record["job"] = orjson.Fragment(job)  # the same bytes, not encoded twice
     value = _json(record)
@@ -188,11 +196,12 @@ def released_output(job: dict[str, Any], unique_key: str) -> Output:
 
 
 def refused_request(
-    source: Source, error: GatewayError, dialect: str = UNKNOWN_DIALECT, raw: object = None
-) -> list[Output]:
+    source: Source, error: GatewayError, dialect: str = UNKNOWN_DIALECT, raw: object = None,
+    details: dict[str, Any] | None = None,
+) -> list[Output]:  # fmt: skip
     """What a request refused before it could be decided writes: as any invalid decision."""
     decision = decide((), error, source.timestamp_ms, seed=source.seed)
-    return decision_outputs(decision, source, request_id(source, raw), dialect)
+    return decision_outputs(decision, source, request_id(source, raw), dialect, details)
 
 
 def refused_event(source: Source, error: GatewayError) -> list[Output]:
@@ -224,6 +233,13 @@ def rate_report(key: str, permit: str, unused: bool) -> Output:
     value = _json({"permit": permit, "unused": unused})
     return Output(value, wire.rate_home(key), role="requests",
                   headers=[(wire.KIND_HEADER, wire.RATE_REPORT)])  # fmt: skip
+
+
+def tenant_report(tenant: str, scheduled: bool) -> Output:
+    """A place given back to its tenant's home (core/tenant_limits.py): its job started or
+    ended, or its request made no job; `scheduled`: the place was a scheduled job's."""
+    return Output(_json({"scheduled": scheduled}), wire.tenant_home(tenant), role="requests",
+                  headers=[(wire.KIND_HEADER, wire.TENANT_REPORT)])  # fmt: skip
 
 
 def job_state(job: dict[str, Any], encoded: bytes | None = None) -> Output:

@@ -4,7 +4,8 @@ Routing. A job lives under its route (`wire.route`): its unique_key, else its id
 and the router give a job without a policy an id before it reaches `requests` and key it
 by that id, so its requests and events meet in one key's state like a fingerprint's; a
 request with neither that arrives on `requests` anyway is sent back through `intake` to
-get one. A keyed job's client id is claimed at the id's home first (core/ids.py).
+get one. A keyed job's client id is claimed at the id's home first (core/ids.py), and a
+counted tenant's job passes its tenant's home after that (stage/tenants.py).
 
 Every accepted job is stored in its route's state (`job/<id>`) and written to
 `job_states`, in the same transaction as its decision (shared.py keeps the records).
@@ -18,6 +19,7 @@ from typing import Any
 from gateway import wire
 from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide, stored_job
 from gateway.core.lifecycle import cancelled_by_replace
+from gateway.core.tenant_limits import SLOT_FIELD
 from gateway.core.updates import updated_record, wants_records
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
@@ -33,19 +35,26 @@ from gateway.stage.records import (
     stored_json,
 )
 from gateway.stage.shared import Shared
+from gateway.stage.tenants import Tenants, given_back, refusal_of, slot_of
 
 log = logging.getLogger("gateway.processor")
 
 
 class Requests:
-    def __init__(self, shared: Shared, ids: Ids, idempotency: Idempotency) -> None:
+    def __init__(
+        self, shared: Shared, ids: Ids, idempotency: Idempotency, tenants: Tenants
+    ) -> None:
         self._shared = shared
         self._ids = ids
         self._idempotency = idempotency
+        self._tenants = tenants
 
     def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
-        """What a request refused before it was decided writes: as any invalid decision."""
-        return refused_request(source, error)
+        """What a request refused before it was decided writes: as any invalid decision,
+        and the place its tenant's home took for it given back."""
+        outputs = refused_request(source, error)
+        slot = slot_of(source)
+        return outputs if slot is None else [*outputs, given_back(slot)]
 
     def handle(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> bool:
         """Decide a request (True), or send it where it must go first (False)."""
@@ -69,10 +78,28 @@ class Requests:
                 again = Output(value or b"", home, "requests", headers=list(source.headers.items()))
                 shared.emit(again, source)
             return False
+        tenant = self._tenants.unplaced(request, source) if isinstance(request, Request) else None
+        if tenant is not None:
+            self._tenants.at_home(request, tenant, value, key, source, state)  # type: ignore[arg-type]
+            return False
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
             self._reroute(request, value, key, source)
             return False
+        slot = slot_of(source)
         if idem is not None and self._idempotency.replayed(source, key, state, idem):
+            if slot is not None:
+                shared.emit(given_back(slot), source)
+            return True
+        tenant_refusal = refusal_of(source)
+        if tenant_refusal is not None:
+            # Its tenant's home found it over a limit: the route answers, so that a claimed
+            # id learns of it; not kept for an idempotency key, whose retry may pass later.
+            error, details = tenant_refusal
+            dialect = dialect_of(request, value)
+            raw = request.envelope.raw if isinstance(request, Request) else None
+            for output in refused_request(source, error, dialect, raw, details):
+                shared.emit(output, source)
+            shared.metrics.decided(Outcome.INVALID, dialect, source.timestamp_ms)
             return True
         unique_key = request.unique_key if isinstance(request, Request) else None
         entries = shared.load_entries(state) if unique_key else ()
@@ -95,7 +122,9 @@ class Requests:
                 encoded = output.value
             elif output.role == "decisions" and idem is not None and output.value is not None:
                 self._idempotency.keep(source, state, idem, output.value)
-        self._record_jobs(decision, state, source, encoded)
+        made = self._record_jobs(decision, state, source, encoded, slot)
+        if slot is not None and not made:
+            shared.emit(given_back(slot), source)
         shared.metrics.decided(decision.outcome, dialect, source.timestamp_ms)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -141,23 +170,29 @@ class Requests:
         return key != wanted or partition_for(wanted, self._shared.partitions) != partition
 
     def _record_jobs(
-        self, decision: Decision, state: Staged, source: Source, encoded: bytes | None
-    ) -> None:
+        self, decision: Decision, state: Staged, source: Source, encoded: bytes | None,
+        slot: dict[str, Any] | None,
+    ) -> bool:  # fmt: skip
         """Store and publish the jobs a decision made or moved: a new one (`encoded`: its
-        JSON, whose record is encoded from it), replaced ones cancelled, an updated one
-        (Oban's replace) with its changed fields."""
+        JSON, whose record is encoded from it), holding its tenant's `slot`, replaced ones
+        cancelled, an updated one (Oban's replace) with its changed fields. Whether it
+        made a new job."""
         shared = self._shared
         if decision.outcome is Outcome.UPDATED and decision.job is not None:
             # The stored record keeps what the update does not touch (attempts, stamps).
             stored = shared.load_job(state, str(decision.job["id"]))
             if stored is not None:
                 shared.put_job(state, updated_record(stored, decision), source)
-                return
+                return False
+        made = decision.job is not None and decision.outcome is not Outcome.UPDATED
         if decision.job is not None:
             job_id = str(decision.job["id"])
             job = stored_job(decision.job, decision.unique_key, source.partition)
             route = job["route"]
-            shared.put_job(state, job, source, stored_json(encoded, decision.job, job))
+            if slot is None or not made:
+                shared.put_job(state, job, source, stored_json(encoded, decision.job, job))
+            else:
+                shared.put_job(state, {**job, SLOT_FIELD: slot}, source)
             if route != job_id and source.header(wire.CLAIMED_ID_HEADER) != job_id:
                 self._ids.minted(source, job, route)
         for entry in decision.cancelled:
@@ -165,6 +200,7 @@ class Requests:
             cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)
             if cancelled is not None:
                 shared.put_job(state, cancelled, source)
+        return made
 
 
 def _records(entries: tuple[Entry, ...], state: Staged, shared: Shared) -> dict[str, Any]:

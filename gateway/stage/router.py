@@ -60,7 +60,8 @@ class Router:
         # the gateway vouches for an id: a producer's own id_claim header is dropped.
         headers = {**source.headers, wire.REQUEST_ID_HEADER: req_id.encode()}
         for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER,
-                     wire.IDEMPOTENCY_CHECKED_HEADER, *wire.RATE_HEADERS):  # fmt: skip
+                     wire.IDEMPOTENCY_CHECKED_HEADER, *wire.RATE_HEADERS,
+                     *wire.TENANT_HEADERS):  # fmt: skip
             headers.pop(name, None)
         idem = source.header(wire.IDEMPOTENCY_KEY_HEADER)
         if idem is not None:

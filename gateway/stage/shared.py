@@ -19,13 +19,15 @@ import orjson
 from gateway.core import Entry, dump_entries, expires_at, job_deadline, load_entries
 from gateway.core.jobs import job_expires_at, job_route
 from gateway.core.rates import PERMIT_FIELD, held_permit
+from gateway.core.tenant_limits import SLOT_FIELD
 from gateway.stage.context import Emit, Staged, StageMetrics, StateOf
 from gateway.stage.parsing import Limits
-from gateway.stage.records import Source, job_state, rate_report
+from gateway.stage.records import Source, job_state, rate_report, tenant_report
 from gateway.stage.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.stage.trail import JOB
 
 ENTRIES = "entries"
+WAITING = frozenset(("available", "scheduled", "pending"))  # states before a first start
 Due = list[tuple[str, str]]  # (route, item) of what a schedule made due
 # What a replay's window makes of what a record's time made due (see audit/replay.py).
 Window = Callable[[Schedule, Due], Due]
@@ -100,12 +102,19 @@ class Shared:
         """Store and publish a job (`encoded`: its JSON, when known); a terminal one expires
         the retention after it ended, and its tombstone is scheduled for then; an active
         one's attempt is looked at again when its lease or timeout ends. A job that left
-        active gives its rate permit back to its key's home (core/rates.py)."""
+        active gives its rate permit back to its key's home (core/rates.py), and one that
+        started or ended its place back to its tenant's (core/tenant_limits.py)."""
         held = held_permit(job)
         if held is not None:
             del job[PERMIT_FIELD]
             encoded = None
             self.emit(rate_report(*held, unused=False), source)
+        slot = job.get(SLOT_FIELD)
+        if isinstance(slot, dict) and job.get("state") not in WAITING:
+            del job[SLOT_FIELD]
+            encoded = None
+            self.emit(tenant_report(str(slot.get("tenant")), slot.get("scheduled") is True),
+                      source)  # fmt: skip
         due = job_expires_at(job, self.limits.retention_ms)
         ttl = None if due is None else timedelta(milliseconds=max(due - source.timestamp_ms, 1))
         # One encoding for both: the stored record is the one published.

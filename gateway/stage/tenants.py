@@ -1,0 +1,203 @@
+"""A tenant's home: the dedup stage's part in core/tenant_limits.py's one authority for a
+tenant's counts.
+
+A request of a tenant's job marked `tenant_counted` (wire.py) passes its tenant's home, the
+partition of `wire.tenant_home(tenant)`, once its idempotency key is checked and its client
+id claimed, before its route decides it. The home admits it at the record's broker time
+and sends it on to its route with the place it took (`tenant_slot`), or with the limit it
+breaks (`tenant_refused`), which the route answers as its decision: so every end of a
+request is its route's, and a claimed id or an idempotency key learns of it as of any
+other. The route gives the place back (`tenant_report`) at once when the request made no
+job, else when the job first starts or ends (shared.put_job). An operator's limits come
+as a `tenant_command`, answered with the tenant as it then stands. The tenant's state is
+published on `job_states` under its home key, for the tenant routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway import wire
+from gateway.core import INVALID_EVENT, INVALID_REQUEST, EventOutcome, GatewayError, Request
+from gateway.core.tenant_limits import (
+    TenantState,
+    admit,
+    breach_error,
+    idle,
+    parse_tenant_command,
+    release,
+    set_limits,
+    shown_limits,
+)
+from gateway.core.tenants import tenant_in
+from gateway.partitioner import partition_for
+from gateway.stage.context import Staged
+from gateway.stage.records import Output, Source, command_reply, refused_command, tenant_report
+from gateway.stage.shared import Shared
+
+STATE = "tenant"
+
+
+class Tenants:
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+
+    @staticmethod
+    def unplaced(request: Request, source: Source) -> str | None:
+        """The tenant a counted request must pass before its route decides it; None for a
+        request that is not counted or has passed."""
+        headers = source.headers
+        if wire.TENANT_COUNTED_HEADER not in headers or any(
+            name in headers for name in wire.TENANT_HEADERS
+        ):
+            return None
+        return tenant_in(request.envelope.meta)
+
+    def at_home(
+        self, request: Request, tenant: str, value: bytes | None, key: bytes | None,
+        source: Source, state: Staged,
+    ) -> None:  # fmt: skip
+        """Admit the request at its tenant's home (sent there first if this is not it), and
+        send it on to its route with the place it took or the limit it breaks."""
+        shared = self._shared
+        home = wire.tenant_home(tenant)
+        headers = [(k, v) for k, v in source.headers.items() if k not in wire.TENANT_HEADERS]
+        if key != home or partition_for(home, shared.partitions) != source.partition:
+            shared.emit(Output(value or b"", home, "requests", headers=headers), source)
+            return
+        route = wire.route(request)
+        if route is None:  # no id yet: the router gives it one, and it comes back here
+            shared.emit(Output(value or b"", key, "intake", headers=headers), source)
+            return
+        now = source.timestamp_ms
+        at = request.envelope.scheduled_at
+        scheduled = at is not None and at > now
+        before = TenantState.load(state.get_bytes(STATE))
+        after, breach = admit(before, tenant, scheduled, now)
+        self._store(state, source, home, before, after)
+        told: dict[str, Any] = {"tenant": tenant, "route": route, "waiting": after.waiting,
+                                "scheduled": after.scheduled}  # fmt: skip
+        if breach is None:
+            slot = wire.SLOT_SCHEDULED if scheduled else wire.SLOT_WAITING
+            headers.append((wire.TENANT_SLOT_HEADER, f"{slot}/{tenant}".encode()))
+            told["slot"] = slot
+        else:
+            error = breach_error(tenant, breach)
+            refused = {"error": error.to_dict(), "details": breach.details(tenant, now)}
+            headers.append((wire.TENANT_REFUSED_HEADER, orjson.dumps(refused)))
+            told["refused"] = refused
+            shared.metrics.refused_inputs.labels("dedup", error.code).inc()
+        shared.what = {"tenant": told}
+        shared.emit(Output(value or b"", route.encode(), "requests", headers=headers), source)
+
+    def refused(self, source: Source, error: GatewayError, key: bytes | None) -> list[Output]:
+        """A command refused before it is read is answered; a report is the gateway's own."""
+        if source.headers.get(wire.KIND_HEADER) == wire.TENANT_COMMAND:
+            return refused_command(source, error, key)
+        return []
+
+    def handle(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> bool:
+        if source.headers.get(wire.KIND_HEADER) == wire.TENANT_COMMAND:
+            self._command(value, key, source, state)
+        else:
+            self._report(value, key, source, state)
+        return True
+
+    def _command(
+        self, value: bytes | None, key: bytes | None, source: Source, state: Staged
+    ) -> None:
+        """An operator's limits for the tenant, answered with the tenant as it then stands."""
+        shared = self._shared
+        command = parse_tenant_command(value or b"")
+        if not isinstance(command, GatewayError) and wire.tenant_home(command[0]) != key:
+            command = GatewayError(INVALID_EVENT, "a tenant command is keyed by its tenant's home")
+        if isinstance(command, GatewayError):
+            for output in refused_command(source, command, key):
+                shared.emit(output, source)
+            shared.metrics.refused_inputs.labels("dedup", command.code).inc()
+            return
+        tenant, limits, reason = command
+        before = TenantState.load(state.get_bytes(STATE))
+        after = set_limits(before, tenant, limits)
+        self._store(state, source, key or b"", before, after)
+        shared.what = {"tenant": {"tenant": tenant, "limits": limits.to_dict(), "reason": reason}}
+        shown = {"outcome": str(EventOutcome.APPLIED), "tenant_id": tenant,
+                 "limits": shown_limits(tenant, after)}  # fmt: skip
+        reply = command_reply(source, key, shown)
+        if reply is not None:
+            shared.emit(reply, source)
+
+    def _report(
+        self, value: bytes | None, key: bytes | None, source: Source, state: Staged
+    ) -> None:
+        """A place given back by a route. One no route wrote changes nothing: counted."""
+        shared = self._shared
+        scheduled = _parse_report(value)
+        before = TenantState.load(state.get_bytes(STATE))
+        if scheduled is None or before is None:
+            shared.metrics.refused_inputs.labels("dedup", INVALID_EVENT).inc()
+            return
+        after = release(before, scheduled)
+        self._store(state, source, key or b"", before, after)
+        shared.what = {"tenant": {"tenant": before.tenant, "released": "scheduled" if scheduled
+                                  else "waiting", "waiting": after.waiting}}  # fmt: skip
+
+    def _store(
+        self, state: Staged, source: Source, key: bytes, before: TenantState | None,
+        after: TenantState,
+    ) -> None:  # fmt: skip
+        """Keep and publish the tenant's state; one with nothing to remember is deleted."""
+        if after == before:
+            return
+        if idle(after):
+            if before is not None:
+                state.delete(STATE)
+                self._shared.emit(Output(None, key, role="job_states"), source)
+            return
+        dumped = after.dump()
+        state.set_bytes(STATE, dumped)
+        self._shared.emit(Output(dumped, key, role="job_states"), source)
+
+
+def _parse_report(value: bytes | None) -> bool | None:
+    try:
+        report = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    scheduled = report.get("scheduled") if isinstance(report, dict) else None
+    return scheduled if isinstance(scheduled, bool) else None
+
+
+# -- at the job's route ------------------------------------------------------------
+
+
+def slot_of(source: Source) -> dict[str, Any] | None:
+    """The place its tenant's home took for a request, as its job keeps it ({"tenant",
+    "scheduled"}); None without one."""
+    slot = source.header(wire.TENANT_SLOT_HEADER)
+    if slot is None:
+        return None
+    kind, _, tenant = slot.partition("/")
+    return {"tenant": tenant, "scheduled": kind == wire.SLOT_SCHEDULED}
+
+
+def given_back(slot: Mapping[str, Any]) -> Output:
+    """A place given back to its tenant's home."""
+    return tenant_report(str(slot["tenant"]), bool(slot.get("scheduled")))
+
+
+def refusal_of(source: Source) -> tuple[GatewayError, dict[str, Any]] | None:
+    """The limit its tenant's home found a request breaks (error, details); None without."""
+    raw = source.headers.get(wire.TENANT_REFUSED_HEADER)
+    if raw is None:
+        return None
+    try:
+        refused = orjson.loads(raw)
+        error = refused["error"]
+        return GatewayError(str(error["code"]), str(error["message"])), dict(refused["details"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return GatewayError(INVALID_REQUEST, "the tenant_refused header is not one the gateway "
+                            "wrote"), {}  # fmt: skip

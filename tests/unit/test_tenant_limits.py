@@ -1,0 +1,265 @@
+"""Tenant limits: the rule (core/tenant_limits.py) and its stories over every stage (router,
+a tenant's home, the jobs' routes) with in-memory stores, in any interleaving of the
+partitions' logs: a tenant's waiting jobs never pass max_queue_depth, every place is given
+back once (a duplicate at once, a job at its first start or its end), refusals are
+answered as decisions, and a request without the mark is decided as before."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import wire
+from gateway.core.errors import Invalid
+from gateway.core.tenant_limits import (
+    TENANT_LIMIT_EXCEEDED,
+    TenantLimits,
+    TenantState,
+    admit,
+    parse_limits,
+    release,
+    set_limits,
+    tenant_command,
+)
+from gateway.partitioner import partition_for
+from gateway.sdk.prepare import Outgoing, prepare
+from gateway.stage.records import Output
+from gateway.stage.trail import JOB
+from tests.unit.test_ids import PARTITIONS, Gateway
+
+T = "acme"
+HOME = wire.tenant_home(T)
+COUNTED = {wire.TENANT_SCOPED_HEADER: b"1", wire.TENANT_COUNTED_HEADER: b"1"}
+
+# -- the rule ---------------------------------------------------------------------------
+
+
+def rate(limit: int, period_ms: int) -> TenantState:
+    return set_limits(None, T, TenantLimits(rate_limit=limit, rate_period_ms=period_ms))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limit=st.integers(1, 20),
+    period=st.sampled_from([10, 1000, 3000]),
+    gaps=st.lists(st.integers(0, 400), min_size=1, max_size=200),
+)
+def test_the_enqueue_rate_admits_a_burst_then_the_limit_per_period(limit, period, gaps) -> None:
+    state, now, admitted = rate(limit, period), 0, []
+    for gap in gaps:
+        now += gap
+        state, breach = admit(state, T, False, now)
+        if breach is None:
+            admitted.append(now)
+        else:
+            assert breach.limit == "max_enqueue_rate" and breach.retry_at_ms > now
+            state = release(state, False)  # the places are not what this tests
+    # The documented bound: any window of k periods holds at most (k + 1) * limit - 1.
+    for k in (1, 3):
+        for i, start in enumerate(admitted):
+            inside = sum(1 for t in admitted[i:] if t < start + k * period)
+            assert inside <= (k + 1) * limit - 1
+
+
+def test_a_refused_request_uses_up_nothing_and_the_retry_time_is_right() -> None:
+    state = rate(2, 1000)
+    for _ in range(2):
+        state, breach = admit(state, T, False, 0)
+        assert breach is None
+    state, breach = admit(state, T, False, 0)
+    assert breach is not None and breach.retry_at_ms == 500  # one every period / limit
+    assert state.refused == 1 and state.waiting == 2
+    assert admit(state, T, False, 499)[1] is not None
+    assert admit(state, T, False, 500)[1] is None
+
+
+def test_depth_and_scheduled_places_are_taken_and_given_back() -> None:
+    state = set_limits(None, T, TenantLimits(max_queue_depth=2, max_scheduled=1))
+    state, breach = admit(state, T, True, 0)
+    assert breach is None and (state.waiting, state.scheduled) == (1, 1)
+    _, breach = admit(state, T, True, 0)
+    assert breach is not None and breach.limit == "max_scheduled" and breach.current == 1
+    state, breach = admit(state, T, False, 0)
+    assert breach is None
+    _, breach = admit(state, T, False, 0)
+    assert breach is not None and breach.limit == "max_queue_depth"
+    assert breach.details(T, 0)["retry_after_seconds"] == 1
+    state = release(release(state, True), False)
+    assert (state.waiting, state.scheduled) == (0, 0)
+    assert release(state, True) == state  # never below zero
+
+
+def test_the_limits_body_names_each_field_it_cannot_take() -> None:
+    limits, reason = parse_limits({"max_queue_depth": 5, "reason": "incident"}, TenantLimits())
+    assert limits == TenantLimits(max_queue_depth=5) and reason == "incident"
+    kept, _ = parse_limits({"max_enqueue_rate": {"limit": 10, "period": "PT1M"}}, limits)
+    assert (kept.max_queue_depth, kept.rate_limit, kept.rate_period_ms) == (5, 10, 60_000)
+    assert parse_limits({"max_queue_depth": None}, kept)[0].max_queue_depth is None
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"max_depth": 1}, "max_depth"), ({"max_queue_depth": -1}, "max_queue_depth"),
+        ({"max_queue_depth": True}, "max_queue_depth"), ({"max_concurrency": 5}, "max_concurrency"),
+        ({"max_enqueue_rate": {"limit": 0, "period": "PT1S"}}, "max_enqueue_rate.rate.limit"),
+        ({"max_enqueue_rate": {"limit": 1, "per": "PT1S"}}, "max_enqueue_rate.per"),
+        ({"max_enqueue_rate": 5}, "max_enqueue_rate"), ({"reason": 5}, "reason"),
+    ]  # fmt: skip
+    for body, named in cases:
+        with pytest.raises(Invalid) as refused:
+            parse_limits(body, TenantLimits())
+        assert named in refused.value.error.message
+
+
+def test_a_state_survives_its_dump() -> None:
+    state, _ = admit(rate(3, 1000), T, True, 5)
+    assert TenantState.load(state.dump()) == state
+    assert TenantState.load(b"{") is None and TenantState.load(b'{"tenant": 1}') is None
+
+
+# -- stories over every stage -----------------------------------------------------------
+
+
+class Story(Gateway):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def enqueue(self, job: dict[str, Any], sdk: bool = False) -> None:
+        """A tenant's job as the SDK sends it (straight to its tenant's home), or as a
+        producer writes it to intake with the marks."""
+        job = {**job, "meta": {"tenant_id": T}}
+        if sdk:
+            out = prepare(job)
+            assert isinstance(out, Outgoing) and out.key == HOME
+            where = ("requests", partition_for(HOME, PARTITIONS))
+            self.logs.setdefault(where, deque()).append(
+                Output(out.value, out.key, headers=list(out.headers))
+            )
+        else:
+            self.send(job, **COUNTED)
+
+    def limits(self, **limits: Any) -> None:
+        value = tenant_command(T, parse_limits(limits, TenantLimits())[0], "test")
+        where = ("requests", partition_for(HOME, PARTITIONS))
+        self.logs.setdefault(where, deque()).append(
+            Output(value, HOME, headers=[(wire.KIND_HEADER, wire.TENANT_COMMAND)])
+        )
+        self.run()
+
+    def event(self, job_id: str, kind: str) -> None:
+        job = self.job(job_id)
+        body = {"job_id": job_id, "type": kind}
+        if job["route"] != job_id:
+            body["unique_key"] = job["route"]
+        route = str(job["route"]).encode()  # keyed as the SDK keys it
+        self.logs.setdefault(("job_events", 0), deque()).append(Output(orjson.dumps(body), route))
+
+    def home(self) -> TenantState | None:
+        store = self.store(partition_for(HOME, PARTITIONS))
+        raw = store.items.get((HOME, "tenant"))
+        return None if raw is None else TenantState.load(raw[0])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        for store in self.stores.values():
+            for (_, name), (raw, _) in store.items.items():
+                if name == JOB + job_id:
+                    return orjson.loads(raw)  # type: ignore[no-any-return]
+        raise KeyError(job_id)
+
+    def refused(self) -> list[dict[str, Any]]:
+        return [d for d in self.decisions if (d.get("error") or {}).get("code")
+                == TENANT_LIMIT_EXCEEDED]  # fmt: skip
+
+
+def unique(i: int) -> dict[str, Any]:
+    return {"type": "t.job", "args": [i], "unique": {"keys": ["type", "args"]}}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sdk=st.lists(st.booleans(), min_size=6, max_size=6),
+    order=st.lists(st.integers(0, 7), max_size=60),
+    depth=st.integers(0, 4),
+)
+def test_no_more_waiting_than_the_depth_in_any_interleaving(sdk, order, depth) -> None:
+    story = Story()
+    story.limits(max_queue_depth=depth)
+    for i, straight in enumerate(sdk):
+        story.enqueue(unique(i % 4) if i % 3 else {"type": "t.free", "args": [i]}, straight)
+    story.run(order)
+    accepted = story.accepted()
+    assert len(accepted) <= depth
+    duplicates = [d for d in story.decisions if d["outcome"] == "rejected"]
+    assert len(accepted) + len(story.refused()) + len(duplicates) == 6
+    state = story.home()
+    assert state is not None and state.waiting == len(accepted)
+    # Each job gives its place back once: at its first start (then it ends).
+    for decision in accepted:
+        story.event(decision["job_id"], "job.started")
+    story.run(order)
+    assert story.home().waiting == 0  # type: ignore[union-attr]
+    for decision in accepted:
+        assert "tenant_slot" not in story.job(decision["job_id"])
+        story.event(decision["job_id"], "job.completed")
+    story.run(order)
+    assert story.home().waiting == 0  # type: ignore[union-attr]
+
+
+def test_a_refusal_is_a_decision_with_the_limit_and_a_duplicate_gives_its_place_back() -> None:
+    story = Story()
+    story.limits(max_queue_depth=2)
+    story.enqueue(unique(1), sdk=True)
+    story.enqueue(unique(1), sdk=True)  # a duplicate: refused, its place given back
+    story.run()
+    assert [d["outcome"] for d in story.decisions] == ["accepted", "rejected"]
+    assert story.home().waiting == 1  # type: ignore[union-attr]
+    story.enqueue(unique(2), sdk=True)
+    story.enqueue(unique(2), sdk=True)  # at the limit, refused before its duplicate check
+    story.run()
+    [refused] = story.refused()
+    assert refused["outcome"] == "invalid"
+    assert refused["details"]["limit"] == "max_queue_depth"
+    assert refused["details"]["tenant_id"] == T and refused["details"]["maximum"] == 2
+    # A cancelled job that never ran gives its place back too.
+    for decision in story.accepted():
+        story.event(decision["job_id"], "job.cancelled")
+    story.run()
+    assert story.home() is not None and story.home().waiting == 0  # type: ignore[union-attr]
+
+
+def test_a_request_without_the_mark_is_decided_as_before() -> None:
+    story = Story()
+    story.limits(max_queue_depth=0)
+    story.send({**unique(1), "meta": {"tenant_id": T}}, tenant_scoped=b"1")
+    story.run()
+    assert [d["outcome"] for d in story.decisions] == ["accepted"]
+    assert "tenant_slot" not in story.job(story.decisions[0]["job_id"])
+
+
+def test_a_forged_slot_is_dropped_by_the_router_and_a_forged_job_field_ignored() -> None:
+    story = Story()
+    story.limits(max_queue_depth=0)
+    forged = {wire.TENANT_SLOT_HEADER: b"waiting/acme", **COUNTED}
+    story.send({**unique(1), "meta": {"tenant_id": T}, "tenant_slot": {"tenant": T}}, **forged)
+    story.run()
+    assert [d["details"]["limit"] for d in story.refused()] == ["max_queue_depth"]
+
+
+def test_bad_reports_and_commands_at_the_home_never_stop_it() -> None:
+    story = Story()
+    where = ("requests", partition_for(HOME, PARTITIONS))
+    for value, kind in [(b"{", wire.TENANT_REPORT), (b"[]", wire.TENANT_REPORT),
+                        (b"{", wire.TENANT_COMMAND), (b'{"tenant": "x y"}', wire.TENANT_COMMAND),
+                        (b'{"tenant": "other", "limits": {}}', wire.TENANT_COMMAND)]:  # fmt: skip
+        story.logs.setdefault(where, deque()).append(
+            Output(value, HOME, headers=[(wire.KIND_HEADER, kind)])
+        )
+    story.run()
+    assert story.home() is None
+    story.limits(max_queue_depth=1)
+    story.enqueue(unique(1))
+    story.run()
+    assert len(story.accepted()) == 1
