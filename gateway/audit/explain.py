@@ -28,6 +28,7 @@ from gateway.audit.moves import (
     event_result,
     explain_event,
     explain_rate,
+    explain_tenant,
     job_before,
     job_moves,
     state_rows,
@@ -98,6 +99,9 @@ def explain_what(record: Mapping[str, Any]) -> Explained:
                 f"successor {what['released']} is enqueued"
             )
         return Explained(kind, at, head, dict(what), told)
+    if isinstance(what.get("tenant"), Mapping):
+        tenant = what["tenant"].get("tenant")
+        return Explained(kind, at, f"{kind} tenant {tenant}", dict(what), [explain_tenant(what)])
     moves = job_moves(record)
     head = kind if not what else f"{kind} {orjson.dumps(what).decode()}"
     if "answered_again" in what:  # an idempotent retry (stage/idempotency.py)

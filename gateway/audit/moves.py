@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from gateway.core import (
     EventOutcome,
     EventResult,
@@ -211,3 +213,31 @@ def _limits(override: Mapping[str, Any]) -> str:
 
 def time_of(value: Any) -> int | None:
     return parse_rfc3339(value) if isinstance(value, str) else None
+
+
+def explain_tenant(what: Mapping[str, Any]) -> str:
+    """What a tenant's home did (core/tenant_limits.py), from the record's `what`: a request
+    admitted or refused, a place given back, limits set."""
+    raw = what.get("tenant")
+    told: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    tenant = told.get("tenant")
+    if "refused" in told:
+        error = (told.get("refused") or {}).get("error") or {}
+        return f"tenant {tenant}'s home refused the request for {told.get('route')}: " + str(
+            error.get("message")
+        )
+    if "slot" in told:
+        return (
+            f"tenant {tenant}'s home admitted the request for {told.get('route')}, a "
+            f"{told['slot']} place taken: {told.get('waiting')} waiting, "
+            f"{told.get('scheduled')} scheduled"
+        )
+    if "released" in told:
+        return (
+            f"tenant {tenant}: a {told['released']} place given back (its job started or "
+            f"ended, or its request made no job): {told.get('waiting')} waiting"
+        )
+    reason = told.get("reason")
+    return f"tenant {tenant}'s limits set to {orjson.dumps(told.get('limits')).decode()}" + (
+        "" if reason is None else f" ({reason})"
+    )

@@ -119,7 +119,7 @@ def replay_under_policy(
         for expired in book.expire(record.timestamp_ms):
             _follow(state, book, expired, record.timestamp_ms, limits)
         kind = kind_of(record.source, record.value)
-        if kind in (Kind.TICK, Kind.ID_REPORT):
+        if kind in (Kind.TICK, Kind.ID_REPORT, Kind.TENANT):
             continue
         if kind is Kind.COMMAND:
             if record.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
@@ -130,6 +130,9 @@ def replay_under_policy(
             continue
         if was is None:
             report.skipped += 1
+            continue
+        if wire.TENANT_REFUSED_HEADER in record.headers:
+            report.replayed += 1  # over its tenant's limits, whatever the policy: as it was
             continue
         request = parse_limited(record.value, limits)
         if isinstance(request, Request):

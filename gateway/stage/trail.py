@@ -61,7 +61,7 @@ DIGEST_FIELD = b',"digest":"'
 SEALED_BY = "sealed_by"
 # Kinds whose records leave an audit record when they only read: what they read explains
 # their answer.
-ANSWERED = frozenset({"event", "command", "rate"})
+ANSWERED = frozenset({"event", "command", "rate", "tenant"})
 # The record's own fields besides the state: what carried values must leave room for.
 _SLACK = 64 * 1024
 

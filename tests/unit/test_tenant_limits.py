@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import wire
+from gateway.audit.explain import explain_record
 from gateway.core.errors import Invalid
 from gateway.core.tenant_limits import (
     TENANT_LIMIT_EXCEEDED,
@@ -263,3 +264,21 @@ def test_bad_reports_and_commands_at_the_home_never_stop_it() -> None:
     story.enqueue(unique(1))
     story.run()
     assert len(story.accepted()) == 1
+
+
+def test_explain_tells_what_the_home_did() -> None:
+    story = Story()
+    story.limits(max_queue_depth=1)
+    story.enqueue(unique(1), sdk=True)
+    story.enqueue(unique(2), sdk=True)
+    story.run()
+    story.event(story.accepted()[0]["job_id"], "job.started")
+    story.run()
+    trail = [orjson.loads(o.value or b"") for o in story.sent if o.role == "decisions"]
+    lines = [explain_record(r).reason[0] for r in trail
+             if isinstance((r.get("what") or {}).get("tenant"), dict)]  # fmt: skip
+    assert any("limits set to" in line and '"max_queue_depth":1' in line for line in lines)
+    assert any("admitted the request" in line and "1 waiting" in line for line in lines)
+    assert any("refused the request" in line and "max_queue_depth (1 of 1)" in line
+               for line in lines)  # fmt: skip
+    assert any("place given back" in line and "0 waiting" in line for line in lines)

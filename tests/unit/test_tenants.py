@@ -194,8 +194,12 @@ def test_two_tenants_same_key_differ_and_the_sdk_and_processor_agree():
     keys_ = []
     for out in made:
         assert not isinstance(out, GatewayError)
-        assert out.headers == ((wire.TENANT_SCOPED_HEADER, wire.TENANT_SCOPED),)
-        assert out.key == str(out.unique_key).encode()  # routed by its tenant's key
+        assert out.headers == (
+            (wire.TENANT_SCOPED_HEADER, wire.TENANT_SCOPED),
+            (wire.TENANT_COUNTED_HEADER, wire.TENANT_COUNTED),
+        )
+        # Sent to its tenant's home first, which sends it on to its tenant's key.
+        assert out.key == wire.tenant_home(orjson.loads(out.value)["meta"]["tenant_id"])
         parsed = parse_limited(out.value, Limits(), dict(out.headers))
         assert isinstance(parsed, Request) and parsed.unique_key == out.unique_key
         keys_.append(out.unique_key)
@@ -234,7 +238,9 @@ def decide_records(tmp: Path, jobs: list[tuple[dict[str, Any], bool]]) -> list[s
         request = parse_limited(out.value, Limits())
         assert isinstance(request, Request) and request.unique_key is not None
         key = (out.unique_key if marked else request.unique_key).encode()  # type: ignore[union-attr]
-        headers = list(out.headers) if marked else None
+        # The scoping mark alone: the counting one sends it to its tenant's home first
+        # (tests/unit/test_tenant_limits.py).
+        headers = [h for h in out.headers if h[0] == wire.TENANT_SCOPED_HEADER] if marked else None
         stages.handle([Consumed(
             "t.requests", partition_for(key, 8), offset, 1_760_000_000_000 + offset, key,
             out.value, headers,
