@@ -63,6 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: none)",
     )  # fmt: skip
     p.add_argument(
+        "--tenant", metavar="TENANT",
+        help="the job's tenant, written into its meta.tenant_id: its unique keys are the "
+        "tenant's own and it passes the tenant's limits (default: the job's meta, else none)",
+    )  # fmt: skip
+    p.add_argument(
         "--timeout", type=float, default=30.0,
         help="seconds to wait for the decision (default %(default)s)",
     )  # fmt: skip
@@ -71,10 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gateway.core.idempotency import key_problem
+    from gateway.core.tenants import for_tenant
     from gateway.sdk import Client, ClientError, EnqueueResult, EnqueueTimeout, InvalidJob
     from gateway.sdk.prepare import prepare
 
-    job = _job(args)
+    job = for_tenant(_job(args), args.tenant)
     # An invalid job is refused before Kafka is asked anything.
     problem = job if isinstance(job, GatewayError) else prepare(job)
     if args.idempotency_key is not None and not isinstance(problem, GatewayError):

@@ -78,3 +78,20 @@ def scoped(request: Request) -> Request | GatewayError:
         request.envelope, request.policy, scoped_key(request.unique_key, str(tenant)),
         request.dialect, request.holder_rule, request.stores_job, request.duplicate_code,
     )  # fmt: skip
+
+
+def for_tenant(job: object, tenant: str | None) -> object:
+    """`job` sent for `tenant` (None: as it is): its `meta.tenant_id` set to it. A tenant that
+    is none, or a job whose meta names another, is the GatewayError saying so; a job that is
+    no object is left to the parser."""
+    if tenant is None or not isinstance(job, dict):
+        return job
+    if not is_valid_tenant(tenant):
+        return GatewayError(INVALID_REQUEST, f"the tenant must be a string of {TENANT_RULE}")
+    meta = job.get("meta")
+    named = tenant_in(meta)
+    if named is not None and named != tenant:
+        return GatewayError(
+            INVALID_REQUEST, f"meta.tenant_id {named!r} and the tenant {tenant!r} differ; send one"
+        )
+    return {**job, "meta": {**(meta if isinstance(meta, dict) else {}), TENANT_FIELD: tenant}}

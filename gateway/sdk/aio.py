@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any, Literal, overload
 
 from gateway.core.actor import Actor
+from gateway.core.tenants import for_tenant
 from gateway.sdk.client import (
     DEFAULT_MANY_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -51,6 +52,7 @@ class AsyncClient:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> Sent: ...
     @overload
     async def enqueue(
@@ -60,6 +62,7 @@ class AsyncClient:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> EnqueueResult: ...
     @overload
     async def enqueue(
@@ -69,14 +72,20 @@ class AsyncClient:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> EnqueueResult | Sent: ...
 
     async def enqueue(
         self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT,
         idempotency_key: str | None = None, actor: Actor | None = None,
+        tenant: str | None = None,
     ) -> EnqueueResult | Sent:  # fmt: skip
         [answer] = await self._call(
-            [job], wait, timeout, idempotency=naming(idempotency_key, False), actor=actor
+            [for_tenant(job, tenant)],
+            wait,
+            timeout,
+            idempotency=naming(idempotency_key, False),
+            actor=actor,
         )
         if isinstance(answer, ClientError):
             raise answer
@@ -90,6 +99,7 @@ class AsyncClient:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> list[Sent | ClientError]: ...
     @overload
     async def enqueue_many(
@@ -99,6 +109,7 @@ class AsyncClient:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> list[EnqueueResult | ClientError]: ...
     @overload
     async def enqueue_many(
@@ -108,14 +119,20 @@ class AsyncClient:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> list[EnqueueResult | Sent | ClientError]: ...
 
     async def enqueue_many(
         self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT,
         idempotency_key: str | None = None, actor: Actor | None = None,
+        tenant: str | None = None,
     ) -> list[Any]:  # fmt: skip
         return await self._call(
-            jobs, wait, timeout, idempotency=naming(idempotency_key, True), actor=actor
+            [for_tenant(job, tenant) for job in jobs],
+            wait,
+            timeout,
+            idempotency=naming(idempotency_key, True),
+            actor=actor,
         )
 
     async def publish_event(

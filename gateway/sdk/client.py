@@ -18,6 +18,7 @@ from typing import Any, Literal, overload
 from gateway.core import GatewayError
 from gateway.core.actor import Actor
 from gateway.core.idempotency import key_problem
+from gateway.core.tenants import for_tenant
 from gateway.sdk.errors import (
     ClientError,
     EnqueueTimeout,
@@ -86,6 +87,7 @@ class Client:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> Sent: ...
     @overload
     def enqueue(
@@ -95,6 +97,7 @@ class Client:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> EnqueueResult: ...
     @overload
     def enqueue(
@@ -104,11 +107,13 @@ class Client:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> EnqueueResult | Sent: ...
 
     def enqueue(
         self, job: Job, wait: bool = False, timeout: float = DEFAULT_TIMEOUT,
         idempotency_key: str | None = None, actor: Actor | None = None,
+        tenant: str | None = None,
     ) -> EnqueueResult | Sent:  # fmt: skip
         """Send one job. Raises InvalidJob before sending anything if the job is invalid.
 
@@ -120,13 +125,22 @@ class Client:
         one's decision again, the same record, and makes no new job; the same key with
         another job is decided `invalid` with `idempotency_key_reused`.
 
+        `tenant`: the job's tenant (OJS multi-tenancy), written into its `meta.tenant_id`; a
+        job whose meta names another is invalid. A tenant's job passes its tenant's limits
+        (core/tenant_limits.py): over one, it is decided `invalid` with
+        `tenant_limit_exceeded`, and `record["details"]` says which and when to retry.
+
         `actor`: who the job is sent for, when this client is an edge that serves callers
         (core/actor.py): the processor writes it into the audit record as `by`. It is as
         trusted as this producer: whoever may write to `requests` may name anyone.
         """
         deadline = time.monotonic() + timeout
         ticket = self._submit(
-            [job], wait, deadline, idempotency=naming(idempotency_key, False), actor=actor
+            [for_tenant(job, tenant)],
+            wait,
+            deadline,
+            idempotency=naming(idempotency_key, False),
+            actor=actor,
         )
         [answer] = self._wait_for(ticket, wait, deadline)
         if isinstance(answer, ClientError):
@@ -141,6 +155,7 @@ class Client:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> list[Sent | ClientError]: ...
     @overload
     def enqueue_many(
@@ -150,6 +165,7 @@ class Client:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> list[EnqueueResult | ClientError]: ...
     @overload
     def enqueue_many(
@@ -159,11 +175,13 @@ class Client:
         timeout: float = ...,
         idempotency_key: str | None = ...,
         actor: Actor | None = ...,
+        tenant: str | None = ...,
     ) -> list[EnqueueResult | Sent | ClientError]: ...
 
     def enqueue_many(
         self, jobs: Sequence[Job], wait: bool = False, timeout: float = DEFAULT_MANY_TIMEOUT,
         idempotency_key: str | None = None, actor: Actor | None = None,
+        tenant: str | None = None,
     ) -> list[Any]:  # fmt: skip
         """Send many jobs at once; one answer per job, in input order.
 
@@ -175,11 +193,15 @@ class Client:
         `idempotency_key` names the whole call: retried with the same key and the same
         jobs, in the same order, it gets every job's first decision again; with other jobs,
         or another number of them, each job it had named before is decided `invalid` with
-        `idempotency_key_reused` (see `enqueue`); `actor` as for `enqueue`.
+        `idempotency_key_reused` (see `enqueue`); `actor` and `tenant` as for `enqueue`.
         """
         deadline = time.monotonic() + timeout
         ticket = self._submit(
-            jobs, wait, deadline, idempotency=naming(idempotency_key, True), actor=actor
+            [for_tenant(job, tenant) for job in jobs],
+            wait,
+            deadline,
+            idempotency=naming(idempotency_key, True),
+            actor=actor,
         )
         return self._wait_for(ticket, wait, deadline)
 
@@ -254,7 +276,9 @@ class Client:
             if problem is not None:
                 raise InvalidJob(problem)
         for index, item in enumerate(items):
-            if idempotency is None:
+            if isinstance(item, GatewayError):  # refused before (for_tenant)
+                verdict: Outgoing | GatewayError = item
+            elif idempotency is None:
                 verdict = kind.prepare(item)
             else:
                 verdict = prepare(item, mint_id=False)

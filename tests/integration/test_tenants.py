@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.sdk import Client
 from tests.integration.cli import gateway
 from tests.integration.test_http import running
 
@@ -73,7 +74,10 @@ def test_two_tenants_same_key_both_accepted_each_sees_only_its_own(http: httpx.C
     assert stats["tenant_id"] == "acme" and stats["total_jobs"] >= 1
 
 
-def test_a_tenant_s_limits_refuse_with_429_and_places_come_back(http: httpx.Client):
+def test_a_tenant_s_limits_refuse_with_429_and_places_come_back(
+    served: tuple[httpx.Client, str], kafka_bootstrap: str
+):
+    http, namespace = served
     tenant, queue = f"lim-{uuid.uuid4().hex[:6]}", f"limits-{uuid.uuid4().hex[:6]}"
     headers = {TENANT: tenant}
     bad = http.put(f"/ojs/v1/admin/tenants/{tenant}/limits", json={"max_depth": 2})
@@ -120,6 +124,12 @@ def test_a_tenant_s_limits_refuse_with_429_and_places_come_back(http: httpx.Clie
     refused = enqueue(20)
     assert refused.json()["error"]["limit"] == "max_enqueue_rate"
     assert 1 <= int(refused.headers["Retry-After"]) <= 20
+    # The SDK, for the tenant: refused alike, with the limit in the record's details.
+    with Client(kafka_bootstrap, namespace) as client:
+        sent = client.enqueue({"type": "lim.job", "args": [30], "queue": queue}, wait=True,
+                              tenant=tenant)  # fmt: skip
+    assert sent.error is not None and sent.error.code == "tenant_limit_exceeded"
+    assert sent.record["details"]["limit"] == "max_enqueue_rate"
     # Another tenant is not held back, and one without a tenant as before.
     assert http.post("/ojs/v1/jobs", json={"type": "lim.job", "args": [1], "queue": queue},
                      headers={TENANT: f"{tenant}-other"}).status_code == 201  # fmt: skip

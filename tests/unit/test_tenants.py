@@ -22,7 +22,7 @@ from gateway import wire
 from gateway.auth import credentials, keys
 from gateway.catalogue import Catalogue, TopicSpec
 from gateway.core import GatewayError, Request, stored_job
-from gateway.core.tenants import scoped_key, tenant_problem
+from gateway.core.tenants import for_tenant, scoped_key, tenant_problem
 from gateway.http import shared
 from gateway.http.app import HttpSettings, create_app
 from gateway.http.binding import Binding
@@ -450,3 +450,17 @@ def test_ext_multi_tenancy_sequences(app: App):
     assert jobs["pagination"]["total"] == 3 and len(jobs["items"]) == 3
     one = app.call("GET", "/ojs/v1/admin/tenants/tenant-batch-corp").json()
     assert one["stats"]["jobs"]["available"] == 3 and one["stats"]["queues"] == 1
+
+
+def test_a_tenant_given_to_the_sdk_is_written_into_the_job_s_meta() -> None:
+    job = {"type": "t.job", "args": [], "meta": {"trace": "x"}}
+    assert for_tenant(job, "acme") == {**job, "meta": {"trace": "x", "tenant_id": "acme"}}
+    assert for_tenant(job, None) is job
+    assert for_tenant({**job, "meta": {"tenant_id": "acme"}}, "acme")["meta"] == {  # type: ignore[index]
+        "tenant_id": "acme"
+    }
+    other = for_tenant({**job, "meta": {"tenant_id": "globex"}}, "acme")
+    assert isinstance(other, GatewayError) and "'globex'" in other.message
+    bad = for_tenant(job, "no tenant")
+    assert isinstance(bad, GatewayError) and "tenant" in bad.message
+    assert for_tenant([1], "acme") == [1]  # not a job: the parser says why
