@@ -18,6 +18,12 @@ are set later, whichever server enqueues:
   burst of `limit` passes at once, then one every period / limit; so any window of one
   period admits at most 2 * limit - 1, any window of k periods at most (k + 1) * limit - 1,
   and the long-run rate is `limit` per period. A refused request uses up nothing.
+- `max_concurrency`: how many of the tenant's jobs may run at once, held by the rate key
+  `tenant:<tenant>` (core/rates.py decides its permits at its own home): the home gives
+  every job it admits that rate limit (`concurrency_limit`), and an operator's change
+  reaches jobs admitted before as the key's override (sdk/commands.tenant_commands). A job
+  carrying its own rate limit, or sent in another dialect than OJS's, cannot also be held
+  by its tenant's: while the tenant has max_concurrency it is refused (`concurrency_refusal`).
 
 The state is four numbers, the limits and a refusal count: a tenant with no limit, no job
 waiting and nothing to remember is deleted.
@@ -33,6 +39,7 @@ import orjson
 
 from gateway.core.errors import (
     INVALID_REQUEST,
+    UNSUPPORTED_OPTION,
     GatewayError,
     Invalid,
     invalid_request,
@@ -40,17 +47,20 @@ from gateway.core.errors import (
     unsupported,
 )
 from gateway.core.periods import format_period
-from gateway.core.rate_policy import rate_pair
+from gateway.core.rate_policy import MAX_CONCURRENCY, Override, rate_pair
 from gateway.core.tenants import is_valid_tenant
 from gateway.core.times import format_rfc3339
 
 TENANT_LIMIT_EXCEEDED = "tenant_limit_exceeded"
+KEY_PREFIX = "tenant:"  # + tenant: the rate key of a tenant's max_concurrency
 SLOT_FIELD = "tenant_slot"  # on a job holding a place: {"tenant", "scheduled"}
 MAX_COUNT = 100_000_000
 MAX_REASON_CHARS = 500
 REFILL_GUESS_MS = 1000  # when a full queue may have room again: unknowable, so soon
-_FIELDS = frozenset({"max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"})
-_NOT_BUILT = ("max_concurrency", "fairness_weight", "priority_boost")
+_FIELDS = frozenset(
+    {"max_queue_depth", "max_scheduled", "max_enqueue_rate", "max_concurrency", "reason"}
+)
+_NOT_BUILT = ("fairness_weight", "priority_boost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +69,14 @@ class TenantLimits:
     max_scheduled: int | None = None
     rate_limit: int | None = None  # admitted requests per period
     rate_period_ms: int | None = None
+    max_concurrency: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         rate = None
         if self.rate_limit is not None and self.rate_period_ms is not None:
             rate = {"limit": self.rate_limit, "period": format_period(self.rate_period_ms)}
         return {"max_queue_depth": self.max_queue_depth, "max_scheduled": self.max_scheduled,
-                "max_enqueue_rate": rate}  # fmt: skip
+                "max_enqueue_rate": rate, "max_concurrency": self.max_concurrency}  # fmt: skip
 
     @staticmethod
     def of(raw: object) -> TenantLimits:
@@ -195,14 +206,16 @@ def breach_error(tenant: str, breach: Breach) -> GatewayError:
     )
 
 
-def shown_limits(tenant: str, state: TenantState | None) -> dict[str, Any]:
-    """The tenant's limits with their counts now, as the tenant routes show them."""
+def shown_limits(tenant: str, state: TenantState | None, running: int = 0) -> dict[str, Any]:
+    """The tenant's limits with their counts now, as the tenant routes show them; `running`:
+    the permits its concurrency key holds."""
     state = state or TenantState(tenant)
     limits = state.limits
     rate = limits.to_dict()["max_enqueue_rate"]
     return {
         "max_queue_depth": {"limit": limits.max_queue_depth, "current": state.waiting},
         "max_scheduled": {"limit": limits.max_scheduled, "current": state.scheduled},
+        "max_concurrency": {"limit": limits.max_concurrency, "current": running},
         "max_enqueue_rate": rate,
         "refused": state.refused,
     }
@@ -213,8 +226,8 @@ def parse_limits(raw: Mapping[str, Any], current: TenantLimits) -> tuple[TenantL
     others kept, and its `reason`; raises Invalid naming a field it cannot take."""
     for name in _NOT_BUILT:
         if name in raw:
-            raise unsupported(name, "the gateway limits a tenant's queue depth, scheduled jobs "
-                              "and enqueue rate")  # fmt: skip
+            raise unsupported(name, "the gateway limits a tenant's queue depth, scheduled jobs, "
+                              "enqueue rate and concurrency")  # fmt: skip
     unknown = sorted(str(k) for k in raw if k not in _FIELDS)
     if unknown:
         raise invalid_request(
@@ -225,9 +238,12 @@ def parse_limits(raw: Mapping[str, Any], current: TenantLimits) -> tuple[TenantL
     if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS):
         raise invalid_request(f"reason must be a string of at most {MAX_REASON_CHARS} characters")
     limits = current
-    for name in ("max_queue_depth", "max_scheduled"):
+    for name, high in (
+        ("max_queue_depth", MAX_COUNT), ("max_scheduled", MAX_COUNT),
+        ("max_concurrency", MAX_CONCURRENCY),
+    ):  # fmt: skip
         if name in raw:
-            limits = replace(limits, **{name: _count(raw[name], name)})
+            limits = replace(limits, **{name: _count(raw[name], name, high)})
     if "max_enqueue_rate" in raw:
         given = raw["max_enqueue_rate"]
         if given is None:
@@ -245,12 +261,12 @@ def parse_limits(raw: Mapping[str, Any], current: TenantLimits) -> tuple[TenantL
     return limits, reason
 
 
-def _count(raw: object, name: str) -> int | None:
+def _count(raw: object, name: str, high: int) -> int | None:
     if raw is None:
         return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_COUNT:
-        raise invalid_request(f"{name} must be a whole number from 0 to {MAX_COUNT}, or null "
-                              f"to clear it, not {shown(raw)}")  # fmt: skip
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= high:
+        raise invalid_request(f"{name} must be a whole number from 0 to {high}, or null to "
+                              f"clear it, not {shown(raw)}")  # fmt: skip
     return raw
 
 
@@ -273,3 +289,37 @@ def parse_tenant_command(value: bytes) -> tuple[str, TenantLimits, str | None] |
 def tenant_command(tenant: str, limits: TenantLimits, reason: str | None) -> bytes:
     """The record `parse_tenant_command` reads."""
     return orjson.dumps({"tenant": tenant, "limits": limits.to_dict(), "reason": reason})
+
+
+def concurrency_key(tenant: str) -> str:
+    """The rate key holding a tenant's max_concurrency."""
+    return KEY_PREFIX + tenant
+
+
+def concurrency_limit(tenant: str, limits: TenantLimits) -> dict[str, Any] | None:
+    """The rate limit a job the tenant's home admits is given (None: the tenant has no
+    max_concurrency), in the shape a job carries it."""
+    if limits.max_concurrency is None:
+        return None
+    return {"key": concurrency_key(tenant), "concurrency": limits.max_concurrency}
+
+
+def concurrency_refusal(
+    limits: TenantLimits, own_rate_limit: bool, ojs: bool
+) -> GatewayError | None:
+    """Why a job cannot be held by its tenant's max_concurrency (None: it can, or there is none)."""
+    if limits.max_concurrency is None or (ojs and not own_rate_limit):
+        return None
+    what = "its own rate_limit" if own_rate_limit else "a dialect other than OJS's"
+    return GatewayError(
+        UNSUPPORTED_OPTION,
+        f"a job of a tenant with max_concurrency cannot carry {what} yet: its tenant's "
+        "concurrency is held by the rate key the gateway gives it",
+    )
+
+
+def concurrency_override(limits: TenantLimits) -> Override:
+    """The override of the tenant's rate key an operator's change sets, so that jobs admitted
+    before it are held by it too; a cleared limit leaves them the widest one."""
+    return Override(concurrency=MAX_CONCURRENCY if limits.max_concurrency is None
+                    else limits.max_concurrency)  # fmt: skip

@@ -22,7 +22,8 @@ from gateway import wire
 from gateway.core import INVALID_REQUEST, State
 from gateway.core.errors import Invalid
 from gateway.core.job_filter import JobFilter
-from gateway.core.tenant_limits import TenantState, parse_limits, shown_limits
+from gateway.core.rates import RateState
+from gateway.core.tenant_limits import TenantState, concurrency_key, parse_limits, shown_limits
 from gateway.core.tenants import is_valid_tenant
 from gateway.http import access, commands, errors
 from gateway.http.answers import Answer
@@ -64,7 +65,7 @@ async def stats(request: Request, binding: Binding, _: str) -> Answer:
         "tenant_id": tenant_id, "total_jobs": sum(jobs.values()), "jobs": jobs,
         "queues": {name: _counts({name: counts}) for name, counts in sorted(queues.items())},
         "workers": len(_workers(binding, tenant_id)),
-        "limits": shown_limits(tenant_id, _state(binding, tenant_id)),
+        "limits": _limits(binding, tenant_id),
     })  # fmt: skip
 
 
@@ -88,11 +89,14 @@ async def put_limits(request: Request, binding: Binding, request_id: str) -> Ans
                                       else state.limits)  # fmt: skip
     except Invalid as exc:
         raise ApiError(400, exc.error.code, exc.error.message) from None
+    sent = tenant_commands(tenant_id, limits, reason, "max_concurrency" in body)
     answers = await commands.send(
-        binding, caller(request, request_id), tenant_commands(tenant_id, limits, reason),
-        f"set the limits of tenant {tenant_id}",
+        binding, caller(request, request_id), sent, f"set the limits of tenant {tenant_id}"
     )  # fmt: skip
-    return Answer(200, {"tenant_id": tenant_id, "limits": answers[0].get("limits")})
+    shown = dict(answers[0].get("limits") or {})
+    shown["max_concurrency"] = {"limit": limits.max_concurrency,
+                                "current": _running(binding, tenant_id)}  # fmt: skip
+    return Answer(200, {"tenant_id": tenant_id, "limits": shown})
 
 
 async def jobs(request: Request, binding: Binding, _: str) -> Answer:
@@ -146,12 +150,23 @@ def _state(binding: Binding, tenant_id: str) -> TenantState | None:
     return TenantState.load(binding.view.controls(wire.tenant_home(tenant_id)).get(""))
 
 
+def _running(binding: Binding, tenant_id: str) -> int:
+    """The permits the tenant's concurrency key holds, as its home last published them."""
+    key = wire.rate_home(concurrency_key(tenant_id))
+    state = RateState.load(binding.view.controls(key).get(""))
+    return 0 if state is None else len(state.holders)
+
+
+def _limits(binding: Binding, tenant_id: str) -> dict[str, Any]:
+    return shown_limits(tenant_id, _state(binding, tenant_id), _running(binding, tenant_id))
+
+
 def _tenant(binding: Binding, tenant_id: str, known: dict[str, Any]) -> dict[str, Any]:
     """A tenant as the UI's Tenant reads it."""
     queues = known["queues"]
     return {
         "id": tenant_id, "name": tenant_id, "state": "active",
-        "limits": _ui_limits(tenant_id, _state(binding, tenant_id)),
+        "limits": _ui_limits(binding, tenant_id),
         "stats": {
             "queues": sum(1 for counts in queues.values() if any(counts.values())),
             "jobs": _counts(queues), "workers": len(_workers(binding, tenant_id)),
@@ -160,12 +175,14 @@ def _tenant(binding: Binding, tenant_id: str, known: dict[str, Any]) -> dict[str
     }  # fmt: skip
 
 
-def _ui_limits(tenant_id: str, state: TenantState | None) -> dict[str, Any]:
-    """The limits as the spec names them, and the one the UI's Tenant also reads."""
-    shown = shown_limits(tenant_id, state)
+def _ui_limits(binding: Binding, tenant_id: str) -> dict[str, Any]:
+    """The limits as the spec names them, and those the UI's Tenant also reads."""
+    shown = _limits(binding, tenant_id)
     rate = shown["max_enqueue_rate"]
     if rate is not None and rate["period"] == "PT1S":
         shown["max_jobs_per_second"] = rate["limit"]
+    if shown["max_concurrency"]["limit"] is not None:
+        shown["max_concurrent_jobs"] = shown["max_concurrency"]["limit"]
     return shown
 
 

@@ -17,7 +17,12 @@ from gateway import wire
 from gateway.core.crons import CronCommand, command_record
 from gateway.core.queues import queue_command, version_after
 from gateway.core.rate_policy import Override, rate_command
-from gateway.core.tenant_limits import TenantLimits, tenant_command
+from gateway.core.tenant_limits import (
+    TenantLimits,
+    concurrency_key,
+    concurrency_override,
+    tenant_command,
+)
 from gateway.randomness import random_hex
 from gateway.sdk.prepare import Outgoing
 
@@ -54,9 +59,16 @@ def rate_commands(key: str, override: Override | None) -> list[Outgoing]:
     return [Outgoing(value, wire.rate_home(key), request_id, None, headers=headers)]
 
 
-def tenant_commands(tenant: str, limits: TenantLimits, reason: str | None) -> list[Outgoing]:
-    """Set the limits of `tenant`, at its home."""
+def tenant_commands(
+    tenant: str, limits: TenantLimits, reason: str | None, concurrency: bool = False
+) -> list[Outgoing]:
+    """Set the limits of `tenant`, at its home; with `concurrency` (its max_concurrency
+    given), the override of its concurrency key too, at that key's home, so that jobs
+    admitted before are held by the new limit (core/tenant_limits.py)."""
     request_id = f"tenant/{tenant}/limits/{random_hex()}"
     headers = ((wire.KIND_HEADER, wire.TENANT_COMMAND),)
     value = tenant_command(tenant, limits, reason)
-    return [Outgoing(value, wire.tenant_home(tenant), request_id, None, headers=headers)]
+    sent = [Outgoing(value, wire.tenant_home(tenant), request_id, None, headers=headers)]
+    if concurrency:
+        sent += rate_commands(concurrency_key(tenant), concurrency_override(limits))
+    return sent

@@ -21,11 +21,13 @@ from typing import Any
 import orjson
 
 from gateway import wire
-from gateway.core import INVALID_EVENT, INVALID_REQUEST, EventOutcome, GatewayError, Request
+from gateway.core import INVALID_EVENT, INVALID_REQUEST, OJS, EventOutcome, GatewayError, Request
 from gateway.core.tenant_limits import (
     TenantState,
     admit,
     breach_error,
+    concurrency_limit,
+    concurrency_refusal,
     idle,
     parse_tenant_command,
     release,
@@ -76,20 +78,36 @@ class Tenants:
         at = request.envelope.scheduled_at
         scheduled = at is not None and at > now
         before = TenantState.load(state.get_bytes(STATE))
-        after, breach = admit(before, tenant, scheduled, now)
-        self._store(state, source, home, before, after)
-        told: dict[str, Any] = {"tenant": tenant, "route": route, "waiting": after.waiting,
-                                "scheduled": after.scheduled}  # fmt: skip
-        if breach is None:
+        limits = TenantState(tenant).limits if before is None else before.limits
+        held = concurrency_refusal(
+            limits, request.envelope.rate_limit is not None, request.dialect == OJS
+        )  # fmt: skip
+        after, breach = (
+            (before, None) if held is not None else admit(before, tenant, scheduled, now)
+        )
+        if after is not None:
+            self._store(state, source, home, before, after)
+        told: dict[str, Any] = {"tenant": tenant, "route": route}
+        if after is not None:
+            told.update(waiting=after.waiting, scheduled=after.scheduled)
+        refused = None
+        if held is not None:
+            refused = {"error": held.to_dict(), "details": {"tenant_id": tenant}}
+        elif breach is not None:
+            error = breach_error(tenant, breach)
+            refused = {"error": error.to_dict(), "details": breach.details(tenant, now)}
+        if refused is None:
             slot = wire.SLOT_SCHEDULED if scheduled else wire.SLOT_WAITING
             headers.append((wire.TENANT_SLOT_HEADER, f"{slot}/{tenant}".encode()))
             told["slot"] = slot
+            given = concurrency_limit(tenant, limits)
+            if given is not None:  # held by its tenant's concurrency key (core/tenant_limits.py)
+                value = orjson.dumps({**orjson.loads(value or b"{}"), "rate_limit": given})
+                told["rate_limit"] = given
         else:
-            error = breach_error(tenant, breach)
-            refused = {"error": error.to_dict(), "details": breach.details(tenant, now)}
             headers.append((wire.TENANT_REFUSED_HEADER, orjson.dumps(refused)))
             told["refused"] = refused
-            shared.metrics.refused_inputs.labels("dedup", error.code).inc()
+            shared.metrics.refused_inputs.labels("dedup", refused["error"]["code"]).inc()
         shared.what = {"tenant": told}
         shared.emit(Output(value or b"", route.encode(), "requests", headers=headers), source)
 

@@ -137,6 +137,35 @@ def test_a_tenant_s_limits_refuse_with_429_and_places_come_back(
                                            "queue": queue}).status_code == 201  # fmt: skip
 
 
+def test_a_tenant_s_max_concurrency_holds_its_running_jobs(http: httpx.Client):
+    tenant, queue = f"conc-{uuid.uuid4().hex[:6]}", f"conc-{uuid.uuid4().hex[:6]}"
+    headers = {TENANT: tenant}
+    put = http.put(f"/ojs/v1/admin/tenants/{tenant}/limits", json={"max_concurrency": 1})
+    assert put.status_code == 200, put.text
+    assert put.json()["limits"]["max_concurrency"]["limit"] == 1
+    for i in range(2):
+        made = http.post("/ojs/v1/jobs", headers=headers,
+                         json={"type": "conc.job", "args": [i], "queue": queue})  # fmt: skip
+        assert made.status_code == 201, made.text
+    own = http.post("/ojs/v1/jobs", headers=headers, json={
+        "type": "conc.job", "args": [9], "queue": queue,
+        "rate_limit": {"key": "mine", "concurrency": 3}})  # fmt: skip
+    assert own.status_code == 400 and own.json()["error"]["code"] == "unsupported_option"
+    body = {"queues": [queue], "count": 2}
+    got = http.post("/ojs/v1/workers/fetch", headers=headers, json=body).json()["jobs"]
+    assert len(got) == 1, got
+    assert http.post("/ojs/v1/workers/fetch", headers=headers, json=body).json()["jobs"] == []
+    shown = http.get(f"/ojs/v1/admin/tenants/{tenant}").json()["limits"]
+    assert shown["max_concurrent_jobs"] == 1
+    acked = http.post("/ojs/v1/workers/ack", headers=headers, json={"job_id": got[0]["id"]})
+    assert acked.status_code == 200, acked.text
+    deadline, rest = time.monotonic() + 30, []
+    while not rest and time.monotonic() < deadline:
+        rest = http.post("/ojs/v1/workers/fetch", headers=headers, json=body).json()["jobs"]
+        time.sleep(0.1)
+    assert len(rest) == 1 and rest[0]["id"] != got[0]["id"]
+
+
 def test_replay_reproduces_the_tenants_decisions(
     served: tuple[httpx.Client, str], kafka_bootstrap: str
 ):

@@ -103,7 +103,8 @@ def test_the_limits_body_names_each_field_it_cannot_take() -> None:
     assert parse_limits({"max_queue_depth": None}, kept)[0].max_queue_depth is None
     cases: list[tuple[dict[str, Any], str]] = [
         ({"max_depth": 1}, "max_depth"), ({"max_queue_depth": -1}, "max_queue_depth"),
-        ({"max_queue_depth": True}, "max_queue_depth"), ({"max_concurrency": 5}, "max_concurrency"),
+        ({"max_queue_depth": True}, "max_queue_depth"),
+        ({"max_concurrency": 1001}, "max_concurrency"), ({"fairness_weight": 2}, "fairness_weight"),
         ({"max_enqueue_rate": {"limit": 0, "period": "PT1S"}}, "max_enqueue_rate.rate.limit"),
         ({"max_enqueue_rate": {"limit": 1, "per": "PT1S"}}, "max_enqueue_rate.per"),
         ({"max_enqueue_rate": 5}, "max_enqueue_rate"), ({"reason": 5}, "reason"),
@@ -282,3 +283,48 @@ def test_explain_tells_what_the_home_did() -> None:
     assert any("refused the request" in line and "max_queue_depth (1 of 1)" in line
                for line in lines)  # fmt: skip
     assert any("place given back" in line and "0 waiting" in line for line in lines)
+
+
+def claim(story: Story, job_id: str) -> dict[str, Any]:
+    """A claim as fetch sends it, to its rate key's home; its answer."""
+    story.asked += 1
+    correlation = f"c{story.asked}".encode()
+    job = story.job(job_id)
+    body = {"job_id": job_id, "type": "job.started", "rate_limit": job["rate_limit"]}
+    home = wire.rate_home(job["rate_limit"]["key"])
+    story.logs.setdefault(("requests", partition_for(home, PARTITIONS)), deque()).append(
+        Output(orjson.dumps(body), home, headers=[
+            (wire.KIND_HEADER, wire.RATE), (wire.REPLY_TO_HEADER, b"replies"),
+            (wire.CORRELATION_ID_HEADER, correlation),
+        ])
+    )  # fmt: skip
+    story.run()
+    [reply] = [
+        orjson.loads(o.value or b"") for o in story.sent
+        if o.topic == "replies" and dict(o.headers or []).get(wire.CORRELATION_ID_HEADER)
+        == correlation
+    ]  # fmt: skip
+    return reply  # type: ignore[no-any-return]
+
+
+def test_max_concurrency_holds_the_tenant_s_jobs_by_its_rate_key() -> None:
+    story = Story()
+    story.limits(max_concurrency=1)
+    story.enqueue({"type": "t.free", "args": [1]}, sdk=True)
+    story.enqueue({"type": "t.free", "args": [2]})
+    story.run()
+    first, second = (d["job_id"] for d in story.accepted())
+    assert story.job(first)["rate_limit"] == {"key": "tenant:acme", "concurrency": 1,
+                                              "on_limit": "wait"}  # fmt: skip
+    assert claim(story, first)["outcome"] == "applied"
+    refused = claim(story, second)
+    assert refused["outcome"] == "refused" and refused["error"]["code"] == "rate_limited"
+    story.event(first, "job.completed")
+    story.run()
+    assert claim(story, second)["outcome"] == "applied"
+    # A job with its own rate limit cannot also be held by its tenant's: refused, named.
+    story.enqueue({"type": "t.free", "args": [3], "rate_limit": {"key": "k", "concurrency": 2}})
+    story.run()
+    [held] = [d for d in story.decisions if (d.get("error") or {}).get("code")
+              == "unsupported_option"]  # fmt: skip
+    assert "own rate_limit" in held["error"]["message"]
