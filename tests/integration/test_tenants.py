@@ -159,7 +159,7 @@ def test_a_tenant_s_max_concurrency_holds_its_running_jobs(http: httpx.Client):
     assert shown["max_concurrent_jobs"] == 1
     acked = http.post("/ojs/v1/workers/ack", headers=headers, json={"job_id": got[0]["id"]})
     assert acked.status_code == 200, acked.text
-    deadline, rest = time.monotonic() + 30, []
+    deadline, rest = time.monotonic() + 30, list[dict[str, object]]()
     while not rest and time.monotonic() < deadline:
         rest = http.post("/ojs/v1/workers/fetch", headers=headers, json=body).json()["jobs"]
         time.sleep(0.1)
