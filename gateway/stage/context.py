@@ -104,6 +104,7 @@ class StageMetrics(Protocol):
     dead_letters: LabelledCounter  # by stage and exception
     refused_inputs: LabelledCounter  # by stage and error code
     idempotent: LabelledCounter  # by what became of the request
+    tenant_requests: LabelledCounter  # by tenant and what its home did
     reroutes: Counter
     id_conflicts: Counter
 

@@ -96,6 +96,10 @@ class Tenants:
         elif breach is not None:
             error = breach_error(tenant, breach)
             refused = {"error": error.to_dict(), "details": breach.details(tenant, now)}
+        result = "admitted" if refused is None else (
+            "unsupported" if breach is None else breach.limit
+        )  # fmt: skip
+        shared.metrics.tenant_requests.labels(tenant, result).inc()
         if refused is None:
             slot = wire.SLOT_SCHEDULED if scheduled else wire.SLOT_WAITING
             headers.append((wire.TENANT_SLOT_HEADER, f"{slot}/{tenant}".encode()))
@@ -160,6 +164,7 @@ class Tenants:
             return
         after = release(before, scheduled)
         self._store(state, source, key or b"", before, after)
+        shared.metrics.tenant_requests.labels(before.tenant, "returned").inc()
         shared.what = {"tenant": {"tenant": before.tenant, "released": "scheduled" if scheduled
                                   else "waiting", "waiting": after.waiting}}  # fmt: skip
 

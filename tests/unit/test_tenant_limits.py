@@ -225,6 +225,10 @@ def test_a_refusal_is_a_decision_with_the_limit_and_a_duplicate_gives_its_place_
     assert refused["outcome"] == "invalid"
     assert refused["details"]["limit"] == "max_queue_depth"
     assert refused["details"]["tenant_id"] == T and refused["details"]["maximum"] == 2
+    counted = story.metrics.registry.get_sample_value  # OJS MT-006: per tenant
+    assert counted("gateway_tenant_requests_total", {"tenant_id": T, "result": "admitted"}) == 3
+    labels = {"tenant_id": T, "result": "max_queue_depth"}
+    assert counted("gateway_tenant_requests_total", labels) == 1
     # A cancelled job that never ran gives its place back too.
     for decision in story.accepted():
         story.event(decision["job_id"], "job.cancelled")
