@@ -81,10 +81,8 @@ class Metrics:
         self.tenant_requests = self._define(
             Counter,
             "gateway_tenant_requests",
-            "Requests of a tenant's jobs at its home (OJS multi-tenancy's per-tenant metric), "
-            "by tenant and result: admitted, the limit that refused one (max_queue_depth, "
-            "max_scheduled, max_enqueue_rate), unsupported (a job its max_concurrency cannot "
-            "hold), or returned (a place given back)",
+            "A tenant's requests at its home: admitted, returned (a place given back), "
+            "unsupported, or the limit that refused one",
             ["tenant_id", "result"],
         )
         self.refused_inputs = self._define(
