@@ -56,9 +56,13 @@ def stage(db: Rdict, records: list[Record], now_ms: int, retention_ms: int) -> S
     first_seen: dict[bytes, str] = {}
     for partition, offset, key, value in records:
         out.ends[partition] = offset + 1
-        if key.startswith(b"\x00"):  # a queue's or a cron's state, not a job
+        if key.startswith(b"\x00"):  # a queue's, a cron's, a rate key's state: not a job
+            held = _rate_before(db, staged, key)
             if keep_control(db, batch, staged, key, value):
                 out.controls.append((key, value))
+                if held is not False:  # a rate key's: its events (view/rate_events.py)
+                    after = None if value is None else orjson.loads(value)
+                    out.changes.append((partition, offset, held, after))
             continue
         try:
             job = None if value is None else orjson.loads(value)
@@ -208,6 +212,18 @@ def sweep(db: Rdict, now_ms: int) -> tuple[WriteBatch, int]:
             batch.delete(key)
             dropped += 1
     return batch, dropped
+
+
+def _rate_before(db: Rdict, staged: dict[bytes, bytes | None], key: bytes) -> Any:
+    """A rate key's state before this record (None: none); False for another control."""
+    if not key.startswith(wire.RATE_KEY_PREFIX):
+        return False
+    stored_key = keys.CONTROL + key
+    raw = staged[stored_key] if stored_key in staged else db.get(stored_key)
+    try:
+        return None if raw is None else orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:
+        return None
 
 
 def keep_control(

@@ -5,6 +5,7 @@ The processor decides every transition and writes each job's new state to
 Which OJS events (ojs-events.md, section 3) that pair amounts to is the core's
 rule (`core.transition_events`); `derive` puts each in the OJS event envelope.
 A tombstone (a job deleted or past its retention) emits nothing.
+A rate key's published state amounts to rate_limit events (rate_events.py).
 The event's `time` is the transition's own stamp in the record (started_at,
 completed_at, ...), never this process's clock; its `id` names the job_states
 record it came from, so it is the same on every serve process.
@@ -22,6 +23,7 @@ from gateway.core import transition_events
 from gateway.core.tenants import tenant_of
 from gateway.core.times import parse_rfc3339
 from gateway.view.apply import Change
+from gateway.view.rate_events import derive_rate, is_rate_state
 
 SOURCE = "ojs://gateway/job_states"
 # Event type -> the job field holding the transition's time.
@@ -40,8 +42,11 @@ _STAMP = {
 
 
 def derive(change: Change) -> list[dict[str, Any]]:
-    """The OJS events one job_states record amounts to (none, one or two)."""
+    """The OJS events one job_states record amounts to (none, one or two; a rate key's
+    state: rate_events.py)."""
     partition, offset, before, after = change
+    if is_rate_state(after) or is_rate_state(before):
+        return derive_rate(partition, offset, before, after)
     if after is None:
         return []
     was = None if before is None else before.get("state")

@@ -62,6 +62,13 @@ def test_a_rate_key_never_starts_more_than_its_limits_whoever_fetches(
                 client.close()
             shown = http.get(f"/ojs/v1/rate-limits/{key}")
             assert shown.status_code == 200 and shown.json()["key"] == key
+            # RL-006: the key's events, from its states as its home published them.
+            asked = {"types": "rate_limit.exceeded,rate_limit.released", "limit": "1000"}
+            feed = http.get("/ojs/v1/events", params=asked).json()["events"]
+            mine = [e for e in feed if e["data"]["key"] == key]
+            assert {e["type"] for e in mine} == {"rate_limit.exceeded", "rate_limit.released"}
+            released = {e["data"]["job_id"] for e in mine if e["type"] == "rate_limit.released"}
+            assert set(ids) <= released
             overrides_hold(http, key, queue, limit)
             print(f"the SDK worker ran {straight.done} jobs, refused {straight.refused} times")
     finally:
