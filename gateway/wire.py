@@ -95,6 +95,11 @@ RATE_PERMIT_HEADER = "rate_permit"
 RATE_KEY_HEADER = "rate_key"
 RATE_PERMIT_AT_HEADER = "rate_permit_at"
 RATE_HEADERS = (RATE_PERMIT_HEADER, RATE_KEY_HEADER, RATE_PERMIT_AT_HEADER)
+# A claim the home refused of a job whose `on_limit` moves it (reschedule, drop) goes on to
+# its route marked `rate_refused` (JSON: on_limit, retry_at, the error), which moves the job
+# and answers the claim (core/rate_moves.py). Only the home sets it: the router drops it.
+RATE_REFUSED_HEADER = "rate_refused"
+RATE_GATEWAY_HEADERS = (*RATE_HEADERS, RATE_REFUSED_HEADER)
 RATE_KEY_PREFIX = b"\x00rate\x00"
 
 

@@ -191,10 +191,21 @@ def explain_rate(what: Mapping[str, Any]) -> str:
             f"granted: job {job} may start with permit {rate.get('permit')} of rate key {key} "
             f"({rate.get('held')} held, {rate.get('starts')} starts in the sliding window{by})"
         )
+    if "moved_to" in rate or ("on_limit" in rate and "limit" not in rate):
+        moved = rate.get("moved_to")
+        return (
+            f"refused ({RATE_LIMITED}) at rate key {key}'s home: job {job} "
+            + (f"{moved} by its on_limit {rate.get('on_limit')}" if moved
+               else "no longer waiting, so it stays as it is")
+        )  # fmt: skip
     held = "starts in its sliding window" if rate.get("strategy") == "rate" else "permits held"
     then = f"; next permit at {rate['retry_at']}" if rate.get("retry_at") else ""
+    stays = (
+        "stays available" if rate.get("on_limit", "wait") == "wait"
+        else f"goes back to its route, to be moved by its on_limit {rate['on_limit']}"
+    )  # fmt: skip
     return (
-        f"refused ({RATE_LIMITED}): job {job} stays available: rate key {key} has "
+        f"refused ({RATE_LIMITED}): job {job} {stays}: rate key {key} has "
         f"{rate.get('current')} of {rate.get('limit')} {held}{then}{by}"
     )
 

@@ -8,9 +8,10 @@ these shapes and kept on the accepted job in the first (`parse_rate_limit`):
     {"key": "k", "rate": 5, "period": "second"}     (minute, hour, day, or ISO 8601)
     {"max_per_second": 5}                            (the same as rate 5, period PT1S)
 
-Without `key` the key is `queue:<queue>`: the queue's jobs share it. `on_limit` is `wait`
-(the job stays available until a permit frees); `reschedule`, `drop` and `throttle` are
-refused as not supported yet.
+Without `key` the key is `queue:<queue>`: the queue's jobs share it. `on_limit` says what a
+claim the key refuses does to its job (core/rate_moves.py): `wait` (the default: the job
+stays available until a permit frees), `reschedule` (the job is scheduled for when a permit
+is expected) or `drop` (the job is discarded). `throttle` is refused as not supported yet.
 
 An override (`parse_override`) replaces, while it lasts, the limits it names of every job
 of its key, in the spec's shape `{"concurrency", "rate": {"limit", "period"},
@@ -39,6 +40,8 @@ from gateway.core.periods import format_period, period_or_raise
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
 JOB_FIELD = "rate_limit"  # the job's policy, normalised (set by the gateway)
+WAIT, RESCHEDULE, DROP = "wait", "reschedule", "drop"
+ON_LIMIT = (WAIT, RESCHEDULE, DROP)
 MAX_CONCURRENCY = 1000
 MAX_RATE = 10_000
 MAX_PERIOD_MS = 86_400_000
@@ -57,6 +60,7 @@ class RateLimit:
     concurrency: int | None = None
     limit: int | None = None  # starts per period
     period_ms: int | None = None
+    on_limit: str = WAIT
 
     def to_dict(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"key": self.key}
@@ -64,7 +68,7 @@ class RateLimit:
             shown["concurrency"] = self.concurrency
         if self.limit is not None and self.period_ms is not None:
             shown["rate"] = {"limit": self.limit, "period": format_period(self.period_ms)}
-        shown["on_limit"] = "wait"
+        shown["on_limit"] = self.on_limit
         return shown
 
 
@@ -119,10 +123,8 @@ def parse_rate_limit(raw: object, queue: str, field: str) -> RateLimit | None:
             f"{field}.{unknown[0]} is not a field of a rate limit; use key, concurrency, "
             "rate, period, max_per_second, on_limit"
         )
-    on_limit = raw.get("on_limit", "wait")
-    if on_limit in ("reschedule", "drop"):
-        raise unsupported(f"{field}.on_limit {on_limit!r}", 'only "wait" is built')
-    if on_limit != "wait":
+    on_limit = raw.get("on_limit", WAIT)
+    if on_limit not in ON_LIMIT:
         raise invalid_request(f'{field}.on_limit must be "wait", "reschedule" or "drop"')
     key = raw.get("key", f"queue:{queue}")
     if not isinstance(key, str) or not _KEY.fullmatch(key):
@@ -131,7 +133,7 @@ def parse_rate_limit(raw: object, queue: str, field: str) -> RateLimit | None:
     limit, period_ms = rate_pair(raw, field)
     if concurrency is None and limit is None:
         raise invalid_request(f"{field} needs concurrency, rate or max_per_second")
-    return RateLimit(key, concurrency, limit, period_ms)
+    return RateLimit(key, concurrency, limit, period_ms, on_limit)
 
 
 def _concurrency(raw: object, field: str) -> int | None:
@@ -192,6 +194,14 @@ def _period(raw: object, field: str) -> int:
     return ms
 
 
+def short_period(ms: int) -> str:
+    """A period in the OJS Admin UI's short form ("10s", "5m", "1h"): its largest whole unit."""
+    for unit in ("d", "h", "m", "s"):
+        if ms % _UNIT_MS[unit] == 0:
+            return f"{ms // _UNIT_MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
 def is_key(text: str) -> bool:
     return _KEY.fullmatch(text) is not None
 
@@ -226,14 +236,21 @@ def parse_override(raw: object) -> Override:
     if unknown:
         raise invalid_request(f"{unknown[0]} is not a field of an override; use concurrency, "
                               "rate {limit, period} (or limit and period), expires_at")  # fmt: skip
-    if raw.get("limit") is not None:  # the Admin UI's flat form
+    given_concurrency = raw.get("concurrency")
+    if raw.get("limit") is not None and raw.get("period") is None:
+        # The Admin UI's flat form of a key limited by concurrency alone (shown so).
+        if given_concurrency is not None or raw.get("rate") is not None:
+            raise invalid_request("give limit without a period (a concurrency) or concurrency, "
+                                  "not both")  # fmt: skip
+        given_concurrency, rate = raw["limit"], dict[str, Any]()
+    elif raw.get("limit") is not None:  # the Admin UI's flat form of a rate
         if raw.get("rate") is not None:
             raise invalid_request("give rate {limit, period} or limit and period, not both")
-        rate: dict[str, Any] = {"rate": {"limit": raw["limit"], "period": raw.get("period")}}
+        rate = {"rate": {"limit": raw["limit"], "period": raw.get("period")}}
     else:
         rate = {"rate": raw.get("rate"), "period": raw.get("period")}
     limit, period_ms = rate_pair(rate, "override")
-    concurrency = _concurrency(raw.get("concurrency"), "concurrency")
+    concurrency = _concurrency(given_concurrency, "concurrency")
     if concurrency is None and limit is None:
         raise invalid_request("an override needs concurrency, or a rate: rate {limit, period}, "
                               "or limit and period")  # fmt: skip

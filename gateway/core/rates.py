@@ -26,7 +26,14 @@ import orjson
 
 from gateway.core.errors import GatewayError, Invalid
 from gateway.core.periods import format_period
-from gateway.core.rate_policy import Override, RateLimit, job_policy, parse_override, policy_of
+from gateway.core.rate_policy import (
+    Override,
+    RateLimit,
+    job_policy,
+    parse_override,
+    policy_of,
+    short_period,
+)
 from gateway.core.times import format_rfc3339
 
 RATE_LIMITED = "rate_limited"
@@ -262,7 +269,8 @@ def held_permit(job: Mapping[str, Any]) -> tuple[str, str] | None:
 def inspect(key: str, state: RateState | None, now_ms: int, waiting: int) -> dict[str, Any]:
     """A key as GET /ojs/v1/rate-limits/{key} shows it at `now_ms`, `waiting` of its jobs
     available: the spec's fields (the limits in force) and the flat ones the OJS Admin UI
-    reads (`limit`, `period`, `active`, `waiting`, `override`)."""
+    reads (`limit`, `period` in its short form such as "10s", `active`, `waiting`,
+    `override`)."""
     policy = None if state is None else state.policy
     rule = overridden(state, policy, now_ms)
     active = 0 if state is None else len(state.holders)
@@ -282,7 +290,7 @@ def inspect(key: str, state: RateState | None, now_ms: int, waiting: int) -> dic
         }  # fmt: skip
     rate, conc = shown["rate"], shown["concurrency"]
     shown["limit"] = rate["limit"] if rate else (conc["limit"] if conc else None)
-    shown["period"] = rate["period"] if rate else None
+    shown["period"] = short_period(rule.period_ms) if rate and rule and rule.period_ms else None
     shown["active"] = active
     shown["waiting"] = shown["waiting_count"] = waiting
     override = None if state is None else state.override
@@ -293,6 +301,6 @@ def inspect(key: str, state: RateState | None, now_ms: int, waiting: int) -> dic
         shown["override"] = {
             **override.to_dict(),
             "limit": override.limit if timed else override.concurrency,
-            "period": format_period(override.period_ms) if override.period_ms else None,
+            "period": short_period(override.period_ms) if override.period_ms else None,
         }
     return shown

@@ -38,7 +38,7 @@ from gateway.core.actor import Actor
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.rate_policy import JOB_FIELD as RATE_FIELD
-from gateway.core.rate_policy import job_policy
+from gateway.core.rate_policy import WAIT, job_policy
 from gateway.core.rates import RATE_LIMITED, RateState, permits
 from gateway.core.tenants import tenant_of
 from gateway.core.times import format_rfc3339
@@ -77,6 +77,9 @@ PAUSED = object()  # a claim's answer: the job's queue is paused
 class Full(str):
     """A claim's answer: the key named (a unique key, or a rate key as `rate_slot`) runs
     or starts as many jobs as its limit allows now."""
+
+
+MOVED = "\x00moved"  # beside a rate slot: a job its on_limit moves was proposed
 
 
 def rate_slot(key: str) -> str:
@@ -191,7 +194,9 @@ def _rate_permit(
     binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str]
 ) -> bool:
     """Whether the view shows the job's rate key a permit beside the jobs proposed already
-    and this process's claims in flight (advisory: the key's home decides)."""
+    and this process's claims in flight (advisory: the key's home decides). A job whose
+    on_limit moves it is proposed once a fetch without one, so that the home's refusal
+    reschedules or drops it (core/rate_moves.py)."""
     policy = job_policy(job)
     if policy is None:
         return True
@@ -209,7 +214,10 @@ def _rate_permit(
         )  # fmt: skip
         taken[slot] = permits(state, policy, now_ms()) - in_flight
     if taken[slot] <= 0:
-        return False
+        if policy.on_limit == WAIT or slot + MOVED in taken:
+            return False
+        taken[slot + MOVED] = 1
+        return True
     taken[slot] -= 1
     return True
 

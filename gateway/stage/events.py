@@ -4,7 +4,9 @@ job that time moved (an expired lease, expires_at) is stored (due.py).
 
 A claim of a rate-limited job applies only with its rate key's permit (core/rates.py): one
 without is sent to the key's home (rates.py), which sends it back with one or answers it;
-a permit the claim did not use goes back to the home at once.
+a permit the claim did not use goes back to the home at once. A claim the home refused of a
+job whose `on_limit` moves it comes back marked so: the job is rescheduled or dropped here
+(core/rate_moves.py), and the claim answered `rate_limited`.
 
 A terminal job's record expires from the store by the state's event-time TTL,
 `retention_ms` after it finished, and leaves `job_states` with a tombstone then (due.py);
@@ -20,10 +22,11 @@ from typing import Any
 from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State, successor
 from gateway.core.jobs import job_route
 from gateway.core.lifecycle import follow, on_key
+from gateway.core.rate_moves import on_limit_move
 from gateway.core.rates import PERMIT_FIELD, Permit, needs_permit
 from gateway.stage.context import Staged
 from gateway.stage.parsing import parse_event_record
-from gateway.stage.rates import is_claim, permit_of, to_home
+from gateway.stage.rates import is_claim, limited_of, permit_of, to_home
 from gateway.stage.records import (
     Output,
     Source,
@@ -58,6 +61,10 @@ class Events:
         job = shared.load_job(state, job_id) if job_id else None
         permit = permit_of(source.headers)
         claim = not isinstance(event, GatewayError) and is_claim(event)
+        limited = limited_of(source.headers) if claim else None
+        if limited is not None:
+            self._limited(job, event, limited, state, source)  # type: ignore[arg-type]
+            return True
         policy = needs_permit(job, claim) if permit is None else None
         if policy is not None and job is not None:
             # Only the rate key's home grants a start: the claim goes there first.
@@ -96,6 +103,30 @@ class Events:
                 },
             )
         return True
+
+    def _limited(
+        self, job: dict[str, Any] | None, event: JobEvent,
+        limited: tuple[str, int | None, str, GatewayError], state: Staged, source: Source,
+    ) -> None:  # fmt: skip
+        """A claim its rate key's home refused: its job moved as its on_limit says (if it still
+        waits), and the claim answered `rate_limited`."""
+        shared = self._shared
+        on_limit, retry_at, key, error = limited
+        moved = None if job is None else on_limit_move(job, on_limit, retry_at, key,
+                                                       source.timestamp_ms)  # fmt: skip
+        told: dict[str, Any] = {"key": key, "on_limit": on_limit, "outcome": "refused"}
+        if moved is not None and moved.outcome is EventOutcome.APPLIED and moved.job is not None:
+            self.follow(moved.job, moved, state, source)
+            told["moved_to"] = str(moved.state)
+            error = GatewayError(error.code, f"{error.message}; the job is {moved.state} by "
+                                 f"its on_limit {on_limit}")  # fmt: skip
+        shared.what = {"job_id": event.job_id, "rate": told,
+                       "job": None if moved is None else moved.job}  # fmt: skip
+        result = EventResult(EventOutcome.REFUSED, event.job_id, error=error)
+        reply = event_reply(result, route_of(job, event), source)
+        if reply is not None:
+            shared.emit(reply, source)
+        shared.metrics.event(str(EventOutcome.REFUSED), error.code)
 
     def follow(
         self,

@@ -33,7 +33,7 @@ from gateway.core import (
     State,
 )
 from gateway.core.job_events import HEARTBEAT, JobEvent, parse_event_json
-from gateway.core.rate_policy import JOB_FIELD, RateLimit, parse_rate_command, policy_of
+from gateway.core.rate_policy import JOB_FIELD, WAIT, RateLimit, parse_rate_command, policy_of
 from gateway.core.rates import (
     Permit,
     RateState,
@@ -140,6 +140,14 @@ class Rates:
             permit = Permit(policy.key, permit_id, now)
             shared.emit(_forwarded(value or b"", event.route, source, permit), source)
             told.update(outcome="granted", permit=permit_id, permit_at=now)
+        elif policy.on_limit != WAIT:
+            # Its route moves the job as its on_limit says, and answers the claim.
+            error = refusal_error(event.job_id, policy.key, refusal)
+            refused = {"on_limit": policy.on_limit, "retry_at": refusal.retry_at_ms,
+                       "key": policy.key, "error": error.to_dict()}  # fmt: skip
+            shared.emit(_forwarded(value or b"", event.route, source, None, refused), source)
+            told.update(outcome="refused", error=error.to_dict(), on_limit=policy.on_limit,
+                        **refusal.details(policy.key))  # fmt: skip
         else:
             error = refusal_error(event.job_id, policy.key, refusal)
             result = EventResult(EventOutcome.REFUSED, event.job_id, error=error)
@@ -223,10 +231,13 @@ def _parse_report(value: bytes | None) -> tuple[str, bool] | None:
     return permit, unused
 
 
-def _forwarded(value: bytes, route: str, source: Source, permit: Permit | None) -> Output:
+def _forwarded(
+    value: bytes, route: str, source: Source, permit: Permit | None,
+    refused: dict[str, Any] | None = None,
+) -> Output:  # fmt: skip
     """The event on to its job's route, as a job event, with the caller's reply headers and,
-    for a granted claim, its permit."""
-    dropped = (wire.KIND_HEADER, *wire.RATE_HEADERS)
+    for a granted claim, its permit; for a refused one its job's on_limit moves, why."""
+    dropped = (wire.KIND_HEADER, *wire.RATE_GATEWAY_HEADERS)
     headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
     headers.append((wire.KIND_HEADER, wire.JOB_EVENT))
     if permit is not None:
@@ -235,6 +246,8 @@ def _forwarded(value: bytes, route: str, source: Source, permit: Permit | None) 
             (wire.RATE_KEY_HEADER, permit.key.encode()),
             (wire.RATE_PERMIT_AT_HEADER, str(permit.at_ms).encode()),
         ]
+    if refused is not None:
+        headers.append((wire.RATE_REFUSED_HEADER, orjson.dumps(refused)))
     return Output(value, route.encode(), role="requests", headers=headers)
 
 
@@ -255,7 +268,22 @@ def to_home(value: bytes | None, job: Mapping[str, Any], key: str, source: Sourc
     with the job's rate limit and the caller's reply headers."""
     event = orjson.loads(value or b"{}")
     event[JOB_FIELD] = job[JOB_FIELD]
-    dropped = (wire.KIND_HEADER, *wire.RATE_HEADERS)
+    dropped = (wire.KIND_HEADER, *wire.RATE_GATEWAY_HEADERS)
     headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
     headers.append((wire.KIND_HEADER, wire.RATE))
     return Output(orjson.dumps(event), wire.rate_home(key), role="requests", headers=headers)
+
+
+def limited_of(headers: Mapping[str, bytes]) -> tuple[str, int | None, str, GatewayError] | None:
+    """A claim its home refused, whose job's on_limit moves it: (on_limit, retry_at, key, the
+    error); None for any other event (only a home sets the header)."""
+    raw = headers.get(wire.RATE_REFUSED_HEADER)
+    if raw is None:
+        return None
+    try:
+        told = orjson.loads(raw)
+        error = GatewayError(str(told["error"]["code"]), str(told["error"]["message"]))
+        at = told.get("retry_at")
+        return str(told["on_limit"]), at if isinstance(at, int) else None, str(told["key"]), error
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None

@@ -60,7 +60,7 @@ class Router:
         # the gateway vouches for an id: a producer's own id_claim header is dropped.
         headers = {**source.headers, wire.REQUEST_ID_HEADER: req_id.encode()}
         for name in (wire.KIND_HEADER, wire.ID_CLAIM_HEADER, wire.CLAIMED_ID_HEADER,
-                     wire.IDEMPOTENCY_CHECKED_HEADER, *wire.RATE_HEADERS,
+                     wire.IDEMPOTENCY_CHECKED_HEADER, *wire.RATE_GATEWAY_HEADERS,
                      *wire.TENANT_HEADERS):  # fmt: skip
             headers.pop(name, None)
         idem = source.header(wire.IDEMPOTENCY_KEY_HEADER)
@@ -93,6 +93,6 @@ class Router:
             return
         # Only a rate key's home grants a permit: a producer's own permit headers are dropped.
         headers = {**source.headers, wire.KIND_HEADER: wire.JOB_EVENT}
-        for name in wire.RATE_HEADERS:
+        for name in wire.RATE_GATEWAY_HEADERS:
             headers.pop(name, None)
         self.emit(Output(value or b"", key, role="requests", headers=list(headers.items())), source)

@@ -23,7 +23,7 @@ from gateway.core import transition_events
 from gateway.core.tenants import tenant_of
 from gateway.core.times import parse_rfc3339
 from gateway.view.apply import Change
-from gateway.view.rate_events import derive_rate, is_rate_state
+from gateway.view.rate_events import derive_rate, dropped_event, is_rate_state
 
 SOURCE = "ojs://gateway/job_states"
 # Event type -> the job field holding the transition's time.
@@ -50,10 +50,12 @@ def derive(change: Change) -> list[dict[str, Any]]:
     if after is None:
         return []
     was = None if before is None else before.get("state")
-    return [
+    found = [
         _envelope(kind, f"evt_{partition}-{offset}-{index}", was, after)
         for index, kind in enumerate(transition_events(before, after))
     ]
+    dropped = dropped_event(partition, offset, was, after)
+    return found if dropped is None else [*found, dropped]
 
 
 def _envelope(kind: str, event_id: str, was: Any, job: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ same on every serve process, from the record alone.
   null.
 
 A refused claim changes no state and so is no event: `exceeded` tells when claims begin to
-wait. `rate_limit.dropped` is not derived: `on_limit: drop` is not built.
+wait. `rate_limit.dropped` {key, job_id, job_type} is derived from the job's own record: a
+job its on_limit `drop` discarded (core/rate_moves.py), at its discarded_at.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.rates import RateState, overridden, permits, window
+from gateway.core.rates import RATE_LIMITED, RateState, overridden, permits, window
 from gateway.core.times import format_rfc3339
 
 SOURCE = "ojs://gateway/rate_limits"
@@ -67,3 +68,23 @@ def _reached(state: RateState, at: int) -> dict[str, Any]:
                 "current": held}  # fmt: skip
     return {"key": state.key, "strategy": "rate", "limit": rule.limit,
             "current": len(window(state.starts, rule, at))}  # fmt: skip
+
+
+def dropped_event(
+    partition: int, offset: int, was: Any, job: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """`rate_limit.dropped` for a job record its on_limit `drop` just discarded; else None."""
+    error = job.get("error")
+    policy = job.get("rate_limit")
+    if (
+        job.get("state") != "discarded" or was == "discarded"
+        or not isinstance(error, Mapping) or error.get("type") != RATE_LIMITED
+        or not isinstance(policy, Mapping)
+    ):  # fmt: skip
+        return None
+    return {
+        "specversion": "1.0", "id": f"evt_{partition}-{offset}-d", "type": "rate_limit.dropped",
+        "source": SOURCE, "time": job.get("discarded_at"), "subject": policy.get("key"),
+        "datacontenttype": "application/json",
+        "data": {"key": policy.get("key"), "job_id": job.get("id"), "job_type": job.get("type")},
+    }  # fmt: skip

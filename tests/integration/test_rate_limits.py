@@ -19,7 +19,7 @@ from gateway.core.times import parse_rfc3339
 from gateway.http.binding import HttpSettings
 from tests.integration.harness import Processor, Reader, apply_topics
 from tests.integration.test_concurrency import Workers, state, wait_for
-from tests.integration.test_http import Served
+from tests.integration.test_http import Served, running
 from tests.integration.workers import Claimer
 
 pytestmark = pytest.mark.kafka
@@ -126,9 +126,45 @@ def overrides_hold(http: httpx.Client, key: str, queue: str, limit: dict[str, An
     ui = http.put(base, json={"limit": 1, "period": "10s"})
     assert ui.status_code == 200 and ui.json()["override"]["limit"] == 1
     assert ui.json()["rate"] == {**ui.json()["rate"], "limit": 1, "period": "PT10S"}
+    assert ui.json()["period"] == "10s"  # the Admin UI's short form, as its dialog offers it
     wait_for(lambda: http.get(base).json()["override"] is not None, 30)
     wait_for(lambda: bool(http.post("/ojs/v1/workers/fetch", json=fetch).json()["jobs"]), 30)
     assert state(http, late) == "active"
     cleared = http.delete(f"{base}/override")
     assert cleared.status_code == 200 and cleared.json()["override"] is None
     assert cleared.json()["limit"] == RATE
+
+
+def test_on_limit_reschedules_or_drops_what_a_full_key_refuses(
+    kafka_bootstrap: str, tmp_path: Any
+) -> None:
+    with running(kafka_bootstrap, tmp_path) as (_, _cat, _settings, _served, http):
+        for on_limit, moved in (("reschedule", "scheduled"), ("drop", "discarded")):
+            queue, key = f"q{uuid.uuid4().hex[:8]}", f"ol-{uuid.uuid4().hex[:8]}"
+            limit = {"key": key, "concurrency": 1, "on_limit": on_limit}
+            ids = [
+                http.post("/ojs/v1/jobs", json={"type": "ol.job", "args": [n], "queue": queue,
+                                                "rate_limit": limit}).json()["job"]["id"]
+                for n in range(2)
+            ]  # fmt: skip
+            fetch = {"queues": [queue], "count": 2, "worker_id": "w"}
+            got = http.post("/ojs/v1/workers/fetch", json=fetch).json()["jobs"]
+            assert len(got) == 1, got
+            other = next(i for i in ids if i != got[0]["id"])
+
+            # The key is full: the next fetch proposes the other once, and its claim,
+            # refused, moves it.
+            def settled(fetch: Any = fetch, other: str = other, moved: str = moved) -> bool:
+                empty = http.post("/ojs/v1/workers/fetch", json=fetch).json()["jobs"] == []
+                return empty and state(http, other) == moved
+
+            wait_for(settled, 30)
+            job = http.get(f"/ojs/v1/jobs/{other}").json()["job"]
+            if moved == "discarded":
+                assert job["error"]["type"] == "rate_limited"
+            else:
+                at, started = (
+                    parse_rfc3339(job["scheduled_at"]),
+                    parse_rfc3339(got[0]["started_at"]),
+                )
+                assert at is not None and started is not None and at > started

@@ -20,6 +20,7 @@ from gateway.core.rate_policy import (
     parse_override,
     parse_rate_limit,
     policy_of,
+    short_period,
 )
 from gateway.core.rates import (
     RATE_LIMITED,
@@ -85,8 +86,7 @@ def test_the_shapes_clients_send_are_read(raw: Any, expected: RateLimit) -> None
         ({"max_per_second": 1, "rate": 1, "period": "second"}, "not both"),
         ({"key": "k", "concurrency": 1, "limit": 3}, "rate_limit.limit is not a field"),
         ({"key": "k", "concurrency": 1, "on_limit": "later"}, "rate_limit.on_limit"),
-        ({"key": "k", "concurrency": 1, "on_limit": "drop"}, "not supported yet"),
-        ({"key": "k", "concurrency": 1, "on_limit": "reschedule"}, "not supported yet"),
+        ({"key": "k", "concurrency": 1, "on_limit": "later"}, "on_limit must be"),
         ({"key": "k", "throttle": {"limit": 1, "period": "PT1S"}}, "throttle is not supported"),
     ],
 )
@@ -259,7 +259,7 @@ def test_an_override_is_read_in_the_spec_s_shape_and_the_admin_ui_s(
     [
         ({}, "needs concurrency"),
         ({"limit": 0, "period": "1s"}, "from 1 to"),
-        ({"limit": 1}, "period is required"),
+        ({"limit": 1, "concurrency": 2}, "not both"),
         ({"limit": 1, "period": "2y"}, "ISO 8601"),
         ({"concurrency": -1}, "from 0 to"),
         ({"concurrency": 1, "expires_at": "soon"}, "RFC 3339"),
@@ -295,3 +295,12 @@ def test_an_override_replaces_what_it_names_until_it_ends_by_event_time() -> Non
                   T0 + 10_002)[1] is None  # fmt: skip
     kept = set_override(None, "k", Override(1), T0)
     assert idle_at(kept) is None and RateState.load(kept.dump()) == kept
+
+
+def test_the_admin_ui_s_flat_forms_read_and_shown() -> None:
+    # A key limited by concurrency alone is shown `limit` with no period: sent back so, it
+    # is a concurrency override.
+    assert parse_override({"limit": 4, "period": None}) == Override(concurrency=4)
+    assert [short_period(ms) for ms in (1000, 10_000, 60_000, 300_000, 3_600_000, 1500)] == [
+        "1s", "10s", "1m", "5m", "1h", "1500ms"
+    ]  # fmt: skip
