@@ -39,6 +39,7 @@ MODULES = (
     "gateway/processor/stages.py", "gateway/processor/store.py", "gateway/stage/context.py",
     "gateway/stage/dedup.py", "gateway/stage/due.py", "gateway/stage/idempotency.py",
     "gateway/stage/ids.py", "gateway/stage/kinds.py", "gateway/stage/records.py",
+    "gateway/stage/reports.py",
     "gateway/stage/requests.py", "gateway/stage/schedule.py", "gateway/stage/shared.py",
     "gateway/stage/total.py", "gateway/stage/trail.py", "gateway/wire.py",
 )  # fmt: skip

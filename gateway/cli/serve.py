@@ -22,7 +22,11 @@ from gateway.cli.common import (
     store_memory_of,
 )
 from gateway.core import DEFAULT_RETENTION_MS
-from gateway.http.binding import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CLIENT_CONNECTIONS
+from gateway.http.binding import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CLIENT_CONNECTIONS,
+    DEFAULT_MAX_ENQUEUE_RATE,
+)
 from gateway.http.serving import GRACEFUL_SHUTDOWN_S, MAX_WORKERS
 
 if TYPE_CHECKING:
@@ -75,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_responses_argument(p)
     add_tls_arguments(p)
     add_workers_argument(p, "--workers", 1)
-    add_max_client_connections_argument(p)
+    add_limit_arguments(p)
     add_audit_key_argument(p, sealing=False)
     add_store_memory_argument(p)
     # A worker of `--workers N`: the listening socket and its board byte, by descriptor.
@@ -97,30 +101,44 @@ def add_workers_argument(
     )  # fmt: skip
 
 
-def add_max_client_connections_argument(p: argparse.ArgumentParser) -> None:
-    """Shared with `gateway up`, which passes it on to serve."""
+# The edge's limits: (flag, environment variable, default), shared with `gateway up`,
+# which passes them on to serve.
+LIMIT_FLAGS = (
+    ("--max-client-connections", "GATEWAY_MAX_CLIENT_CONNECTIONS", DEFAULT_MAX_CLIENT_CONNECTIONS),
+    ("--max-enqueue-rate", "GATEWAY_MAX_ENQUEUE_RATE", DEFAULT_MAX_ENQUEUE_RATE),
+)
+
+
+def add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    (conn_flag, conn_env, conn), (rate_flag, rate_env, rate) = LIMIT_FLAGS
     p.add_argument(
-        "--max-client-connections", metavar="N",
-        default=os.environ.get("GATEWAY_MAX_CLIENT_CONNECTIONS") or None,
+        conn_flag, metavar="N", default=os.environ.get(conn_env) or None,
         help="requests one client address may have in flight at once, an open event stream "
         "included; one more gets 429 too_many_connections with Retry-After. Counted per serve "
-        "worker: with --workers W a client may hold N x W. 0: no limit "
-        f"(default $GATEWAY_MAX_CLIENT_CONNECTIONS, else {DEFAULT_MAX_CLIENT_CONNECTIONS})",
+        f"worker: with --workers W a client may hold N x W. 0: no limit (default ${conn_env}, "
+        f"else {conn})",
+    )  # fmt: skip
+    p.add_argument(
+        rate_flag, metavar="N", default=os.environ.get(rate_env) or None,
+        help="jobs a principal (without --credentials, a client address) may enqueue a second, "
+        "a batch counting its jobs: a burst of N, then one every 1/N s; one more gets 429 "
+        "rate_limited with Retry-After. Counted per serve worker: with --workers W, N x W. "
+        f"0: no limit (default ${rate_env}, else {rate})",
     )  # fmt: skip
 
 
-def max_client_connections_of(args: argparse.Namespace) -> int:
-    """The per-client limit, checked (exit 2 naming the problem)."""
-    given = args.max_client_connections
-    if given is None:
-        return DEFAULT_MAX_CLIENT_CONNECTIONS
-    text = str(given).strip()
-    if not (text.isascii() and text.isdigit()):
-        raise CommandError(
-            f"--max-client-connections (or $GATEWAY_MAX_CLIENT_CONNECTIONS) must be a whole "
-            f"number, 0 for no limit, not {given!r}", EXIT_INVALID,
-        )  # fmt: skip
-    return int(text)
+def limits_of(args: argparse.Namespace) -> None:
+    """The edge's limits, checked (exit 2 naming the problem), as whole numbers in `args`."""
+    for flag, env, default in LIMIT_FLAGS:
+        name = flag[2:].replace("-", "_")
+        given = getattr(args, name)
+        text = str(default if given is None else given).strip()
+        if not (text.isascii() and text.isdigit()):
+            raise CommandError(
+                f"{flag} (or ${env}) must be a whole number, 0 for no limit, not {given!r}",
+                EXIT_INVALID,
+            )  # fmt: skip
+        setattr(args, name, int(text))
 
 
 # What a credentials file guards in the HTTP binding (`--credentials` of serve and up).
@@ -266,7 +284,7 @@ def _serve(args: argparse.Namespace) -> int:
     tls_context_of(args)  # and so is a bad TLS file
     refuse_shared_token()
     args.credentials = credentials_of(args)  # and a bad credentials file
-    args.max_client_connections = max_client_connections_of(args)  # and a bad limit
+    limits_of(args)  # and a bad limit
     args.job_types = job_types_of(args)  # and a bad job-type pattern
     store_memory_of(args)
     if args.worker_socket is None and args.workers > 1:
@@ -318,6 +336,7 @@ def _serve_one(args: argparse.Namespace) -> int:
         board=board,
         audit_keys=audit_keys_of(args),
         max_client_connections=args.max_client_connections,
+        max_enqueue_rate=args.max_enqueue_rate,
     )
     config = uvicorn.Config(
         create_app(settings), host=args.host, port=args.port,

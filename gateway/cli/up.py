@@ -38,13 +38,14 @@ from gateway.cli.common import (
 )
 from gateway.cli.serve import (
     HTTP_GUARDED,
+    LIMIT_FLAGS,
     add_job_types_argument,
     add_json_responses_argument,
-    add_max_client_connections_argument,
+    add_limit_arguments,
     add_tls_arguments,
     add_workers_argument,
     job_types_of,
-    max_client_connections_of,
+    limits_of,
     refuse_shared_token,
     tls_context_of,
 )
@@ -79,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_job_types_argument(p)
     add_workers_argument(p, "--http-workers", None, "a fifth of the cores, rounded, at least 1")
-    add_max_client_connections_argument(p)
+    add_limit_arguments(p)
     process.add_arguments(p, metrics_default="a free block of ports")
     p.set_defaults(func=_up)
 
@@ -113,7 +114,8 @@ def _start_http(args: argparse.Namespace) -> subprocess.Popen[bytes]:
             command += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     command += ["--workers", str(args.http_workers or default_http_workers())]
     command += ["--store-memory-mb", str(args.store_memory_mb)]
-    command += ["--max-client-connections", str(args.max_client_connections)]
+    for flag, _, _ in LIMIT_FLAGS:
+        command += [flag, str(getattr(args, flag[2:].replace("-", "_")))]
     return subprocess.Popen(command, preexec_fn=ignore_sigint)
 
 
@@ -130,7 +132,7 @@ def _up(args: argparse.Namespace) -> int:
     if args.http_workers is not None and not 1 <= args.http_workers <= MAX_WORKERS:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
     scheme = "http" if tls_context_of(args) is None else "https"  # bad files: exit 2 now
-    args.max_client_connections = max_client_connections_of(args)  # and a bad limit
+    limits_of(args)  # and a bad limit
     args.job_types = job_types_of(args)  # and bad patterns
     _check_ports(args)
     refuse_shared_token()

@@ -14,10 +14,9 @@ are set later, whichever server enqueues:
   same jobs until their first start.
 - `scheduled`: of those, the ones admitted with a run time in the future; `max_scheduled`
   bounds it. A job counts as scheduled until its first start, a little past its run time.
-- `max_enqueue_rate` {limit, period}: a generic cell rate (GCRA) over admitted requests. A
-  burst of `limit` passes at once, then one every period / limit; so any window of one
-  period admits at most 2 * limit - 1, any window of k periods at most (k + 1) * limit - 1,
-  and the long-run rate is `limit` per period. A refused request uses up nothing.
+- `max_enqueue_rate` {limit, period}: a generic cell rate over admitted requests
+  (core/gcra.py: a burst of `limit`, then one every period / limit; any window of one
+  period admits at most 2 * limit - 1). A refused request uses up nothing.
 - `max_concurrency`: how many of the tenant's jobs may run at once, held by the rate key
   `tenant:<tenant>` (core/rates.py decides its permits at its own home): the home gives
   every job it admits that rate limit (`concurrency_limit`), and an operator's change
@@ -37,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core import gcra
 from gateway.core.errors import (
     INVALID_REQUEST,
     UNSUPPORTED_OPTION,
@@ -159,22 +159,15 @@ def admit(
     tat = state.tat
     if breach is None and limits.rate_limit is not None and limits.rate_period_ms is not None:
         limit, period = limits.rate_limit, limits.rate_period_ms
-        now_u, tolerance = now_ms * limit, (limit - 1) * period
-        if tat - now_u > tolerance:
-            retry = -(-(tat - tolerance) // limit)
-            breach = Breach("max_enqueue_rate", _in_window(tat, now_u, period), limit, retry)
-        else:
-            tat = max(tat, now_u) + period
+        tat, retry = gcra.admit(state.tat, limit, period, now_ms)
+        if retry is not None:
+            breach = Breach("max_enqueue_rate", gcra.held(tat, limit, period, now_ms), limit,
+                            retry)  # fmt: skip
     if breach is not None:
         return replace(state, refused=state.refused + 1), breach
     return replace(
         state, waiting=state.waiting + 1, scheduled=state.scheduled + int(scheduled), tat=tat
     ), None  # fmt: skip
-
-
-def _in_window(tat: int, now_u: int, period: int) -> int:
-    """How many admissions the rate holds now (its burst used up): at the limit."""
-    return -(-(tat - now_u) // period)
 
 
 def release(state: TenantState, scheduled: bool) -> TenantState:

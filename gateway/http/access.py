@@ -168,6 +168,12 @@ def done(token: Token[Caller | None]) -> None:
     _CALLER.reset(token)
 
 
+def principal_name() -> str | None:
+    """The caller's principal's name; None without a credentials file."""
+    caller = _CALLER.get()
+    return None if caller is None or caller.principal is None else caller.principal.name
+
+
 def scope() -> Scope:
     """What the caller may see, until `done`: an answer that outlives its handler (an
     event stream) takes it first and keeps it."""

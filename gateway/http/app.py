@@ -62,6 +62,7 @@ from gateway.http.access import (
 )
 from gateway.http.binding import Binding, Handler, HttpSettings
 from gateway.http.client_limit import ClientLimit, host_of
+from gateway.http.enqueue_rate import EnqueueRate
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import endpoint, media_type_of, request_id_of
 from gateway.http.responses import error_response, ojs_response
@@ -133,6 +134,7 @@ def create_app(settings: HttpSettings) -> Direct:
         app.state.binding = Binding(
             settings, client, view, admin, cat.name("requests"), follower, feed,
             job_states_topic=cat.name("job_states"), audit=audit, watcher=watcher,
+            enqueue_rate=EnqueueRate(settings.max_enqueue_rate),
         )  # fmt: skip
         if watcher is not None and threading.current_thread() is threading.main_thread():
             # SIGHUP: read the credentials file now, not at the next look (keyring.POLL_S).

@@ -21,6 +21,7 @@ from gateway.core import DEFAULT_RETENTION_MS
 from gateway.core.jobs import uuid7_ms
 from gateway.http import errors
 from gateway.http.answers import Answer
+from gateway.http.enqueue_rate import EnqueueRate
 from gateway.http.errors import ApiError
 from gateway.http.serving import Board
 from gateway.sdk import AsyncClient
@@ -31,6 +32,7 @@ from gateway.view.store import JobView
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_CLIENT_CONNECTIONS = 100
+DEFAULT_MAX_ENQUEUE_RATE = 1000  # jobs a second per principal (OJS security SEC-014)
 # How long a request waits for this process's view to be live before answering 503.
 VIEW_LIVE_WAIT_S = 10.0
 # How long a job the view lacks is waited for, counted from the time its id carries: one
@@ -71,6 +73,9 @@ class HttpSettings:
     # Requests one client address may have in flight in this process; 0: no limit
     # (`serve --max-client-connections`, client_limit.py).
     max_client_connections: int = DEFAULT_MAX_CLIENT_CONNECTIONS
+    # Jobs a principal may enqueue a second in this process; 0: no limit
+    # (`serve --max-enqueue-rate`, enqueue_rate.py).
+    max_enqueue_rate: int = DEFAULT_MAX_ENQUEUE_RATE
 
 
 @dataclass
@@ -89,6 +94,8 @@ class Binding:
     audit: KeyHistory | None = None
     # The principals allowed in, from settings.credentials; None: everyone may do anything.
     watcher: Watcher | None = None
+    # Each principal's enqueue rate in this process (settings.max_enqueue_rate).
+    enqueue_rate: EnqueueRate = field(default_factory=lambda: EnqueueRate(0))
 
     async def job(
         self, job_id: str, sees: Callable[[Mapping[str, Any]], bool] | None = None

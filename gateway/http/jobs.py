@@ -31,6 +31,8 @@ from gateway.http import access, answers, caught_up, job_types, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
+from gateway.http.client_limit import host_of
+from gateway.http.enqueue_rate import identity
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
 from gateway.http.security import privileged
@@ -52,6 +54,7 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
         envelope = _envelope_of(job)
         access.permit(envelope.queue)
         job_types.permit(allowed, envelope.type)
+    rated = binding.enqueue_rate.take(identity(host_of(request.scope)), 1)
     sent = time.monotonic()
     try:
         result = await binding.client.enqueue(
@@ -62,6 +65,7 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
         raise answers.for_client_error(exc) from None
     await _settled(binding, result, sent)
     answer = answers.for_result(result)
+    answer.headers.update(rated)
     if isinstance(answer, ApiError):
         raise answer if idem is None else _as_first(answer, result, idem)
     return answer
@@ -100,6 +104,7 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
         raise refusals[0]  # one job the caller may not enqueue: nothing is enqueued
     if unregistered:
         raise job_types.batch_refusal(unregistered)  # nothing is enqueued
+    rated = binding.enqueue_rate.take(identity(host_of(request.scope)), len(body["jobs"]))
     ids = [_item_request_id(job, request_id, i) for i, job in enumerate(body["jobs"])]
     jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
     sent = time.monotonic()
@@ -124,7 +129,7 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
         # Under a key, a job's state as it was when decided: the same answer every time.
         at = _decided_ms(outcome) if kept else None
         items.append(shown(item, at) if "state" in item and "error" not in item else item)
-    return Answer(201, {"jobs": items, "count": len(items)})
+    return Answer(201, {"jobs": items, "count": len(items)}, rated)
 
 
 def _envelope_of(job: Any) -> Envelope:

@@ -34,10 +34,10 @@ from gateway.stage.records import (
     event_reply,
     event_summary,
     job_state_tombstone,
-    rate_report,
     refused_event,
     released_output,
 )
+from gateway.stage.reports import rate_report
 from gateway.stage.shared import Shared
 
 log = logging.getLogger("gateway.processor")

@@ -19,7 +19,8 @@ from gateway.core.ids import IdClaim, claim_id, holder, parse_report, report_id,
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
 from gateway.stage.idempotency import Idempotency
-from gateway.stage.records import Output, Source, decision_outputs, id_report, request_id
+from gateway.stage.records import Output, Source, decision_outputs, request_id
+from gateway.stage.reports import id_report
 from gateway.stage.shared import Shared
 
 log = logging.getLogger("gateway.processor")

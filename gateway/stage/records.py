@@ -27,9 +27,8 @@ from gateway.core import (
     route_key,
 )
 from gateway.core.decision_records import on_jobs
-from gateway.core.ids import REPORT_ANSWER
 from gateway.core.jobs import job_route
-from gateway.core.limits import MAX_ID_BYTES, MAX_RECORD_BYTES
+from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
 
 Headers = list[tuple[str, bytes]]
@@ -208,38 +207,6 @@ def refused_event(source: Source, error: GatewayError) -> list[Output]:
     """What an event refused before it could be applied writes: its reply, if it asked."""
     reply = event_reply(EventResult(EventOutcome.INVALID, error=error), None, source)
     return [] if reply is None else [reply]
-
-
-def id_report(
-    job_id: str, route: str, job: dict[str, Any] | None, decided: bool,
-    answer: tuple[str, bytes] | None = None,
-) -> Output:  # fmt: skip
-    """What a route tells the id's home (core/ids.py): the job it holds under `job_id` now
-    (None: none), whether this follows a decision the home's claim sent it, and the answer an
-    idempotency key's request got (name, bytes), last and as kept, when it fits a record."""
-    record: dict[str, Any] = {"job_id": job_id, "route": route, "job": job, "decided": decided}
-    value = _json(record)
-    if answer is not None:
-        named = _json({**record, "answer_name": answer[0]})
-        if len(named) + len(answer[1]) + len(REPORT_ANSWER) + 1 <= MAX_RECORD_BYTES - 1024:
-            value = b"%b%b%b}" % (named[:-1], REPORT_ANSWER, answer[1])
-    headers = [(wire.KIND_HEADER, wire.ID_REPORT)]
-    return Output(value, job_id.encode(), role="requests", headers=headers)
-
-
-def rate_report(key: str, permit: str, unused: bool) -> Output:
-    """A permit given back to its rate key's home (core/rates.py): the job that held it left
-    active, or (`unused`) its claim did not apply."""
-    value = _json({"permit": permit, "unused": unused})
-    return Output(value, wire.rate_home(key), role="requests",
-                  headers=[(wire.KIND_HEADER, wire.RATE_REPORT)])  # fmt: skip
-
-
-def tenant_report(tenant: str, scheduled: bool) -> Output:
-    """A place given back to its tenant's home (core/tenant_limits.py): its job started or
-    ended, or its request made no job; `scheduled`: the place was a scheduled job's."""
-    return Output(_json({"scheduled": scheduled}), wire.tenant_home(tenant), role="requests",
-                  headers=[(wire.KIND_HEADER, wire.TENANT_REPORT)])  # fmt: skip
 
 
 def job_state(job: dict[str, Any], encoded: bytes | None = None) -> Output:

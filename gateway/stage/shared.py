@@ -22,7 +22,8 @@ from gateway.core.rates import PERMIT_FIELD, held_permit
 from gateway.core.tenant_limits import SLOT_FIELD
 from gateway.stage.context import Emit, Staged, StageMetrics, StateOf
 from gateway.stage.parsing import Limits
-from gateway.stage.records import Source, job_state, rate_report, tenant_report
+from gateway.stage.records import Source, job_state
+from gateway.stage.reports import rate_report, tenant_report
 from gateway.stage.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.stage.trail import JOB
 

@@ -37,7 +37,8 @@ from gateway.core.tenant_limits import (
 from gateway.core.tenants import tenant_in
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
-from gateway.stage.records import Output, Source, command_reply, refused_command, tenant_report
+from gateway.stage.records import Output, Source, command_reply, refused_command
+from gateway.stage.reports import tenant_report
 from gateway.stage.shared import Shared
 
 STATE = "tenant"

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.cli import build_parser, main
 from gateway.cli.common import EXIT_INVALID
-from gateway.cli.serve import max_client_connections_of
+from gateway.cli.serve import limits_of
 from gateway.cli.up import _start_http
 from gateway.http.app import Direct, HttpSettings, create_app
 from gateway.http.errors import ApiError
@@ -150,35 +150,51 @@ def _parsed(command: str, *argv: str) -> Any:
     return build_parser().parse_args([command, *argv])
 
 
+LIMITS = [("--max-client-connections", "GATEWAY_MAX_CLIENT_CONNECTIONS", 100),
+          ("--max-enqueue-rate", "GATEWAY_MAX_ENQUEUE_RATE", 1000)]  # fmt: skip
+
+
+def _limit(args: Any, flag: str) -> int:
+    limits_of(args)
+    return int(getattr(args, flag[2:].replace("-", "_")))
+
+
+@pytest.mark.parametrize(("flag", "env", "default"), LIMITS)
 @pytest.mark.parametrize("command", ["serve", "up"])
-def test_the_limit_is_the_option_else_the_environment_else_100(command, monkeypatch):
-    monkeypatch.delenv("GATEWAY_MAX_CLIENT_CONNECTIONS", raising=False)
-    assert max_client_connections_of(_parsed(command)) == 100
-    assert max_client_connections_of(_parsed(command, "--max-client-connections", "0")) == 0
-    monkeypatch.setenv("GATEWAY_MAX_CLIENT_CONNECTIONS", "7")
-    assert max_client_connections_of(_parsed(command)) == 7
-    args = _parsed(command, "--max-client-connections", "9")
-    assert max_client_connections_of(args) == 9
+def test_a_limit_is_the_option_else_the_environment_else_its_default(
+    command, flag, env, default, monkeypatch
+):
+    monkeypatch.delenv(env, raising=False)
+    assert _limit(_parsed(command), flag) == default
+    assert _limit(_parsed(command, flag, "0"), flag) == 0
+    monkeypatch.setenv(env, "7")
+    assert _limit(_parsed(command), flag) == 7
+    assert _limit(_parsed(command, flag, "9"), flag) == 9
 
 
+@pytest.mark.parametrize(("flag", "env", "default"), LIMITS)
 @pytest.mark.parametrize("command", ["serve", "up"])
 @pytest.mark.parametrize("value", ["-1", "ten", "1.5", ""])
-def test_a_bad_limit_is_refused_at_start_with_exit_2(command, value, capsys, monkeypatch):
-    monkeypatch.delenv("GATEWAY_MAX_CLIENT_CONNECTIONS", raising=False)
-    argv = [command, "--bootstrap", "127.0.0.1:1", "--max-client-connections", value]
+def test_a_bad_limit_is_refused_at_start_with_exit_2(
+    command, value, flag, env, default, capsys, monkeypatch
+):
+    monkeypatch.delenv(env, raising=False)
+    argv = [command, "--bootstrap", "127.0.0.1:1", flag, value]
     assert main(argv) == EXIT_INVALID
-    assert "--max-client-connections" in capsys.readouterr().err
-    monkeypatch.setenv("GATEWAY_MAX_CLIENT_CONNECTIONS", value or "x")
+    assert flag in capsys.readouterr().err
+    monkeypatch.setenv(env, value or "x")
     assert main([command, "--bootstrap", "127.0.0.1:1"]) == EXIT_INVALID
-    assert "$GATEWAY_MAX_CLIENT_CONNECTIONS" in capsys.readouterr().err
+    assert f"${env}" in capsys.readouterr().err
 
 
-def test_up_passes_the_limit_on_to_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_up_passes_the_limits_on_to_serve(monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[list[str]] = []
     monkeypatch.setattr(subprocess, "Popen", lambda argv, **_: started.append(argv))
-    args = _parsed("up", "--bootstrap", "127.0.0.1:1", "--max-client-connections", "5")
+    args = _parsed("up", "--bootstrap", "127.0.0.1:1", "--max-client-connections", "5",
+                   "--max-enqueue-rate", "50")  # fmt: skip
     args.metrics_port = 1
-    args.max_client_connections = max_client_connections_of(args)
+    limits_of(args)
     _start_http(args)
     (argv,) = started
     assert argv[argv.index("--max-client-connections") + 1] == "5"
+    assert argv[argv.index("--max-enqueue-rate") + 1] == "50"

@@ -327,7 +327,7 @@ def test_a_report_as_a_route_writes_it_is_read() -> None:
 
 def test_a_reports_answer_is_read_back_byte_for_byte() -> None:
     from gateway.core.idempotency import Answer
-    from gateway.stage.records import id_report
+    from gateway.stage.reports import id_report
 
     answer = Answer("d", T0, b'{"outcome":"accepted","n":1.0e5,"s":"\\u00e9"}').dump()
     report = parse_report(id_report(JOB_ID, "r", None, True, ("idem/-/k", answer)).value)
