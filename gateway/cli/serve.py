@@ -120,10 +120,10 @@ def add_limit_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         rate_flag, metavar="N", default=os.environ.get(rate_env) or None,
-        help="jobs a principal (without --credentials, a client address) may enqueue a second, "
-        "a batch counting its jobs: a burst of N, then one every 1/N s; one more gets 429 "
-        "rate_limited with Retry-After. Counted per serve worker: with --workers W, N x W. "
-        f"0: no limit (default ${rate_env}, else {rate})",
+        help="jobs a principal of --credentials may enqueue a second, a batch counting its "
+        "jobs: a burst of N, then one every 1/N s; one more gets 429 rate_limited with "
+        "Retry-After. Counted per serve worker: with --workers W, N x W. Without a "
+        f"credentials file, no limit. 0: no limit (default ${rate_env}, else {rate})",
     )  # fmt: skip
 
 

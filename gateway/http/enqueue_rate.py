@@ -1,11 +1,12 @@
 """The per-principal enqueue rate (OJS security SEC-014, `serve --max-enqueue-rate`): a
-principal (else, without a credentials file, a client address) may enqueue at most N jobs a
-second in this serve worker, a batch counting its jobs, by a generic cell rate
-(core/gcra.py): a burst of N, then one every 1/N s. One over is 429 `rate_limited` with
-`Retry-After`; every enqueue answer carries `X-RateLimit-Limit`, `-Remaining` and `-Reset`
-(OJS rate limiting §10.4). Each serve worker counts its own: with W workers on P processes
-a principal may enqueue up to N x W x P a second in all. A tenant's limits, decided in the
-log, are exact across them (core/tenant_limits.py).
+principal of the credentials file may enqueue at most N jobs a second in this serve
+worker (without a credentials file there is no principal, and no limit), a batch counting
+its jobs, by a generic cell rate (core/gcra.py): a burst of N, then one every 1/N s. One
+over is 429 `rate_limited` with `Retry-After`; every enqueue answer carries
+`X-RateLimit-Limit`, `-Remaining` and `-Reset` (OJS rate limiting §10.4). Each serve
+worker counts its own: with W workers on P processes a principal may enqueue up to
+N x W x P a second in all. A tenant's limits, decided in the log, are exact across them
+(core/tenant_limits.py).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ class EnqueueRate:
         self.limit = limit
         self._tat: dict[str, int] = {}
 
-    def take(self, identity: str, count: int) -> dict[str, str]:
-        """`count` jobs of `identity` now: the rate headers to answer with; raises the 429."""
-        if self.limit <= 0:
+    def take(self, identity: str | None, count: int) -> dict[str, str]:
+        """`count` jobs of `identity` (None: nobody named, no limit) now: the rate headers
+        to answer with; raises the 429."""
+        if self.limit <= 0 or identity is None:
             return {}
         now = time.time_ns() // 1_000_000
         if len(self._tat) >= _KEPT_MAX:
@@ -71,7 +73,7 @@ class EnqueueRate:
             self._tat.clear()
 
 
-def identity(host: str | None) -> str:
-    """Whose rate an enqueue counts against: its principal's, else its client address's."""
+def identity() -> str | None:
+    """Whose rate an enqueue counts against: its principal's (None: no credentials file)."""
     name = access.principal_name()
-    return f"principal {name!r}" if name is not None else f"client {host or 'unknown'}"
+    return None if name is None else f"principal {name!r}"

@@ -31,7 +31,6 @@ from gateway.http import access, answers, caught_up, job_types, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
-from gateway.http.client_limit import host_of
 from gateway.http.enqueue_rate import identity
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
@@ -54,7 +53,7 @@ async def enqueue(request: HttpRequest, binding: Binding, request_id: str) -> An
         envelope = _envelope_of(job)
         access.permit(envelope.queue)
         job_types.permit(allowed, envelope.type)
-    rated = binding.enqueue_rate.take(identity(host_of(request.scope)), 1)
+    rated = binding.enqueue_rate.take(identity(), 1)
     sent = time.monotonic()
     try:
         result = await binding.client.enqueue(
@@ -104,7 +103,7 @@ async def enqueue_batch(request: HttpRequest, binding: Binding, request_id: str)
         raise refusals[0]  # one job the caller may not enqueue: nothing is enqueued
     if unregistered:
         raise job_types.batch_refusal(unregistered)  # nothing is enqueued
-    rated = binding.enqueue_rate.take(identity(host_of(request.scope)), len(body["jobs"]))
+    rated = binding.enqueue_rate.take(identity(), len(body["jobs"]))
     ids = [_item_request_id(job, request_id, i) for i, job in enumerate(body["jobs"])]
     jobs = [{**j, "request_id": r} for j, r in zip(body["jobs"], ids, strict=True)]
     sent = time.monotonic()
