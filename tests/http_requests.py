@@ -16,6 +16,7 @@ from starlette.routing import Route
 from gateway.http.answers import Answer
 from gateway.http.app import create_app
 from gateway.http.binding import HttpSettings
+from gateway.http.enqueue_rate import EnqueueRate
 from gateway.http.errors import ApiError
 
 Handler = Callable[[Request, Any, str], Coroutine[Any, Any, Answer]]
@@ -69,13 +70,16 @@ async def _live() -> None:
 def refusing_binding() -> Any:
     return SimpleNamespace(
         settings=HttpSettings(), view=Untouchable(), client=Untouchable(), view_live=_live,
-        watcher=None,
+        watcher=None, enqueue_rate=EnqueueRate(0),
     )  # fmt: skip
 
 
 def bound(**parts: Any) -> Any:
     """A binding of `parts` (view, client...) whose view is live."""
-    return SimpleNamespace(settings=HttpSettings(), view_live=_live, watcher=None, **parts)
+    return SimpleNamespace(
+        settings=HttpSettings(), view_live=_live, watcher=None, enqueue_rate=EnqueueRate(0),
+        **parts,
+    )  # fmt: skip
 
 
 _APP = create_app(HttpSettings())  # for its routes: its lifespan never runs

@@ -13,6 +13,7 @@ from gateway.auth.roles import Patterns
 from gateway.cli import main
 from gateway.http.answers import Answer
 from gateway.http.binding import HttpSettings
+from gateway.http.enqueue_rate import EnqueueRate
 from gateway.http.errors import ApiError
 from gateway.sdk import ClientError, EnqueueResult
 from tests.http_requests import Untouchable, call, request, route
@@ -55,7 +56,7 @@ async def _live() -> None:
 def binding(client: Any, allowed: Patterns | None = ALLOWED) -> Any:
     return SimpleNamespace(
         settings=HttpSettings(job_types=allowed), client=client, view=Untouchable(),
-        view_live=_live, watcher=None,
+        view_live=_live, watcher=None, enqueue_rate=EnqueueRate(0),
     )  # fmt: skip
 
 
