@@ -79,7 +79,7 @@ class Requests:
                 shared.emit(again, source)
             return False
         tenant = self._tenants.unplaced(request, source) if isinstance(request, Request) else None
-        if tenant is not None:
+        if tenant is not None and self._tenants.is_home(tenant, key, source.partition):
             self._tenants.at_home(request, tenant, value, key, source, state)  # type: ignore[arg-type]
             return False
         if isinstance(request, Request) and self._misrouted(request, key, source.partition):
@@ -90,6 +90,11 @@ class Requests:
             if slot is not None:
                 shared.emit(given_back(slot), source)
             return True
+        if tenant is not None:
+            # Its tenant's home next (after a retry's first answer: never refused for a
+            # limit it passed once), which sends it back here.
+            self._tenants.at_home(request, tenant, value, key, source, state)  # type: ignore[arg-type]
+            return False
         tenant_refusal = refusal_of(source)
         if tenant_refusal is not None:
             # Its tenant's home found it over a limit: the route answers, so that a claimed

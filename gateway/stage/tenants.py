@@ -59,6 +59,10 @@ class Tenants:
             return None
         return tenant_in(request.envelope.meta)
 
+    def is_home(self, tenant: str, key: bytes | None, partition: int) -> bool:
+        home = wire.tenant_home(tenant)
+        return key == home and partition_for(home, self._shared.partitions) == partition
+
     def at_home(
         self, request: Request, tenant: str, value: bytes | None, key: bytes | None,
         source: Source, state: Staged,
@@ -68,7 +72,7 @@ class Tenants:
         shared = self._shared
         home = wire.tenant_home(tenant)
         headers = [(k, v) for k, v in source.headers.items() if k not in wire.TENANT_HEADERS]
-        if key != home or partition_for(home, shared.partitions) != source.partition:
+        if not self.is_home(tenant, key, source.partition):
             shared.emit(Output(value or b"", home, "requests", headers=headers), source)
             return
         route = wire.route(request)

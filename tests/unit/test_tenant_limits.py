@@ -332,3 +332,18 @@ def test_max_concurrency_holds_the_tenant_s_jobs_by_its_rate_key() -> None:
     [held] = [d for d in story.decisions if (d.get("error") or {}).get("code")
               == "unsupported_option"]  # fmt: skip
     assert "own rate_limit" in held["error"]["message"]
+
+
+def test_a_retry_under_an_idempotency_key_gets_its_first_answer_even_at_the_limit() -> None:
+    story = Story()
+    story.limits(max_queue_depth=1)
+    job = {**unique(1), "meta": {"tenant_id": T}}
+    asked = {**COUNTED, wire.IDEMPOTENCY_KEY_HEADER: b"k-1", wire.REPLY_TO_HEADER: b"replies"}
+    story.send(job, **asked)
+    story.run()
+    story.send(job, **asked)  # the tenant is at its limit now: the retry is answered again
+    story.run()
+    replies = [orjson.loads(o.value or b"") for o in story.sent if o.topic == "replies"]
+    assert [r["outcome"] for r in replies] == ["accepted", "accepted"]
+    assert replies[0] == replies[1] and not story.refused()
+    assert story.home().waiting == 1  # type: ignore[union-attr]
