@@ -121,7 +121,4 @@ def _name(request: Request) -> str:
 
 
 def _not_found(name: str) -> ApiError:
-    return ApiError(
-        404, errors.NOT_FOUND, f"no cron {name} is registered",
-        details={"resource_type": "cron", "resource_id": name},
-    )  # fmt: skip
+    return errors.not_found("cron", name, f"no cron {name} is registered")

@@ -20,7 +20,6 @@ from gateway.http import access, errors, transitions
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
-from gateway.http.errors import ApiError
 from gateway.http.security import privileged
 from gateway.http.shared import page_of, query_filter, shown
 from gateway.view.listing import DEAD, dead_letters
@@ -67,11 +66,9 @@ def _dead(binding: Binding, job_id: str) -> dict[str, Any]:
     if job is not None and not access.scope().sees_job(job):
         job = None
     if job is None or job.get("state") != DEAD:
-        details: dict[str, Any] = {"resource_type": "dead_letter_job", "resource_id": job_id}
-        if job is not None:
-            details["current_state"] = job.get("state")
-        raise ApiError(
-            404, errors.NOT_FOUND, f"no dead letter job {job_id} (a discarded job) is known",
-            details=details,
+        more = {} if job is None else {"current_state": job.get("state")}
+        raise errors.not_found(
+            "dead_letter_job", job_id, f"no dead letter job {job_id} (a discarded job) is known",
+            **more,
         )  # fmt: skip
     return job

@@ -85,3 +85,9 @@ def permission_denied(principal: str, operation: str, queue: str | None = None) 
         f"principal {principal!r} does not have {operation!r} permission{where}",
         details=details,
     )  # fmt: skip
+
+
+def not_found(resource_type: str, resource_id: str, message: str, **more: Any) -> ApiError:
+    """404 naming what was looked for (OJS errors: `resource_type`, `resource_id`)."""
+    details = {"resource_type": resource_type, "resource_id": resource_id, **more}
+    return ApiError(404, NOT_FOUND, message, details=details)

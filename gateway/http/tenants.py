@@ -132,10 +132,8 @@ def _tenant_id(request: Request) -> str:
 
 
 def _not_found(tenant_id: str) -> ApiError:
-    return ApiError(
-        404, errors.NOT_FOUND, f"tenant {tenant_id} has had no job and has no limits",
-        details={"resource_type": "tenant", "resource_id": tenant_id},
-    )  # fmt: skip
+    return errors.not_found("tenant", tenant_id, f"tenant {tenant_id} has had no job and has "
+                            "no limits")  # fmt: skip
 
 
 def _tenants(binding: Binding) -> dict[str, dict[str, Any]]:

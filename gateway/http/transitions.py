@@ -23,10 +23,7 @@ PUBLISH_TIMEOUT_S = 10.0
 
 
 def not_found(job_id: str) -> ApiError:
-    return ApiError(
-        404, errors.NOT_FOUND, f"no job {job_id} is known to this gateway",
-        details={"resource_type": "job", "resource_id": job_id},
-    )  # fmt: skip
+    return errors.not_found("job", job_id, f"no job {job_id} is known to this gateway")
 
 
 async def known_job(binding: Binding, job_id: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, r
 from gateway.core.queues import newer, parse_queue_command, queue_state
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged, StateOf
-from gateway.stage.records import Output, Source, command_reply, refused_command
+from gateway.stage.records import Output, Source, refused_command
 from gateway.stage.schedule import CRONS
 from gateway.stage.shared import Shared
 
@@ -59,16 +59,6 @@ class Commands:
     def refused(self, source: Source, error: GatewayError, key: bytes | None) -> list[Output]:
         return refused_command(source, error, key)
 
-    def _refuse(self, source: Source, key: bytes | None, error: GatewayError) -> None:
-        for output in refused_command(source, error, key):
-            self._shared.emit(output, source)
-        self._shared.metrics.refused_inputs.labels("dedup", error.code).inc()
-
-    def _answer(self, source: Source, key: bytes, record: dict[str, Any]) -> None:
-        reply = command_reply(source, key, record)
-        if reply is not None:
-            self._shared.emit(reply, source)
-
     def _publish(self, source: Source, key: bytes, record: dict[str, Any] | None) -> None:
         value = None if record is None else orjson.dumps(record)
         self._shared.emit(Output(value, key, role="job_states"), source)
@@ -78,7 +68,7 @@ class Commands:
     def _on_queue(self, value: bytes | None, key: bytes | None, source: Source) -> None:
         command = parse_queue_command(value or b"")
         if isinstance(command, GatewayError):
-            self._refuse(source, key, command)
+            self._shared.refuse_command(source, command, key)
             return
         queue_key = wire.queue_key(command.queue)
         state = self._shared.state_of(source, queue_key)
@@ -89,14 +79,14 @@ class Commands:
             state.set_bytes(QUEUE, orjson.dumps(held))
             self._publish(source, queue_key, held)
         # An older command than the one held changes nothing: the answer is the state held.
-        self._answer(source, queue_key, {"outcome": APPLIED, "queue": held})
+        self._shared.answer_command(source, queue_key, {"outcome": APPLIED, "queue": held})
 
     # -- crons ----------------------------------------------------------------
 
     def _on_cron(self, value: bytes | None, key: bytes | None, source: Source) -> None:
         command = parse_cron_command(value or b"")
         if isinstance(command, GatewayError):
-            self._refuse(source, key, command)
+            self._shared.refuse_command(source, command, key)
             return
         cron_key = wire.cron_key(command.name)
         if key != cron_key or partition_for(cron_key, self._shared.partitions) != source.partition:
@@ -112,7 +102,9 @@ class Commands:
             assert command.definition is not None
             after = registered(command.definition, before, now)
         elif before is None:
-            self._answer(source, cron_key, {"outcome": IGNORED, "reason": "unknown_cron"})
+            self._shared.answer_command(
+                source, cron_key, {"outcome": IGNORED, "reason": "unknown_cron"}
+            )
             return
         elif command.op == "enable":
             assert command.enabled is not None
@@ -120,12 +112,12 @@ class Commands:
         else:
             state.delete(CRON)
             self._publish(source, cron_key, None)
-            self._answer(source, cron_key, {"outcome": APPLIED, "cron": shown(before),
-                                            "deleted": True})  # fmt: skip
+            told = {"outcome": APPLIED, "cron": shown(before), "deleted": True}
+            self._shared.answer_command(source, cron_key, told)
             return
         self._store(source, cron_key, after)
-        self._answer(source, cron_key, {"outcome": APPLIED, "cron": shown(after),
-                                        "created": before is None})  # fmt: skip
+        told = {"outcome": APPLIED, "cron": shown(after), "created": before is None}
+        self._shared.answer_command(source, cron_key, told)
 
     def _store(self, source: Source, cron_key: bytes, cron: dict[str, Any]) -> None:
         """Keep and publish the cron; its next slot goes on the schedule."""

@@ -50,7 +50,6 @@ from gateway.stage.context import Staged
 from gateway.stage.records import (
     Output,
     Source,
-    command_reply,
     event_reply,
     refused_command,
     refused_event,
@@ -95,9 +94,7 @@ class Rates:
         if not isinstance(command, GatewayError) and wire.rate_home(command[0]) != key:
             command = GatewayError(INVALID_REQUEST, "a rate command is keyed by its key's home")
         if isinstance(command, GatewayError):
-            for output in refused_command(source, command, key):
-                shared.emit(output, source)
-            shared.metrics.refused_inputs.labels("dedup", command.code).inc()
+            shared.refuse_command(source, command, key)
             return
         name, given = command
         now = source.timestamp_ms
@@ -107,9 +104,7 @@ class Rates:
         override = None if after.override is None else after.override.to_dict()
         shared.what = {"rate": {"key": name, "override": override, "cleared": given is None}}
         shown = {"outcome": str(EventOutcome.APPLIED), "rate_limit": inspect(name, after, now, 0)}
-        reply = command_reply(source, key, shown)
-        if reply is not None:
-            shared.emit(reply, source)
+        shared.answer_command(source, key, shown)
 
     def _event(self, value: bytes | None, key: bytes | None, source: Source, state: Staged) -> None:
         shared = self._shared

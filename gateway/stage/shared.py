@@ -16,13 +16,20 @@ from typing import Any
 
 import orjson
 
-from gateway.core import Entry, dump_entries, expires_at, job_deadline, load_entries
+from gateway.core import (
+    Entry,
+    GatewayError,
+    dump_entries,
+    expires_at,
+    job_deadline,
+    load_entries,
+)
 from gateway.core.jobs import job_expires_at, job_route
 from gateway.core.rates import PERMIT_FIELD, held_permit
 from gateway.core.tenant_limits import SLOT_FIELD
 from gateway.stage.context import Emit, Staged, StageMetrics, StateOf
 from gateway.stage.parsing import Limits
-from gateway.stage.records import Source, job_state
+from gateway.stage.records import Source, command_reply, job_state, refused_command
 from gateway.stage.reports import rate_report, tenant_report
 from gateway.stage.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.stage.trail import JOB
@@ -60,6 +67,18 @@ class Shared:
         self.what: dict[str, Any] | None = None
         self.taken: list[tuple[bytes, str, str]] = []
         self.jobs_after: dict[str, str | None] = {}
+
+    def refuse_command(self, source: Source, error: GatewayError, key: bytes | None) -> None:
+        """A command refused (queue, cron, rate, tenant): answered, and counted."""
+        for output in refused_command(source, error, key):
+            self.emit(output, source)
+        self.metrics.refused_inputs.labels("dedup", error.code).inc()
+
+    def answer_command(self, source: Source, key: bytes | None, record: dict[str, Any]) -> None:
+        """A command applied: `record` to its sender, if it asked."""
+        reply = command_reply(source, key, record)
+        if reply is not None:
+            self.emit(reply, source)
 
     def begin(self) -> None:
         """Before a record's handling, and again when it failed: nothing to say yet."""

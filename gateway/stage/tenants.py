@@ -37,7 +37,7 @@ from gateway.core.tenant_limits import (
 from gateway.core.tenants import tenant_in
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
-from gateway.stage.records import Output, Source, command_reply, refused_command
+from gateway.stage.records import Output, Source, refused_command
 from gateway.stage.reports import tenant_report
 from gateway.stage.shared import Shared
 
@@ -142,9 +142,7 @@ class Tenants:
         if not isinstance(command, GatewayError) and wire.tenant_home(command[0]) != key:
             command = GatewayError(INVALID_EVENT, "a tenant command is keyed by its tenant's home")
         if isinstance(command, GatewayError):
-            for output in refused_command(source, command, key):
-                shared.emit(output, source)
-            shared.metrics.refused_inputs.labels("dedup", command.code).inc()
+            shared.refuse_command(source, command, key)
             return
         tenant, limits, reason = command
         before = TenantState.load(state.get_bytes(STATE))
@@ -153,9 +151,7 @@ class Tenants:
         shared.what = {"tenant": {"tenant": tenant, "limits": limits.to_dict(), "reason": reason}}
         shown = {"outcome": str(EventOutcome.APPLIED), "tenant_id": tenant,
                  "limits": shown_limits(tenant, after)}  # fmt: skip
-        reply = command_reply(source, key, shown)
-        if reply is not None:
-            shared.emit(reply, source)
+        shared.answer_command(source, key, shown)
 
     def _report(
         self, value: bytes | None, key: bytes | None, source: Source, state: Staged
