@@ -150,7 +150,7 @@ def _candidates(
         if until < time.monotonic():
             del recent[job_id]
     for queue in queues:
-        for job_id in binding.view.waiting(queue):
+        for job_id in binding.view.waiting(queue, scope.tenants):
             if len(found) == wanted:
                 return found
             if job_id in tried or job_id in recent:

@@ -123,6 +123,9 @@ def _index(
     rank = keys.queue_key(job)
     if rank is not None:
         batch.put(rank, b"")
+        tenant_rank = keys.tenant_queue_key(job)
+        if tenant_rank is not None:
+            batch.put(tenant_rank, b"")
     if expiry is not None:
         batch.put(keys.expiry_key(expiry, key), b"")
     batch.put(keys.state_key(job), b"")
@@ -146,6 +149,9 @@ def _unindex(
     old_rank = keys.queue_key(job)
     if old_rank is not None:
         batch.delete(old_rank)
+        tenant_rank = keys.tenant_queue_key(job)
+        if tenant_rank is not None:
+            batch.delete(tenant_rank)
     old_expiry = job_expires_at(job, retention_ms)
     if old_expiry is not None:
         batch.delete(keys.expiry_key(old_expiry, key))

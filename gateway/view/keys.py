@@ -5,6 +5,8 @@ Layout (one RocksDB under the gateway home per serve process):
     q/<queue>\\0<rank><id>          -> b"" for every job that may become fetchable
                                       (available, scheduled, retryable), in fetch
                                       order: priority descending, then ready time
+    h/<tenant>\\0<queue>\\0<rank><id> -> as q/, for a tenant's jobs: its fetch reads past
+                                      no other tenant's backlog
     x/<expiry ms><id>              -> b"" for every terminal job, in expiry order
     s/<state>\\0<queue>\\0<id>        -> b"" for every job, by state then queue (dead letters:
                                       the discarded ones)
@@ -41,7 +43,7 @@ from gateway.core.states import State
 from gateway.core.tenants import tenant_of
 from gateway.core.times import parse_rfc3339
 
-LAYOUT = b"7"
+LAYOUT = b"8"
 LAYOUT_KEY = b"meta/layout"
 JOB = b"j/"
 EXPIRY = b"x/"
@@ -81,6 +83,21 @@ def queue_key(job: Mapping[str, Any]) -> bytes | None:
     clamped = max(-_PRIORITY_BIAS, min(priority, _PRIORITY_BIAS - 1))
     rank = (_PRIORITY_BIAS - 1 - clamped).to_bytes(4, "big") + max(ready_ms, 0).to_bytes(8, "big")
     return queue_prefix(str(job.get("queue", ""))) + rank + str(job["id"]).encode()
+
+
+def tenant_queue_prefix(tenant: str, queue: str) -> bytes:
+    return b"h/" + tenant.encode() + b"\x00" + queue.encode() + b"\x00"
+
+
+def tenant_queue_key(job: Mapping[str, Any]) -> bytes | None:
+    """Where a waiting job of a tenant sorts in its tenant's part of its queue; None for a
+    job not waiting or of no tenant."""
+    tenant = tenant_of(job)
+    rank = None if tenant is None else queue_key(job)
+    if tenant is None or rank is None:
+        return None
+    queue = str(job.get("queue", ""))
+    return tenant_queue_prefix(tenant, queue) + rank[len(queue_prefix(queue)) :]
 
 
 def expiry_key(expires_ms: int, job_id: bytes) -> bytes:

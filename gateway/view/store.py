@@ -234,18 +234,25 @@ class JobView:
                 found[name] = orjson.loads(answered)
         return found
 
-    def waiting(self, queue: str) -> Iterator[str]:
+    def waiting(self, queue: str, tenants: Collection[str] | None = None) -> Iterator[str]:
         """Ids of the queue's waiting jobs in fetch order (whether due or not), provisional
-        ones among them: a fetch right after a POST finds the job. An id may come from an
-        older version too; the caller judges the job by `get`."""
-        prefix = keys.queue_prefix(queue)
+        ones among them: a fetch right after a POST finds the job; only of `tenants`, if
+        given, from their own part of the queue. An id may come from an older version too;
+        the caller judges the job by `get`."""
         answered = [job for job, _, _ in list(self._answered.jobs.values()) if job is not None]
-        ranks = sorted(
-            rank for rank in map(keys.queue_key, answered) if rank and rank.startswith(prefix)
-        )
+        if tenants is None:
+            parts = [(keys.queue_prefix(queue), keys.queue_key)]
+        else:
+            parts = [(keys.tenant_queue_prefix(t, queue), keys.tenant_queue_key)
+                     for t in sorted(tenants)]  # fmt: skip
+        runs = []
+        for prefix, key_of in parts:
+            ranks = sorted(r for r in map(key_of, answered) if r and r.startswith(prefix))
+            # Each run by rank and id alone, so that tenants' parts merge in fetch order.
+            runs.append(_after(len(prefix), heapq.merge(self._ranks(prefix), ranks)))
         seen = set()
-        for key in heapq.merge(self._ranks(prefix), ranks):
-            job_id = key[len(prefix) + keys.RANK_BYTES :].decode()
+        for ranked in heapq.merge(*runs):
+            job_id = ranked[keys.RANK_BYTES :].decode()
             if job_id not in seen:
                 seen.add(job_id)
                 yield job_id
@@ -363,3 +370,9 @@ class JobView:
             entry = found.setdefault(tenant, {"created_at": None, "queues": {}})
             entry["queues"].setdefault(queue, {})[state] = int(value)
         return found
+
+
+def _after(skip: int, found: Iterator[bytes]) -> Iterator[bytes]:
+    """Each key of `found` past its first `skip` bytes."""
+    for key in found:
+        yield key[skip:]

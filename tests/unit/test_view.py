@@ -104,3 +104,20 @@ def test_fetch_order_offers_answered_jobs_among_the_committed(tmp_path: Path) ->
     view.provisional("a", job("a", "active"))  # claimed: no longer waiting
     assert list(view.waiting("q")) == ["c", "a", "b"]
     assert view.get("a") == job("a", "active")
+
+
+def test_a_tenant_s_fetch_order_reads_its_own_part_of_the_queue(tmp_path: Path) -> None:
+    view = JobView(tmp_path, RETENTION)
+    acme, globex = {"meta": {"tenant_id": "acme"}}, {"meta": {"tenant_id": "globex"}}
+    view.apply([
+        record(0, job("a1", "available", **acme)), record(1, job("g1", "available", **globex)),
+        record(2, job("n1", "available")), record(3, job("a2", "available", priority=3, **acme)),
+        record(4, job("g2", "available", priority=9, **globex)),
+    ], T0)  # fmt: skip
+    view.provisional("a3", job("a3", "available", priority=5, **acme))
+    assert list(view.waiting("q", {"acme"})) == ["a3", "a2", "a1"]
+    assert list(view.waiting("q", {"acme", "globex"})) == ["g2", "a3", "a2", "a1", "g1"]
+    assert list(view.waiting("q")) == ["g2", "a3", "a2", "a1", "g1", "n1"]
+    view.apply([record(5, job("a2", "active", **acme))], T0)  # claimed: out of both
+    assert list(view.waiting("q", {"acme"})) == ["a3", "a1"]
+    assert list(view.waiting("q", set())) == []
