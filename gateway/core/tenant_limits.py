@@ -24,8 +24,8 @@ are set later, whichever server enqueues:
   carrying its own rate limit, or sent in another dialect than OJS's, cannot also be held
   by its tenant's: while the tenant has max_concurrency it is refused (`concurrency_refusal`).
 
-The state is four numbers, the limits and a refusal count: a tenant with no limit, no job
-waiting and nothing to remember is deleted.
+The state is the limits and four numbers (waiting, scheduled, the rate's tat, refusals): a
+tenant with no limit and no job holding a place is deleted.
 """
 
 from __future__ import annotations
@@ -263,25 +263,31 @@ def _count(raw: object, name: str, high: int) -> int | None:
     return raw
 
 
-def parse_tenant_command(value: bytes) -> tuple[str, TenantLimits, str | None] | GatewayError:
-    """A command to a tenant's home (`tenant_command`): `{"tenant", "limits", "reason"}`."""
+def parse_tenant_command(value: bytes) -> tuple[str, dict[str, Any], str | None] | GatewayError:
+    """A command to a tenant's home (`tenant_command`): `{"tenant", "set", "reason"}`, `set`
+    the limits to change as PUT named them (checked by `parse_limits`), which the home
+    applies to the limits it holds: two operators' changes never undo each other."""
     try:
         command = orjson.loads(value)
-        if not isinstance(command, Mapping) or not is_valid_tenant(command.get("tenant")):
-            raise invalid_request('a tenant command is {"tenant", "limits", "reason"}')
+        given = command.get("set") if isinstance(command, Mapping) else None
+        if (
+            not isinstance(command, Mapping) or not is_valid_tenant(command.get("tenant"))
+            or not isinstance(given, dict) or "reason" in given
+        ):  # fmt: skip
+            raise invalid_request('a tenant command is {"tenant", "set", "reason"}')
+        parse_limits(given, TenantLimits())
         reason = command.get("reason")
-        return command["tenant"], TenantLimits.of(command.get("limits")), (
-            reason if isinstance(reason, str) else None
-        )  # fmt: skip
+        return command["tenant"], given, reason if isinstance(reason, str) else None
     except orjson.JSONDecodeError:
         return GatewayError(INVALID_REQUEST, "a tenant command is JSON")
     except Invalid as exc:
         return exc.error
 
 
-def tenant_command(tenant: str, limits: TenantLimits, reason: str | None) -> bytes:
-    """The record `parse_tenant_command` reads."""
-    return orjson.dumps({"tenant": tenant, "limits": limits.to_dict(), "reason": reason})
+def tenant_command(tenant: str, given: Mapping[str, Any], reason: str | None) -> bytes:
+    """The record `parse_tenant_command` reads: the limits PUT named, as it named them."""
+    changes = {k: v for k, v in given.items() if k != "reason"}
+    return orjson.dumps({"tenant": tenant, "set": changes, "reason": reason})
 
 
 def concurrency_key(tenant: str) -> str:
@@ -311,7 +317,19 @@ def concurrency_refusal(
     )
 
 
-def concurrency_override(limits: TenantLimits) -> Override:
+def reserved_key_refusal(key: str | None, passed_home: bool) -> GatewayError | None:
+    """Why a job may not carry the rate key `key` (None: it may): a tenant's concurrency key
+    is the gateway's, given by the tenant's home, never a job's own."""
+    if key is None or not key.startswith(KEY_PREFIX) or passed_home:
+        return None
+    return GatewayError(
+        INVALID_REQUEST,
+        f"rate_limit.key {key!r}: keys starting with {KEY_PREFIX!r} hold a tenant's "
+        "max_concurrency and are the gateway's to give; name another key",
+    )
+
+
+def concurrency_override(limits: TenantLimits) -> Override:  # the limits PUT named
     """The override of the tenant's rate key an operator's change sets, so that jobs admitted
     before it are held by it too; a cleared limit leaves them the widest one."""
     return Override(concurrency=MAX_CONCURRENCY if limits.max_concurrency is None

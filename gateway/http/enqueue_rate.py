@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.core import gcra
+from gateway.core import INVALID_REQUEST, gcra
 from gateway.http import access
 from gateway.http.errors import ApiError
 
@@ -39,17 +39,21 @@ class EnqueueRate:
             self._forget(now)
         tat = self._tat.get(identity, 0)
         after, retry_at = gcra.admit(tat, self.limit, _PERIOD_MS, now, count)
+        if retry_at is not None and retry_at < 0:
+            raise ApiError(
+                400, INVALID_REQUEST,
+                f"a batch of {count} jobs is more than the {self.limit} a second "
+                "--max-enqueue-rate allows at once: send at most that many in one batch",
+                details={"limit": self.limit, "jobs": count},
+            )  # fmt: skip
         if retry_at is not None:
             headers = self._headers(tat, now)
-            wait_s = 1 if retry_at < 0 else max(-(-(retry_at - now) // 1000), 1)
+            wait_s = max(-(-(retry_at - now) // 1000), 1)
             headers["Retry-After"] = str(wait_s)
-            what = (
-                f"a batch of {count} jobs is more than the {self.limit} a second allows at once"
-                if retry_at < 0
-                else f"more than {self.limit} jobs a second; retry after {wait_s} s"
-            )
             raise ApiError(
-                429, RATE_LIMITED, f"{identity} enqueues {what}", retryable=True,
+                429, RATE_LIMITED,
+                f"{identity} enqueues more than {self.limit} jobs a second; retry after "
+                f"{wait_s} s", retryable=True,
                 details={"limit": self.limit, "window_seconds": _PERIOD_MS // 1000,
                          "retry_after_seconds": wait_s},
                 headers=headers,

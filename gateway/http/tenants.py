@@ -23,7 +23,13 @@ from gateway.core import INVALID_REQUEST, State
 from gateway.core.errors import Invalid
 from gateway.core.job_filter import JobFilter
 from gateway.core.rates import RateState
-from gateway.core.tenant_limits import TenantState, concurrency_key, parse_limits, shown_limits
+from gateway.core.tenant_limits import (
+    TenantLimits,
+    TenantState,
+    concurrency_key,
+    parse_limits,
+    shown_limits,
+)
 from gateway.core.tenants import is_valid_tenant
 from gateway.http import access, commands, errors
 from gateway.http.answers import Answer
@@ -82,20 +88,18 @@ async def put_limits(request: Request, binding: Binding, request_id: str) -> Ans
     body = await read_json(request, binding.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise ApiError(400, INVALID_REQUEST, "the body is an object of tenant limits")
-    await settled(binding)
-    state = _state(binding, tenant_id)
     try:
-        limits, reason = parse_limits(body, TenantState(tenant_id).limits if state is None
-                                      else state.limits)  # fmt: skip
+        _, reason = parse_limits(body, TenantLimits())  # checked here, applied at the home
     except Invalid as exc:
         raise ApiError(400, exc.error.code, exc.error.message) from None
-    sent = tenant_commands(tenant_id, limits, reason, "max_concurrency" in body)
     answers = await commands.send(
-        binding, caller(request, request_id), sent, f"set the limits of tenant {tenant_id}"
+        binding, caller(request, request_id), tenant_commands(tenant_id, body, reason),
+        f"set the limits of tenant {tenant_id}",
     )  # fmt: skip
     shown = dict(answers[0].get("limits") or {})
-    shown["max_concurrency"] = {"limit": limits.max_concurrency,
-                                "current": _running(binding, tenant_id)}  # fmt: skip
+    concurrency = shown.get("max_concurrency")
+    if isinstance(concurrency, dict):
+        concurrency["current"] = _running(binding, tenant_id)
     return Answer(200, {"tenant_id": tenant_id, "limits": shown})
 
 

@@ -21,6 +21,7 @@ from gateway.core.tenant_limits import (
     TenantLimits,
     concurrency_key,
     concurrency_override,
+    parse_limits,
     tenant_command,
 )
 from gateway.randomness import random_hex
@@ -59,16 +60,15 @@ def rate_commands(key: str, override: Override | None) -> list[Outgoing]:
     return [Outgoing(value, wire.rate_home(key), request_id, None, headers=headers)]
 
 
-def tenant_commands(
-    tenant: str, limits: TenantLimits, reason: str | None, concurrency: bool = False
-) -> list[Outgoing]:
-    """Set the limits of `tenant`, at its home; with `concurrency` (its max_concurrency
-    given), the override of its concurrency key too, at that key's home, so that jobs
-    admitted before are held by the new limit (core/tenant_limits.py)."""
+def tenant_commands(tenant: str, given: Mapping[str, Any], reason: str | None) -> list[Outgoing]:
+    """Change the limits of `tenant` that `given` names (PUT's body, checked), at its home;
+    a max_concurrency named also sets the override of its concurrency key, at that key's
+    home, so that jobs admitted before are held by the new limit (core/tenant_limits.py)."""
     request_id = f"tenant/{tenant}/limits/{random_hex()}"
     headers = ((wire.KIND_HEADER, wire.TENANT_COMMAND),)
-    value = tenant_command(tenant, limits, reason)
+    value = tenant_command(tenant, given, reason)
     sent = [Outgoing(value, wire.tenant_home(tenant), request_id, None, headers=headers)]
-    if concurrency:
-        sent += rate_commands(concurrency_key(tenant), concurrency_override(limits))
+    if "max_concurrency" in given:
+        named = parse_limits({"max_concurrency": given["max_concurrency"]}, TenantLimits())[0]
+        sent += rate_commands(concurrency_key(tenant), concurrency_override(named))
     return sent

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway import wire
-from gateway.core import GatewayError
+from gateway.core import GatewayError, Request
 from gateway.core.limits import headers_refusal
 from gateway.stage.commands import CRON, Commands
 from gateway.stage.context import Emit, KeyState, KindHandler, StageMetrics, StateOf
@@ -29,7 +29,7 @@ from gateway.stage.events import Events
 from gateway.stage.idempotency import Idempotency
 from gateway.stage.ids import Ids
 from gateway.stage.kinds import Kind, kind_of
-from gateway.stage.parsing import Limits
+from gateway.stage.parsing import Limits, parse_limited
 from gateway.stage.rates import Rates
 from gateway.stage.records import Output, Source
 from gateway.stage.requests import Requests
@@ -98,6 +98,8 @@ class Dedup:
         claimed = (
             kind is Kind.REQUEST and source.headers.get(wire.ID_CLAIM_HEADER) == wire.ID_CLAIMED
         )
+        # Reported as its route's: at its tenant's home too, where a failure ends it.
+        route = _route_of(value, key, source, self._shared) if claimed else key
         shared.begin()
 
         def handle() -> None:
@@ -111,7 +113,7 @@ class Dedup:
                     shared.emit(output, source)
                 shared.metrics.refused_inputs.labels("dedup", refusal.code).inc()
             elif handler.handle(value, key, source, staged) and claimed:
-                shared.emit(self.ids.decided(source, key), source)
+                shared.emit(self.ids.decided(source, route), source)
             self._seal(guard.outputs, source, key, kind)
 
         def answer(source: Source, error: GatewayError) -> list[Output]:
@@ -119,7 +121,7 @@ class Dedup:
             shared.begin()
             outputs = handler.refused(source, error, key)
             if claimed:
-                outputs.append(self.ids.decided(source, key))
+                outputs.append(self.ids.decided(source, route))
             self._seal(outputs, source, key, kind)
             return outputs
 
@@ -140,3 +142,15 @@ class Dedup:
             self._shared.schedule_job(orjson.loads(value), source, state_of)
         elif name == CRON:
             self.commands.schedule_cron(source, orjson.loads(value), state_of)
+
+
+def _route_of(
+    value: bytes | None, key: bytes | None, source: Source, shared: Shared
+) -> bytes | None:
+    """The route of a claimed request: its record key, but at its tenant's home (which ends
+    it only if it fails there) the route it names."""
+    if key is None or not key.startswith(wire.TENANT_KEY_PREFIX):
+        return key
+    request = parse_limited(value, shared.limits, source.headers)
+    route = wire.route(request) if isinstance(request, Request) else None
+    return key if route is None else route.encode()

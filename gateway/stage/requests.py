@@ -19,7 +19,7 @@ from typing import Any
 from gateway import wire
 from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide, stored_job
 from gateway.core.lifecycle import cancelled_by_replace
-from gateway.core.tenant_limits import SLOT_FIELD
+from gateway.core.tenant_limits import SLOT_FIELD, reserved_key_refusal
 from gateway.core.updates import updated_record, wants_records
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
@@ -96,6 +96,10 @@ class Requests:
             self._tenants.at_home(request, tenant, value, key, source, state)  # type: ignore[arg-type]
             return False
         tenant_refusal = refusal_of(source)
+        own = request.envelope.rate_limit if isinstance(request, Request) else None
+        reserved = reserved_key_refusal(None if own is None else own.key, slot is not None)
+        if tenant_refusal is None and reserved is not None:
+            tenant_refusal = reserved, {}
         if tenant_refusal is not None:
             # Its tenant's home found it over a limit: the route answers, so that a claimed
             # id learns of it; not kept for an idempotency key, whose retry may pass later.

@@ -23,18 +23,21 @@ import orjson
 from gateway import wire
 from gateway.core import INVALID_EVENT, INVALID_REQUEST, OJS, EventOutcome, GatewayError, Request
 from gateway.core.tenant_limits import (
+    TenantLimits,
     TenantState,
     admit,
     breach_error,
     concurrency_limit,
     concurrency_refusal,
     idle,
+    parse_limits,
     parse_tenant_command,
     release,
+    reserved_key_refusal,
     set_limits,
     shown_limits,
 )
-from gateway.core.tenants import tenant_in
+from gateway.core.tenants import is_valid_tenant, tenant_in
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
 from gateway.stage.records import Output, Source, refused_command
@@ -57,7 +60,8 @@ class Tenants:
             name in headers for name in wire.TENANT_HEADERS
         ):
             return None
-        return tenant_in(request.envelope.meta)
+        tenant = tenant_in(request.envelope.meta)
+        return tenant if is_valid_tenant(tenant) else None
 
     def is_home(self, tenant: str, key: bytes | None, partition: int) -> bool:
         home = wire.tenant_home(tenant)
@@ -80,13 +84,14 @@ class Tenants:
             shared.emit(Output(value or b"", key, "intake", headers=headers), source)
             return
         now = source.timestamp_ms
-        at = request.envelope.scheduled_at
-        scheduled = at is not None and at > now
+        envelope = request.envelope
+        scheduled = (envelope.scheduled_at or 0) > now or (envelope.scheduled_in or 0) > 0
         before = TenantState.load(state.get_bytes(STATE))
         limits = TenantState(tenant).limits if before is None else before.limits
-        held = concurrency_refusal(
-            limits, request.envelope.rate_limit is not None, request.dialect == OJS
-        )  # fmt: skip
+        own = request.envelope.rate_limit
+        held = reserved_key_refusal(None if own is None else own.key, False) or (
+            concurrency_refusal(limits, own is not None, request.dialect == OJS)
+        )
         after, breach = (
             (before, None) if held is not None else admit(before, tenant, scheduled, now)
         )
@@ -144,8 +149,9 @@ class Tenants:
         if isinstance(command, GatewayError):
             shared.refuse_command(source, command, key)
             return
-        tenant, limits, reason = command
+        tenant, given, reason = command
         before = TenantState.load(state.get_bytes(STATE))
+        limits = parse_limits(given, TenantLimits() if before is None else before.limits)[0]
         after = set_limits(before, tenant, limits)
         self._store(state, source, key or b"", before, after)
         shared.what = {"tenant": {"tenant": tenant, "limits": limits.to_dict(), "reason": reason}}

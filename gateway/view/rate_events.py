@@ -77,7 +77,7 @@ def dropped_event(
     error = job.get("error")
     policy = job.get("rate_limit")
     if (
-        job.get("state") != "discarded" or was == "discarded"
+        job.get("state") != "discarded" or was not in ("available", "scheduled")
         or not isinstance(error, Mapping) or error.get("type") != RATE_LIMITED
         or not isinstance(policy, Mapping)
     ):  # fmt: skip

@@ -73,7 +73,7 @@ def test_a_principal_over_its_rate_is_429_with_when_and_the_headers_say_so(app: 
     assert app.enqueue(job, who="b").status_code == 201
     # A batch counts its jobs; one larger than the burst never fits.
     batch = app.call("POST", "/ojs/v1/jobs/batch", who="b", json={"jobs": [job] * 4})
-    assert batch.status_code == 429 and "a batch of 4 jobs" in batch.json()["error"]["message"]
+    assert batch.status_code == 400 and "a batch of 4 jobs" in batch.json()["error"]["message"]
     fits = app.call("POST", "/ojs/v1/jobs/batch", who="b", json={"jobs": [job] * 2})
     assert fits.status_code == 201 and fits.headers["X-RateLimit-Remaining"] == "0"
 

@@ -144,7 +144,7 @@ class Story(Gateway):
             self.send(job, **COUNTED)
 
     def limits(self, **limits: Any) -> None:
-        value = tenant_command(T, parse_limits(limits, TenantLimits())[0], "test")
+        value = tenant_command(T, limits, "test")
         where = ("requests", partition_for(HOME, PARTITIONS))
         self.logs.setdefault(where, deque()).append(
             Output(value, HOME, headers=[(wire.KIND_HEADER, wire.TENANT_COMMAND)])
@@ -347,3 +347,62 @@ def test_a_retry_under_an_idempotency_key_gets_its_first_answer_even_at_the_limi
     assert [r["outcome"] for r in replies] == ["accepted", "accepted"]
     assert replies[0] == replies[1] and not story.refused()
     assert story.home().waiting == 1  # type: ignore[union-attr]
+
+
+def test_a_claimed_id_is_released_when_its_request_fails_at_the_tenant_s_home(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    story = Story()
+    job = {**unique(1), "id": "019c1c38-a40f-7db4-b60f-d484d6326593", "meta": {"tenant_id": T}}
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a fault at the home")
+
+    monkeypatch.setattr("gateway.stage.tenants.admit", broken)
+    story.send(job, **COUNTED)
+    story.run()
+    assert [d["outcome"] for d in story.decisions] == ["invalid"]
+    assert story.claims() == []  # the id is free again
+    monkeypatch.undo()
+    story.send(job, **COUNTED)
+    story.run()
+    assert [d["outcome"] for d in story.decisions] == ["invalid", "accepted"]
+
+
+def test_a_run_time_relative_to_the_request_is_scheduled_too() -> None:
+    story = Story()
+    story.limits(max_scheduled=0)
+    story.enqueue({"type": "t.later", "args": [1], "scheduled_at": "+PT1H"})
+    story.run()
+    [refused] = story.refused()
+    assert refused["details"]["limit"] == "max_scheduled"
+
+
+def test_a_counted_request_naming_no_valid_tenant_passes_no_home() -> None:
+    story = Story()
+    story.send({**unique(1), "meta": {"tenant_id": "no tenant"}},
+               **{wire.TENANT_COUNTED_HEADER: b"1"})  # fmt: skip
+    story.run()
+    assert [d["outcome"] for d in story.decisions] == ["accepted"]
+    assert not any(o.key and o.key.startswith(wire.TENANT_KEY_PREFIX) for o in story.sent)
+
+
+def test_two_operators_changes_of_different_limits_both_hold() -> None:
+    story = Story()
+    story.limits(max_concurrency=2)
+    story.limits(max_queue_depth=5)  # sent from a view that had not seen the first
+    limits = story.home().limits  # type: ignore[union-attr]
+    assert (limits.max_concurrency, limits.max_queue_depth) == (2, 5)
+    story.limits(max_concurrency=None)
+    assert story.home().limits.max_concurrency is None  # type: ignore[union-attr]
+
+
+def test_a_tenant_s_concurrency_key_is_the_gateway_s_to_give() -> None:
+    story = Story()
+    forged = {"key": "tenant:acme", "concurrency": 5}
+    story.send({"type": "t.free", "args": [1], "rate_limit": forged})  # no tenant at all
+    story.enqueue({"type": "t.free", "args": [2], "rate_limit": forged})  # its own tenant's
+    story.run()
+    codes = [(d.get("error") or {}).get("code") for d in story.decisions]
+    assert codes == ["invalid_request", "invalid_request"], codes
+    assert all("are the gateway's to give" in d["error"]["message"] for d in story.decisions)
