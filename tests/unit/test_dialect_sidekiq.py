@@ -247,7 +247,7 @@ def test_options_the_gateway_lacks_are_refused_by_name(fields: dict[str, Any], o
         ({"lock_timeout": -1}, "lock_timeout must be"),
         ({"lock_args_method": "lock_args"}, "lock_args_method is Ruby code"),
         ({"lock_args": "1"}, "lock_args must be an array"),
-        ({"on_conflict": "shout"}, "on_conflict must be one of log, raise"),
+        ({"on_conflict": "shout"}, "on_conflict must be log, raise or replace (reject and"),
         ({"on_conflict": {"client": "log", "worker": "log"}}, "on_conflict.worker"),
         ({"at": "tomorrow"}, "at must be a number"),
         ({"at": -1}, "at must be from"),

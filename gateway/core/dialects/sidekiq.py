@@ -287,7 +287,10 @@ def _strategy(raw: Any, field: str) -> str | None:
     if raw is None:
         return None
     if not isinstance(raw, str) or raw not in STRATEGIES:
-        raise invalid_request(f"{field} must be one of {', '.join(STRATEGIES)}")
+        raise invalid_request(
+            f"{field} must be log, raise or replace (reject and reschedule, the gem's too, "
+            "are refused as not supported yet)"
+        )
     return raw
 
 
