@@ -8,11 +8,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gateway.core.times import parse_rfc3339
 from gateway.sdk import Client
 from tests.integration.cli import gateway
 from tests.integration.test_http import running
@@ -174,3 +176,43 @@ def test_replay_reproduces_the_tenants_decisions(
     replayed = gateway("replay", "--bootstrap", kafka_bootstrap, "--namespace", namespace)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "0 different" in replayed.stdout, replayed.stdout
+
+
+def test_a_tenant_s_enqueue_rate_holds_its_bound_under_a_flood(http: httpx.Client):
+    """Four callers enqueue for one tenant as fast as they can for 4 s against a limit of 20
+    a second: the jobs admitted, by their decision times, never number more than
+    2 x 20 - 1 in any second, and about 20 a second over the run (printed)."""
+    tenant, queue, limit = f"rate-{uuid.uuid4().hex[:6]}", f"rate-{uuid.uuid4().hex[:6]}", 20
+    put = http.put(f"/ojs/v1/admin/tenants/{tenant}/limits",
+                   json={"max_enqueue_rate": {"limit": limit, "period": "PT1S"}})  # fmt: skip
+    assert put.status_code == 200, put.text
+    admitted: list[int] = []
+    refused = 0
+
+    def flood(n: int) -> tuple[list[int], int]:
+        made, no = [], 0
+        with httpx.Client(base_url=str(http.base_url), timeout=30) as own:
+            until = time.monotonic() + 4
+            while time.monotonic() < until:
+                job = {"type": "flood.job", "args": [n], "queue": queue}
+                answer = own.post("/ojs/v1/jobs", headers={TENANT: tenant}, json=job)
+                if answer.status_code == 201:
+                    made.append(parse_rfc3339(answer.json()["job"]["created_at"]) or 0)
+                else:
+                    assert answer.status_code == 429, answer.text
+                    no += 1
+        return made, no
+
+    with ThreadPoolExecutor(4) as pool:
+        for made, no in pool.map(flood, range(4)):
+            admitted += made
+            refused += no
+    admitted.sort()
+    most = max(sum(1 for t in admitted[i:] if t < start + 1000)
+               for i, start in enumerate(admitted))  # fmt: skip
+    span_s = (admitted[-1] - admitted[0]) / 1000
+    print(
+        f"tenant enqueue rate {limit}/s: {len(admitted)} admitted, {refused} refused, most in "
+        f"any 1 s: {most}, {len(admitted) / max(span_s, 0.001):.1f}/s over {span_s:.2f} s"
+    )
+    assert most <= 2 * limit - 1 and refused > 0
