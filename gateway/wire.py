@@ -54,6 +54,10 @@ QUEUE_COMMAND = b"queue"
 CRON_COMMAND = b"cron"
 QUEUE_KEY_PREFIX = b"\x00queue\x00"
 CRON_KEY_PREFIX = b"\x00cron\x00"
+# A queue's rate limit (core/queue_rates.py): a command to every partition, keyed by the
+# queue_key; what each partition holds is published under queue_rate_key.
+QUEUE_RATE_COMMAND = b"queue_rate"
+QUEUE_RATE_KEY_PREFIX = b"\x00qrate\x00"
 
 # On `requests`: a keyed request whose client id its home claimed for its route (core/ids.py).
 # Only the gateway sets these: the router drops a producer's own.
@@ -99,7 +103,10 @@ RATE_HEADERS = (RATE_PERMIT_HEADER, RATE_KEY_HEADER, RATE_PERMIT_AT_HEADER)
 # its route marked `rate_refused` (JSON: on_limit, retry_at, the error), which moves the job
 # and answers the claim (core/rate_moves.py). Only the home sets it: the router drops it.
 RATE_REFUSED_HEADER = "rate_refused"
-RATE_GATEWAY_HEADERS = (*RATE_HEADERS, RATE_REFUSED_HEADER)
+# A claim that needs permits of two keys (its own and its queue's, core/queue_rates.py)
+# carries the first in the headers above, the others here (JSON: [[key, id, at], ...]).
+RATE_MORE_HEADER = "rate_permits_more"
+RATE_GATEWAY_HEADERS = (*RATE_HEADERS, RATE_REFUSED_HEADER, RATE_MORE_HEADER)
 RATE_KEY_PREFIX = b"\x00rate\x00"
 
 
@@ -138,6 +145,10 @@ def tenant_home(tenant: str) -> bytes:
 
 def queue_key(name: str) -> bytes:
     return QUEUE_KEY_PREFIX + name.encode()
+
+
+def queue_rate_key(name: str) -> bytes:
+    return QUEUE_RATE_KEY_PREFIX + name.encode()
 
 
 def cron_key(name: str) -> bytes:

@@ -29,7 +29,8 @@ LIFECYCLE_FIELDS = frozenset(
     {
         "enqueued_at", "started_at", "completed_at", "cancelled_at", "discarded_at",
         "next_attempt_at", "result", "error", "errors", "previous_state",
-        "lease_expires_at", "visibility_timeout_ms", "rate_permit", "tenant_slot",
+        "lease_expires_at", "visibility_timeout_ms", "rate_permit", "rate_permits_more",
+        "tenant_slot",
     }
 )  # fmt: skip
 

@@ -66,7 +66,8 @@ from gateway.core.moves import (
     refused,
 )
 from gateway.core.queues import paused_refusal
-from gateway.core.rates import PERMIT_FIELD, Permit, permit_refusal
+from gateway.core.rate_policy import RateLimit, job_policy
+from gateway.core.rates import MORE_FIELD, PERMIT_FIELD, Permit, permit_refusal
 from gateway.core.states import TERMINAL_STATES, State
 from gateway.core.times import format_rfc3339, parse_rfc3339
 
@@ -136,14 +137,15 @@ def on_key(
     now_ms: int,
     retention_ms: int = DEFAULT_RETENTION_MS,
     paused: bool = False,
-    permit: Permit | None = None,
+    permits: tuple[Permit, ...] = (),
+    needed: tuple[RateLimit, ...] | None = None,
 ) -> tuple[EventResult, tuple[Entry, ...]]:
     """`apply_job_event` for a job under a key, and the key's entries after it. A job back
     from the dead letters may not join a key another live job holds: two would hold it. A
     claim beyond the key's concurrency limit is refused (concurrency.py), as a paused
-    queue's is; a rate-limited job's claim applies only with its rate key's `permit`, which
-    the job then holds while active (rates.py). A pending successor waits for its job
-    (successor.py)."""
+    queue's is; a claim of a job a rate key holds applies only with a permit of each key it
+    `needed` (None: the job's own; rates.py, queue_rates.py), which the job then holds while
+    active. A pending successor waits for its job (successor.py)."""
     result = apply_job_event(job, event, now_ms, paused)
     if result.outcome is not EventOutcome.APPLIED or result.job is None:
         return result, tuple(entries)
@@ -153,11 +155,15 @@ def on_key(
         return refused(str(result.job_id), State(job["state"]), held, dict(job)), kept
     claimed = result.state is State.ACTIVE and result.previous_state is not State.ACTIVE
     if claimed and job is not None:
-        full = claim_refusal(job, kept) or permit_refusal(job, permit)
+        own = job_policy(job)
+        keys = needed if needed is not None else (() if own is None else (own,))
+        full = claim_refusal(job, kept) or permit_refusal(job, permits, keys)
         if full is not None:
             return refused(str(result.job_id), State(job["state"]), full, dict(job)), kept
-        if permit is not None:
-            result.job[PERMIT_FIELD] = permit.to_dict()
+        if permits:
+            result.job[PERMIT_FIELD] = permits[0].to_dict()
+        if len(permits) > 1:
+            result.job[MORE_FIELD] = [p.to_dict() for p in permits[1:]]
     if result.previous_state in TERMINAL_STATES and result.state not in TERMINAL_STATES:
         holder = next((e for e in kept if e.job_id != result.job_id and not e.terminal), None)
         if holder is not None and job is not None:

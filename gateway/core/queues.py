@@ -88,17 +88,17 @@ def queue_command(queue: str, paused: bool, version: Version) -> bytes:
 
 def newer(command: QueueCommand, held: Mapping[str, Any] | None) -> bool:
     """Whether the command changes the state a partition holds (`held`: its last one)."""
-    return _after(command.version, held)
+    return newer_than(command.version, held)
 
 
 def newer_state(state: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool:
     """Whether a published state replaces `held` (a view's, or another answer's): the rule
     a partition takes commands by, so views end where the partitions do."""
     version = version_of(state)
-    return version is not None and _after(version, held)
+    return version is not None and newer_than(version, held)
 
 
-def _after(version: Version, held: Mapping[str, Any] | None) -> bool:
+def newer_than(version: Version, held: Mapping[str, Any] | None) -> bool:
     held_version = None if held is None else version_of(held)
     return held_version is None or version > held_version
 

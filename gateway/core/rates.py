@@ -29,7 +29,6 @@ from gateway.core.periods import format_period
 from gateway.core.rate_policy import (
     Override,
     RateLimit,
-    job_policy,
     parse_override,
     policy_of,
     short_period,
@@ -38,6 +37,7 @@ from gateway.core.times import format_rfc3339
 
 RATE_LIMITED = "rate_limited"
 PERMIT_FIELD = "rate_permit"  # the permit an active job holds (set by its route)
+MORE_FIELD = "rate_permits_more"  # its other permits: its queue's key's (queue_rates.py)
 Starts = tuple[tuple[int, str], ...]  # (at, permit id), oldest first
 
 
@@ -230,40 +230,44 @@ def permits(state: RateState | None, policy: RateLimit, now_ms: int) -> int:
 _WAITING = frozenset({"available", "scheduled", "retryable"})
 
 
-def needs_permit(job: Mapping[str, Any] | None, claim: bool) -> RateLimit | None:
-    """The policy whose home a claim of `job` must pass first: a claim of a rate-limited job
-    that waits (a claim of one active, finished or pending is answered by the lifecycle
-    rule as it stands, taking no permit); None when it needs none."""
-    if not claim or job is None or job.get("state") not in _WAITING:
-        return None
-    return job_policy(job)
+def waits(job: Mapping[str, Any] | None, claim: bool) -> bool:
+    """Whether a claim of `job` takes permits: a claim of a job waiting for its start (one
+    active, finished or pending is answered by the lifecycle rule as it stands)."""
+    return claim and job is not None and job.get("state") in _WAITING
 
 
-def permit_refusal(job: Mapping[str, Any], permit: Permit | None) -> GatewayError | None:
-    """None if the claim's permit (or none) fits the job: a rate-limited job starts only with
-    a permit of its own key, any other job without one."""
-    policy = job_policy(job)
-    if permit is None:
-        if policy is None:
+def permit_refusal(
+    job: Mapping[str, Any], permits: tuple[Permit, ...], needed: tuple[RateLimit, ...]
+) -> GatewayError | None:
+    """None if the claim's permits fit the job: a job starts only with a permit of each key
+    it `needed` (its own, its queue's: queue_rates.py), any other job without one."""
+    if not permits:
+        if not needed:
             return None
         return GatewayError(RATE_LIMITED, f"job {job.get('id')} starts only with a permit of "
-                            f"rate key {policy.key}, granted at the key's home")  # fmt: skip
-    if policy is None or policy.key != permit.key:
+                            f"rate key {needed[0].key}, granted at the key's home")  # fmt: skip
+    if sorted(p.key for p in permits) != sorted(p.key for p in needed):
+        named = ", ".join(p.key for p in permits)
         return GatewayError(
             "invalid_request",
-            f"job {job.get('id')}'s claim carries a permit of rate key {permit.key}, "
-            "which is not the job's",
+            f"job {job.get('id')}'s claim carries a permit of rate key {named}, which is not "
+            "the job's",
         )
     return None
 
 
-def held_permit(job: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(key, permit id) of the permit a job that is not active still carries, to give back."""
-    held = job.get(PERMIT_FIELD)
-    if job.get("state") == "active" or not isinstance(held, Mapping):
-        return None
-    key, permit = held.get("key"), held.get("id")
-    return (key, permit) if isinstance(key, str) and isinstance(permit, str) else None
+def held_permits(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, permit id) of each permit a job that is not active still carries, to give back."""
+    if job.get("state") == "active":
+        return []
+    more = job.get(MORE_FIELD)
+    found = []
+    for held in [job.get(PERMIT_FIELD), *(more if isinstance(more, list) else ())]:
+        if isinstance(held, Mapping):
+            key, permit = held.get("key"), held.get("id")
+            if isinstance(key, str) and isinstance(permit, str):
+                found.append((key, permit))
+    return found
 
 
 def inspect(key: str, state: RateState | None, now_ms: int, waiting: int) -> dict[str, Any]:

@@ -212,6 +212,16 @@ def create_app(settings: HttpSettings) -> Direct:
         Route("/ojs/v1/admin/queues/{name}/pause", ops(queues.pause, ADMIN), methods=["POST"]),
         Route("/ojs/v1/admin/queues/{name}/resume", ops(queues.resume, ADMIN), methods=["POST"]),
         Route(
+            "/ojs/v1/admin/queues/{name}/rate-limit",
+            ops(queues.set_rate_limit, ADMIN, body=True),
+            methods=["PUT"],
+        ),  # fmt: skip
+        Route(
+            "/ojs/v1/admin/queues/{name}/rate-limit",
+            ops(queues.clear_rate_limit, ADMIN),
+            methods=["DELETE"],
+        ),  # fmt: skip
+        Route(
             "/ojs/v1/admin/jobs",
             ops(admin_jobs.list_jobs, INSPECT_ALL, admin_jobs.JOBS_QUERY),
             methods=["GET"],

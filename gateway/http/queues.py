@@ -19,16 +19,20 @@ from gateway import wire
 from gateway.core import INVALID_REQUEST, State
 from gateway.core.actor import Actor
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
+from gateway.core.errors import Invalid
+from gateway.core.queue_rates import parse_queue_limits, queue_rate_key
 from gateway.core.queues import newer_state
+from gateway.core.rate_policy import RateLimit
 from gateway.core.times import format_rfc3339
 from gateway.http import access, commands, errors
 from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
 from gateway.http.errors import ApiError
+from gateway.http.plumbing import read_json
 from gateway.http.security import privileged
 from gateway.http.shared import page_of, paused_queues, seen_queues, settled
-from gateway.sdk.commands import queue_commands
+from gateway.sdk.commands import queue_commands, queue_rate_commands
 from gateway.view import queue_stats
 
 
@@ -119,6 +123,39 @@ async def _set_paused(request: Request, binding: Binding, actor: Actor, paused: 
     return Answer(
         200, {"queue": queue, "name": name, "paused": now_paused, "status": status, stamp: at}
     )
+
+
+@privileged
+async def set_rate_limit(request: Request, binding: Binding, request_id: str) -> Answer:
+    """OJS rate limiting §7.2: the queue's jobs held by these limits too, beside their own."""
+    name = _name(request)
+    try:
+        policy = parse_queue_limits(
+            await read_json(request, binding.settings.max_body_bytes), name
+        )  # fmt: skip
+    except Invalid as exc:
+        raise ApiError(400, exc.error.code, exc.error.message) from None
+    return await _set_rate(binding, caller(request, request_id), name, policy)
+
+
+@privileged
+async def clear_rate_limit(request: Request, binding: Binding, request_id: str) -> Answer:
+    return await _set_rate(binding, caller(request, request_id), _name(request), None)
+
+
+async def _set_rate(binding: Binding, actor: Actor, name: str, policy: RateLimit | None) -> Answer:
+    """Set or clear a queue's rate limit on every partition; answered once each holds it."""
+    count = await commands.partitions(binding)
+    seen = binding.view.controls(wire.queue_rate_key(name)).get("")
+    outgoing = queue_rate_commands(name, policy, count, seen)
+    verb = "set" if policy is not None else "clear"
+    answers = await commands.send(binding, actor, outgoing, f"{verb} the rate limit of {name}")
+    held: dict[str, Any] = answers[0]["queue_rate"]
+    for answer in answers[1:]:
+        if newer_state(answer["queue_rate"], held):
+            held = answer["queue_rate"]
+    shown = {"rate_limit": held.get("rate_limit"), "set_at": held.get("set_at")}
+    return Answer(200, {"queue": name, "key": queue_rate_key(name), **shown})
 
 
 def _name(request: Request) -> str:

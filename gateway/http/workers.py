@@ -32,14 +32,12 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway import wire
 from gateway.core import INVALID_REQUEST, EventOutcome, State, job_effective_state, past_expiry
 from gateway.core.actor import Actor
 from gateway.core.concurrency import CONCURRENCY_LIMIT, limit_of, slot_free
 from gateway.core.queues import QUEUE_PAUSED
 from gateway.core.rate_policy import JOB_FIELD as RATE_FIELD
-from gateway.core.rate_policy import WAIT, job_policy
-from gateway.core.rates import RATE_LIMITED, RateState, permits
+from gateway.core.rates import RATE_LIMITED
 from gateway.core.tenants import tenant_of
 from gateway.core.times import format_rfc3339
 from gateway.http import access, transitions
@@ -48,6 +46,7 @@ from gateway.http.answers import Answer
 from gateway.http.binding import Binding
 from gateway.http.caller import caller
 from gateway.http.errors import ApiError
+from gateway.http.fetch_rates import FULL_SEP, rate_keys, rate_permit, rate_slot
 from gateway.http.shared import paused_queues, shown
 from gateway.http.worker_bodies import (
     ACK_FIELDS,
@@ -74,21 +73,13 @@ CLAIM_MEMORY_S = 5.0
 PAUSED = object()  # a claim's answer: the job's queue is paused
 
 
-class Full(str):
-    """A claim's answer: the key named (a unique key, or a rate key as `rate_slot`) runs
-    or starts as many jobs as its limit allows now."""
-
-
-MOVED = "\x00moved"  # beside a rate slot: a job its on_limit moves was proposed
-
-
-def rate_slot(key: str) -> str:
-    """A rate key among the keys a fetch counts slots of (apart from unique keys)."""
-    return "rate\x00" + key
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class Full(str):
+    """A claim's answer: the keys named (a unique key, or rate keys as `rate_slot`, apart by
+    FULL_SEP) run or start as many jobs as their limits allow now."""
 
 
 async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
@@ -125,7 +116,7 @@ async def fetch(request: Request, binding: Binding, request_id: str) -> Answer:
             elif answer is PAUSED:
                 wanted = [q for q in wanted if q != job.get("queue")]
             elif isinstance(answer, Full):
-                full.add(answer)
+                full.update(answer.split(FULL_SEP))
             elif isinstance(answer, dict):
                 claimed.append(shown(answer))
     if problems and not claimed:
@@ -161,16 +152,18 @@ def _candidates(
                 and job_effective_state(job, at) is State.AVAILABLE
                 and not past_expiry(job, at)
                 and scope.sees_tenant(tenant_of(job))
-                and _slot(binding, job, taken, full)
+                and _slot(binding, job, taken, full, at)
             ):
                 found.append(job)
     return found
 
 
-def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str]) -> bool:
+def _slot(
+    binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str], at: int
+) -> bool:
     """Whether the job's key has a slot for it beside the jobs proposed already (taken), and
     its rate key a permit."""
-    if not _rate_permit(binding, job, taken, full):
+    if not rate_permit(binding, job, taken, full, at):
         return False
     limit, key = limit_of(job), job.get("unique_key")
     if limit is None or not isinstance(key, str):
@@ -187,38 +180,6 @@ def _slot(binding: Binding, job: dict[str, Any], taken: dict[str, int], full: se
     if not slot_free(limit, taken[key]):
         return False
     taken[key] += 1
-    return True
-
-
-def _rate_permit(
-    binding: Binding, job: dict[str, Any], taken: dict[str, int], full: set[str]
-) -> bool:
-    """Whether the view shows the job's rate key a permit beside the jobs proposed already
-    and this process's claims in flight (advisory: the key's home decides). A job whose
-    on_limit moves it is proposed once a fetch without one, so that the home's refusal
-    reschedules or drops it (core/rate_moves.py)."""
-    policy = job_policy(job)
-    if policy is None:
-        return True
-    slot = rate_slot(policy.key)
-    if slot in full:
-        return False
-    if slot not in taken:
-        published = binding.view.controls(wire.rate_home(policy.key)).get("")
-        state = RateState.load(published)
-        claiming = (binding.view.get(i) for i in list(binding.claims))
-        in_flight = sum(
-            1 for j in claiming
-            if j is not None and j.get("state") != State.ACTIVE
-            and (p := job_policy(j)) is not None and p.key == policy.key
-        )  # fmt: skip
-        taken[slot] = permits(state, policy, now_ms()) - in_flight
-    if taken[slot] <= 0:
-        if policy.on_limit == WAIT or slot + MOVED in taken:
-            return False
-        taken[slot + MOVED] = 1
-        return True
-    taken[slot] -= 1
     return True
 
 
@@ -248,8 +209,9 @@ async def _claim(
         if ack.error is not None and ack.error.code == CONCURRENCY_LIMIT:
             return Full(job["unique_key"])
         if ack.error is not None and ack.error.code == RATE_LIMITED:
-            policy = job_policy(job)
-            return None if policy is None else Full(rate_slot(policy.key))
+            # Which of its keys refused, the answer does not say: each is full for this fetch.
+            needed = rate_keys(binding, job)
+            return Full(FULL_SEP.join(rate_slot(p.key) for p in needed)) if needed else None
         if ack.outcome != EventOutcome.APPLIED or not isinstance(moved, dict):
             return None
         transitions.answered(binding, moved)

@@ -15,8 +15,9 @@ from typing import Any
 
 from gateway import wire
 from gateway.core.crons import CronCommand, command_record
+from gateway.core.queue_rates import queue_rate_command
 from gateway.core.queues import queue_command, version_after
-from gateway.core.rate_policy import Override, rate_command
+from gateway.core.rate_policy import Override, RateLimit, rate_command
 from gateway.core.tenant_limits import (
     TenantLimits,
     concurrency_key,
@@ -39,6 +40,22 @@ def queue_commands(
     value, key = queue_command(queue, paused, version), wire.queue_key(queue)
     request_id = f"queue/{queue}/{'pause' if paused else 'resume'}/{command_id}"
     headers = ((wire.KIND_HEADER, wire.QUEUE_COMMAND),)
+    return [
+        Outgoing(value, key, request_id, None, headers=headers, partition=p)
+        for p in range(partitions)
+    ]
+
+
+def queue_rate_commands(
+    queue: str, policy: RateLimit | None, partitions: int, seen: Mapping[str, Any] | None = None
+) -> list[Outgoing]:
+    """Set (or, None, clear) `queue`'s rate limit: one command per partition, versioned as a
+    pause is (core/queue_rates.py)."""
+    command_id = random_hex()
+    version = version_after(time.time_ns() // 1_000_000, command_id, seen)
+    value, key = queue_rate_command(queue, policy, version), wire.queue_key(queue)
+    request_id = f"queue/{queue}/rate/{command_id}"
+    headers = ((wire.KIND_HEADER, wire.QUEUE_RATE_COMMAND),)
     return [
         Outgoing(value, key, request_id, None, headers=headers, partition=p)
         for p in range(partitions)

@@ -19,7 +19,14 @@ import orjson
 from gateway import wire
 from gateway.core import EventOutcome, GatewayError
 from gateway.core.crons import enabled, fire, next_run_ms, parse_cron_command, registered, shown
+from gateway.core.queue_rates import (
+    newer_rate,
+    parse_queue_rate_command,
+    policy_in,
+    queue_rate_state,
+)
 from gateway.core.queues import newer, parse_queue_command, queue_state
+from gateway.core.rate_policy import RateLimit
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged, StateOf
 from gateway.stage.records import Output, Source, refused_command
@@ -30,6 +37,7 @@ log = logging.getLogger("gateway.processor")
 
 APPLIED, IGNORED = str(EventOutcome.APPLIED), str(EventOutcome.IGNORED)
 QUEUE = "queue"
+QUEUE_RATE = "queue_rate"
 CRON = "cron"
 
 
@@ -46,12 +54,23 @@ class Commands:
         raw = self._shared.state_of(source, wire.queue_key(queue)).get_bytes(QUEUE)
         return raw is not None and bool(orjson.loads(raw).get("paused"))
 
+    def queue_limits(self, source: Source, queue: object) -> RateLimit | None:
+        """`queue`'s rate limit on the record's partition, as of the record; None for none."""
+        if not isinstance(queue, str):
+            return None
+        # Peeked: a queue without one leaves its claims' audit records as they were.
+        raw = self._shared.state_of(source, wire.queue_key(queue)).peek(QUEUE_RATE)
+        return None if raw is None else policy_in(orjson.loads(raw))
+
     def handle(
         self, value: bytes | None, key: bytes | None, source: Source, _state: Staged
     ) -> bool:
         """A queue or cron command (the handler of its kind: see dedup.py)."""
-        if source.headers.get(wire.KIND_HEADER) == wire.QUEUE_COMMAND:
+        kind = source.headers.get(wire.KIND_HEADER)
+        if kind == wire.QUEUE_COMMAND:
             self._on_queue(value, key, source)
+        elif kind == wire.QUEUE_RATE_COMMAND:
+            self._on_queue_rate(value, key, source)
         else:
             self._on_cron(value, key, source)
         return True
@@ -80,6 +99,23 @@ class Commands:
             self._publish(source, queue_key, held)
         # An older command than the one held changes nothing: the answer is the state held.
         self._shared.answer_command(source, queue_key, {"outcome": APPLIED, "queue": held})
+
+    def _on_queue_rate(self, value: bytes | None, key: bytes | None, source: Source) -> None:
+        """A queue's rate limit set or cleared on this partition (core/queue_rates.py), the
+        newest command winning as a pause's does; published under wire.queue_rate_key."""
+        command = parse_queue_rate_command(value or b"")
+        if isinstance(command, GatewayError):
+            self._shared.refuse_command(source, command, key)
+            return
+        queue_key = wire.queue_key(command.queue)
+        state = self._shared.state_of(source, queue_key)
+        raw = state.get_bytes(QUEUE_RATE)
+        held = None if raw is None else orjson.loads(raw)
+        if newer_rate(command, held):
+            held = queue_rate_state(command, source.timestamp_ms)
+            state.set_bytes(QUEUE_RATE, orjson.dumps(held))
+            self._publish(source, wire.queue_rate_key(command.queue), held)
+        self._shared.answer_command(source, queue_key, {"outcome": APPLIED, "queue_rate": held})
 
     # -- crons ----------------------------------------------------------------
 

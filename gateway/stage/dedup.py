@@ -76,7 +76,7 @@ class Dedup:
         self.commands = Commands(shared)
         idempotency = Idempotency(shared)
         self.ids = Ids(shared, idempotency)
-        events = Events(shared, self.commands.paused)
+        events = Events(shared, self.commands.paused, self.commands.queue_limits)
         tenants = Tenants(shared)
         self._due = Due(shared, events, self.ids, self.commands)
         self._handlers: dict[Kind, KindHandler] = {

@@ -22,11 +22,13 @@ from typing import Any
 from gateway.core import Entry, EventOutcome, EventResult, GatewayError, JobEvent, State, successor
 from gateway.core.jobs import job_route
 from gateway.core.lifecycle import follow, on_key
+from gateway.core.queue_rates import needed as needed_keys
 from gateway.core.rate_moves import on_limit_move
-from gateway.core.rates import PERMIT_FIELD, Permit, needs_permit
+from gateway.core.rate_policy import JOB_FIELD, RateLimit, job_policy
+from gateway.core.rates import PERMIT_FIELD, Permit, waits
 from gateway.stage.context import Staged
 from gateway.stage.parsing import parse_event_record
-from gateway.stage.rates import is_claim, limited_of, permit_of, to_home
+from gateway.stage.rates import is_claim, limited_of, permits_of, to_home
 from gateway.stage.records import (
     Output,
     Source,
@@ -45,10 +47,15 @@ Moved = tuple[tuple[Entry, ...], tuple[Entry, ...]]  # a key's entries before an
 
 
 class Events:
-    def __init__(self, shared: Shared, paused: Callable[[Source, object], bool]) -> None:
-        """`paused`: whether a queue is paused on the record's partition (commands.py)."""
+    def __init__(
+        self, shared: Shared, paused: Callable[[Source, object], bool],
+        queue_limits: Callable[[Source, object], RateLimit | None],
+    ) -> None:  # fmt: skip
+        """`paused`: whether a queue is paused on the record's partition; `queue_limits`: its
+        rate limit there (commands.py)."""
         self._shared = shared
         self._paused = paused
+        self._queue_limits = queue_limits
 
     def refused(self, source: Source, error: GatewayError, _key: bytes | None) -> list[Output]:
         """What an event refused before it was applied writes: its reply, if it asked."""
@@ -59,26 +66,34 @@ class Events:
         event = parse_event_record(value, key)
         job_id = None if isinstance(event, GatewayError) else event.job_id
         job = shared.load_job(state, job_id) if job_id else None
-        permit = permit_of(source.headers)
+        permits = permits_of(source.headers)
         claim = not isinstance(event, GatewayError) and is_claim(event)
         limited = limited_of(source.headers) if claim else None
         if limited is not None:
-            self._limited(job, event, limited, state, source)  # type: ignore[arg-type]
+            self._limited(job, event, limited, permits, state, source)  # type: ignore[arg-type]
             return True
-        policy = needs_permit(job, claim) if permit is None else None
-        if policy is not None and job is not None:
-            # Only the rate key's home grants a start: the claim goes there first.
-            shared.emit(to_home(value, job, policy.key, source), source)
-            shared.what = {"job_id": job_id, "rate": {"key": policy.key, "sent_home": True}}
-            return True
+        needed = None
+        if job is not None and waits(job, claim):
+            own = job_policy(job)
+            needed = needed_keys(own, self._queue_limits(source, job.get("queue")))
+            held = {p.key for p in permits}
+            missing = next((p for p in needed if p.key not in held), None)
+            if missing is not None:
+                # Only a rate key's home grants a start: the claim goes there first.
+                raw = job[JOB_FIELD] if missing is own else missing.to_dict()
+                shared.emit(to_home(value, raw, missing.key, source, permits), source)
+                shared.what = {"job_id": job_id, "rate": {"key": missing.key, "sent_home": True}}
+                return True
         keyed = job is not None and isinstance(job.get("unique_key"), str)
         entries = shared.load_entries(state) if keyed else ()
         paused = job is not None and self._paused(source, job.get("queue"))
         result, after = on_key(
-            job, entries, event, source.timestamp_ms, shared.limits.retention_ms, paused, permit
+            job, entries, event, source.timestamp_ms, shared.limits.retention_ms, paused,
+            permits, needed,
         )  # fmt: skip
-        if permit is not None and not _used(result, permit):
-            shared.emit(rate_report(permit.key, permit.id, unused=True), source)
+        if permits and not _used(result, permits[0]):
+            for permit in permits:
+                shared.emit(rate_report(permit.key, permit.id, unused=True), source)
         released = None
         if result.outcome is EventOutcome.APPLIED and result.job is not None:
             moved = (entries, after) if keyed else None
@@ -106,11 +121,15 @@ class Events:
 
     def _limited(
         self, job: dict[str, Any] | None, event: JobEvent,
-        limited: tuple[str, int | None, str, GatewayError], state: Staged, source: Source,
+        limited: tuple[str, int | None, str, GatewayError], permits: tuple[Permit, ...],
+        state: Staged, source: Source,
     ) -> None:  # fmt: skip
         """A claim its rate key's home refused: its job moved as its on_limit says (if it still
-        waits), and the claim answered `rate_limited`."""
+        waits), the claim answered `rate_limited`, and the permits of other keys it held given
+        back unused."""
         shared = self._shared
+        for permit in permits:
+            shared.emit(rate_report(permit.key, permit.id, unused=True), source)
         on_limit, retry_at, key, error = limited
         moved = None if job is None else on_limit_move(job, on_limit, retry_at, key,
                                                        source.timestamp_ms)  # fmt: skip

@@ -27,6 +27,7 @@ _BY_HEADER = {
     wire.JOB_EVENT: Kind.EVENT,
     wire.QUEUE_COMMAND: Kind.COMMAND,
     wire.CRON_COMMAND: Kind.COMMAND,
+    wire.QUEUE_RATE_COMMAND: Kind.COMMAND,
     wire.ID_REPORT: Kind.ID_REPORT,
     wire.RATE: Kind.RATE,
     wire.RATE_REPORT: Kind.RATE,

@@ -54,6 +54,7 @@ from gateway.stage.records import (
     refused_command,
     refused_event,
 )
+from gateway.stage.reports import rate_report
 from gateway.stage.shared import Shared
 
 log = logging.getLogger("gateway.processor")
@@ -116,11 +117,12 @@ class Rates:
             return
         assert policy is not None
         if not is_claim(event):
-            shared.emit(_forwarded(value or b"", event.route, source, None), source)
+            shared.emit(_forwarded(value or b"", event.route, source, ()), source)
             sent_on = {"key": policy.key, "forwarded": event.event_type}
             shared.what = {"job_id": event.job_id, "rate": sent_on}
             return
         now = source.timestamp_ms
+        carried = permits_of(source.headers)  # of the keys it passed already (queue_rates.py)
         permit_id = f"{source.partition}-{source.offset}"  # the log's own: replay makes the same
         before = RateState.load(state.get_bytes(STATE))
         after, refusal = decide(before, policy, event.job_id, permit_id, now)
@@ -133,14 +135,14 @@ class Rates:
             told["override"] = after.override.to_dict()
         if refusal is None:
             permit = Permit(policy.key, permit_id, now)
-            shared.emit(_forwarded(value or b"", event.route, source, permit), source)
+            shared.emit(_forwarded(value or b"", event.route, source, (*carried, permit)), source)
             told.update(outcome="granted", permit=permit_id, permit_at=now)
         elif policy.on_limit != WAIT:
             # Its route moves the job as its on_limit says, and answers the claim.
             error = refusal_error(event.job_id, policy.key, refusal)
             refused = {"on_limit": policy.on_limit, "retry_at": refusal.retry_at_ms,
                        "key": policy.key, "error": error.to_dict()}  # fmt: skip
-            shared.emit(_forwarded(value or b"", event.route, source, None, refused), source)
+            shared.emit(_forwarded(value or b"", event.route, source, carried, refused), source)
             told.update(outcome="refused", error=error.to_dict(), on_limit=policy.on_limit,
                         **refusal.details(policy.key))  # fmt: skip
         else:
@@ -149,6 +151,8 @@ class Rates:
             reply = event_reply(result, event.route, source)
             if reply is not None:
                 shared.emit(reply, source)
+            for held in carried:  # another key's, granted before: not used
+                shared.emit(rate_report(held.key, held.id, unused=True), source)
             told.update(outcome="refused", error=error.to_dict(), **refusal.details(policy.key))
             shared.metrics.event(str(EventOutcome.REFUSED), error.code)
         shared.what = {"job_id": event.job_id, "rate": told}
@@ -227,20 +231,16 @@ def _parse_report(value: bytes | None) -> tuple[str, bool] | None:
 
 
 def _forwarded(
-    value: bytes, route: str, source: Source, permit: Permit | None,
+    value: bytes, route: str, source: Source, permits: tuple[Permit, ...],
     refused: dict[str, Any] | None = None,
 ) -> Output:  # fmt: skip
-    """The event on to its job's route, as a job event, with the caller's reply headers and,
-    for a granted claim, its permit; for a refused one its job's on_limit moves, why."""
+    """The event on to its job's route, as a job event, with the caller's reply headers and
+    the permits it holds (a granted claim's, with the one just granted); for a refused one
+    whose job's on_limit moves it, why."""
     dropped = (wire.KIND_HEADER, *wire.RATE_GATEWAY_HEADERS)
     headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
     headers.append((wire.KIND_HEADER, wire.JOB_EVENT))
-    if permit is not None:
-        headers += [
-            (wire.RATE_PERMIT_HEADER, permit.id.encode()),
-            (wire.RATE_KEY_HEADER, permit.key.encode()),
-            (wire.RATE_PERMIT_AT_HEADER, str(permit.at_ms).encode()),
-        ]
+    headers += _permit_headers(permits)
     if refused is not None:
         headers.append((wire.RATE_REFUSED_HEADER, orjson.dumps(refused)))
     return Output(value, route.encode(), role="requests", headers=headers)
@@ -249,23 +249,52 @@ def _forwarded(
 # -- at the job's route ------------------------------------------------------------
 
 
-def permit_of(headers: Mapping[str, bytes]) -> Permit | None:
-    """The permit a claim carries (only a home sets these headers); None without one."""
+def permits_of(headers: Mapping[str, bytes]) -> tuple[Permit, ...]:
+    """The permits a claim carries (only a home sets these headers); () without one."""
     raw = [headers.get(name) for name in wire.RATE_HEADERS]
     if any(v is None for v in raw):
-        return None
+        return ()
     permit_id, key, at = (v.decode(errors="replace") for v in raw if v is not None)
-    return Permit(key, permit_id, int(at)) if at.isdigit() else None
+    if not at.isdigit():
+        return ()
+    found = [Permit(key, permit_id, int(at))]
+    try:
+        more = orjson.loads(headers.get(wire.RATE_MORE_HEADER) or b"[]")
+        found += [Permit(str(k), str(p), int(t)) for k, p, t in more]
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return ()
+    return tuple(found)
 
 
-def to_home(value: bytes | None, job: Mapping[str, Any], key: str, source: Source) -> Output:
-    """A claim that came to the job's route without a permit, sent to its rate key's home,
-    with the job's rate limit and the caller's reply headers."""
+def _permit_headers(permits: tuple[Permit, ...]) -> list[tuple[str, bytes]]:
+    """The headers carrying `permits`: the first in its own, the others as JSON."""
+    if not permits:
+        return []
+    first = permits[0]
+    headers = [
+        (wire.RATE_PERMIT_HEADER, first.id.encode()),
+        (wire.RATE_KEY_HEADER, first.key.encode()),
+        (wire.RATE_PERMIT_AT_HEADER, str(first.at_ms).encode()),
+    ]
+    if len(permits) > 1:
+        more = [[p.key, p.id, p.at_ms] for p in permits[1:]]
+        headers.append((wire.RATE_MORE_HEADER, orjson.dumps(more)))
+    return headers
+
+
+def to_home(
+    value: bytes | None, policy: Mapping[str, Any], key: str, source: Source,
+    permits: tuple[Permit, ...],
+) -> Output:  # fmt: skip
+    """A claim that came to the job's route without a permit of rate key `key`, sent to its
+    home with the key's `policy` (as the job holds it, or its queue's), the permits it holds
+    already and the caller's reply headers."""
     event = orjson.loads(value or b"{}")
-    event[JOB_FIELD] = job[JOB_FIELD]
+    event[JOB_FIELD] = policy
     dropped = (wire.KIND_HEADER, *wire.RATE_GATEWAY_HEADERS)
     headers = [(k, v) for k, v in source.headers.items() if k not in dropped]
     headers.append((wire.KIND_HEADER, wire.RATE))
+    headers += _permit_headers(permits)
     return Output(orjson.dumps(event), wire.rate_home(key), role="requests", headers=headers)
 
 

@@ -25,7 +25,7 @@ from gateway.core import (
     load_entries,
 )
 from gateway.core.jobs import job_expires_at, job_route
-from gateway.core.rates import PERMIT_FIELD, held_permit
+from gateway.core.rates import MORE_FIELD, PERMIT_FIELD, held_permits
 from gateway.core.tenant_limits import SLOT_FIELD
 from gateway.stage.context import Emit, Staged, StageMetrics, StateOf
 from gateway.stage.parsing import Limits
@@ -124,9 +124,9 @@ class Shared:
         one's attempt is looked at again when its lease or timeout ends. A job that left
         active gives its rate permit back to its key's home (core/rates.py), and one that
         started or ended its place back to its tenant's (core/tenant_limits.py)."""
-        held = held_permit(job)
-        if held is not None:
-            del job[PERMIT_FIELD]
+        for held in held_permits(job):
+            job.pop(PERMIT_FIELD, None)
+            job.pop(MORE_FIELD, None)
             encoded = None
             self.emit(rate_report(*held, unused=False), source)
         slot = job.get(SLOT_FIELD)

@@ -251,7 +251,7 @@ def keep_control(
     if not isinstance(state, dict):
         log.warning("a job_states record under a NUL key is not a state; skipped")
         return False
-    if key.startswith(wire.QUEUE_KEY_PREFIX):
+    if key.startswith((wire.QUEUE_KEY_PREFIX, wire.QUEUE_RATE_KEY_PREFIX)):
         held_raw = staged[stored_key] if stored_key in staged else db.get(stored_key)
         held = None if held_raw is None else orjson.loads(bytes(held_raw))
         if not newer_state(state, held):

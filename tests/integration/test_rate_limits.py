@@ -168,3 +168,30 @@ def test_on_limit_reschedules_or_drops_what_a_full_key_refuses(
                     parse_rfc3339(got[0]["started_at"]),
                 )
                 assert at is not None and started is not None and at > started
+
+
+def test_a_queue_s_rate_limit_holds_every_job_of_it(kafka_bootstrap: str, tmp_path: Any) -> None:
+    with running(kafka_bootstrap, tmp_path) as (_, _cat, _settings, _served, http):
+        queue = f"q{uuid.uuid4().hex[:8]}"
+        bad = http.put(f"/ojs/v1/admin/queues/{queue}/rate-limit", json={"concurency": 1})
+        assert bad.status_code == 400 and "concurency" in bad.json()["error"]["message"]
+        put = http.put(f"/ojs/v1/admin/queues/{queue}/rate-limit", json={"concurrency": 1})
+        assert put.status_code == 200, put.text
+        assert put.json()["rate_limit"]["concurrency"] == 1
+        own = {"key": f"own-{queue}", "concurrency": 5}
+        for n, limit in enumerate([own, None, own]):
+            body: dict[str, Any] = {"type": "q.job", "args": [n], "queue": queue}
+            if limit is not None:
+                body["rate_limit"] = limit
+            assert http.post("/ojs/v1/jobs", json=body).status_code == 201
+        fetch = {"queues": [queue], "count": 3, "worker_id": "w"}
+        got = http.post("/ojs/v1/workers/fetch", json=fetch).json()["jobs"]
+        assert len(got) == 1, got  # the queue's limit, whatever the jobs' own say
+        assert http.post("/ojs/v1/workers/fetch", json=fetch).json()["jobs"] == []
+        cleared = http.delete(f"/ojs/v1/admin/queues/{queue}/rate-limit")
+        assert cleared.status_code == 200 and cleared.json()["rate_limit"] is None
+
+        def another() -> bool:
+            return len(http.post("/ojs/v1/workers/fetch", json=fetch).json()["jobs"]) >= 1
+
+        wait_for(another, 30)

@@ -418,7 +418,7 @@ class FakeView:
     def provisional(self, job_id: str, job: dict[str, Any] | None) -> None:
         self.answered[job_id] = job
 
-    def waiting(self, queue: str) -> Any:
+    def waiting(self, queue: str, _tenants: Any = None) -> Any:
         return iter(
             [i for i, j in self.jobs.items() if (j["state"], j["queue"]) == ("available", queue)]
         )

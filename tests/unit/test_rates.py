@@ -175,14 +175,20 @@ def test_the_state_round_trips_and_says_what_fetch_may_propose() -> None:
     assert inspect("k", None, T0, 0)["active"] == 0
 
 
-def test_a_claim_needs_a_permit_of_its_own_key() -> None:
+def test_a_claim_needs_a_permit_of_each_key_it_needs() -> None:
     job = {"id": "j", "rate_limit": PER_SECOND.to_dict()}
-    refused = permit_refusal(job, None)
+    own = (PER_SECOND,)
+    refused = permit_refusal(job, (), own)
     assert refused is not None and refused.code == RATE_LIMITED
-    assert permit_refusal(job, Permit("k", "p", T0)) is None
-    assert permit_refusal(job, Permit("other", "p", T0)) is not None
-    assert permit_refusal({"id": "j"}, None) is None
-    assert permit_refusal({"id": "j"}, Permit("k", "p", T0)) is not None
+    assert permit_refusal(job, (Permit("k", "p", T0),), own) is None
+    assert permit_refusal(job, (Permit("other", "p", T0),), own) is not None
+    assert permit_refusal({"id": "j"}, (), ()) is None
+    assert permit_refusal({"id": "j"}, (Permit("k", "p", T0),), ()) is not None
+    # Its queue's key too (core/queue_rates.py): both, in any order, and no other.
+    both = (RateLimit("queue:q", concurrency=1), PER_SECOND)
+    assert permit_refusal(job, (Permit("k", "p", T0),), both) is not None
+    held = (Permit("k", "p", T0), Permit("queue:q", "r", T0))
+    assert permit_refusal(job, held, both) is None
 
 
 step = st.one_of(
