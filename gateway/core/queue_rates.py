@@ -29,8 +29,11 @@ _SHAPE = '{"queue": <name>, "rate_limit": {...} | null, "version": [<ms>, <id>]}
 _FIELDS = frozenset({"concurrency", "rate", "period", "max_per_second"})
 
 
+QUEUE_KEY = "queue:"  # + queue: the rate key of a queue's limits
+
+
 def queue_rate_key(queue: str) -> str:
-    return "queue:" + queue
+    return QUEUE_KEY + queue
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ broker time and answers the key as it then stands.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +21,7 @@ from starlette.requests import Request
 from gateway import wire
 from gateway.core import INVALID_REQUEST
 from gateway.core.errors import Invalid
+from gateway.core.queue_rates import QUEUE_KEY, policy_in, queue_rate_key
 from gateway.core.rate_policy import KEY_RULE, Override, is_key, parse_override
 from gateway.core.rates import RateState, inspect
 from gateway.http import commands
@@ -38,14 +40,35 @@ MAX_WAITING = 10_000  # a key's waiting jobs are counted up to this many
 async def get(request: Request, binding: Binding, _: str) -> Answer:
     key = _key(request)
     state = RateState.load(binding.view.controls(wire.rate_home(key)).get(""))
-    return Answer(200, _shown(binding, key, state))
+    return Answer(200, _shown(binding, key, _with_queue_limits(binding, key, state)))
 
 
 async def keys(request: Request, binding: Binding, _: str) -> Answer:
     page = page_of(request, numbered=True)
-    held = binding.view.controls(wire.RATE_KEY_PREFIX)
-    items = [_shown(binding, key, RateState.load(held[key])) for key in page.of(sorted(held))]
+    held: dict[str, RateState | None] = {
+        key: RateState.load(state)
+        for key, state in binding.view.controls(wire.RATE_KEY_PREFIX).items()
+    }
+    for queue, state in binding.view.controls(wire.QUEUE_RATE_KEY_PREFIX).items():
+        if policy_in(state) is not None:  # a queue's limits: listed before any claim
+            held.setdefault(queue_rate_key(queue), None)
+    items = [
+        _shown(binding, key, _with_queue_limits(binding, key, held[key]))
+        for key in page.of(sorted(held))
+    ]
     return Answer(200, page.paged(items, len(held)))
+
+
+def _with_queue_limits(binding: Binding, key: str, state: RateState | None) -> RateState | None:
+    """A queue's key shown with the queue's limits as its policy (core/queue_rates.py), the
+    limits its home decides by, before and after its first claim."""
+    if not key.startswith(QUEUE_KEY):
+        return state
+    queue = key[len(QUEUE_KEY) :]
+    policy = policy_in(binding.view.controls(wire.queue_rate_key(queue)).get(""))
+    if policy is None:
+        return state
+    return RateState(key, policy) if state is None else replace(state, policy=policy)
 
 
 @privileged

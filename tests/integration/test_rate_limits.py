@@ -178,6 +178,13 @@ def test_a_queue_s_rate_limit_holds_every_job_of_it(kafka_bootstrap: str, tmp_pa
         put = http.put(f"/ojs/v1/admin/queues/{queue}/rate-limit", json={"concurrency": 1})
         assert put.status_code == 200, put.text
         assert put.json()["rate_limit"]["concurrency"] == 1
+
+        def shown() -> bool:  # the queue's key, listed with its limits before any claim
+            listed = http.get("/ojs/v1/rate-limits", params={"per_page": "1000"}).json()
+            mine = [i for i in listed["items"] if i["key"] == f"queue:{queue}"]
+            return bool(mine) and mine[0]["concurrency"]["limit"] == 1
+
+        wait_for(shown, 30)
         own = {"key": f"own-{queue}", "concurrency": 5}
         for n, limit in enumerate([own, None, own]):
             body: dict[str, Any] = {"type": "q.job", "args": [n], "queue": queue}
