@@ -76,6 +76,10 @@ class Events:
         if job is not None and waits(job, claim):
             own = job_policy(job)
             needed = needed_keys(own, self._queue_limits(source, job.get("queue")))
+            keys = {p.key for p in needed}
+            for extra in (p for p in permits if p.key not in keys):  # a limit cleared since
+                shared.emit(rate_report(extra.key, extra.id, unused=True), source)
+            permits = tuple(p for p in permits if p.key in keys)
             held = {p.key for p in permits}
             missing = next((p for p in needed if p.key not in held), None)
             if missing is not None:

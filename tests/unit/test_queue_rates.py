@@ -115,3 +115,21 @@ def test_an_older_command_never_wins_on_any_partition() -> None:
     published = [orjson.loads(o.value or b"") for o in story.sent
                  if o.role == "job_states" and o.key == wire.queue_rate_key("rl")]  # fmt: skip
     assert all(p["rate_limit"] is not None for p in published)
+
+
+def test_a_permit_of_a_key_no_longer_needed_goes_back_unused() -> None:
+    story = Story()
+    [job] = story.enqueue(1, {"key": "own", "concurrency": 5})
+    route = story.job(job)["route"].encode()
+    body = {"job_id": job, "type": "job.started"}
+    headers = [(wire.KIND_HEADER, wire.JOB_EVENT), (wire.RATE_PERMIT_HEADER, b"0-1"),
+               (wire.RATE_KEY_HEADER, b"own"), (wire.RATE_PERMIT_AT_HEADER, b"1"),
+               (wire.RATE_MORE_HEADER, b'[["queue:rl", "0-2", 1]]')]  # fmt: skip
+    story.logs.setdefault(("requests", partition_for(route, PARTITIONS)), deque()).append(
+        Output(orjson.dumps(body), route, headers=headers)
+    )  # the queue's limit was cleared after its home granted this
+    story.run()
+    assert story.job(job)["state"] == "active" and "rate_permits_more" not in story.job(job)
+    reports = [orjson.loads(o.value or b"") for o in story.sent
+               if dict(o.headers or []).get(wire.KIND_HEADER) == wire.RATE_REPORT]  # fmt: skip
+    assert {"permit": "0-2", "unused": True} in reports
