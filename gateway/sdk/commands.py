@@ -10,13 +10,13 @@ the cron lives; a rate command to its rate key's home, a tenant's to its tenant'
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway import wire
 from gateway.core.crons import CronCommand, command_record
 from gateway.core.queue_rates import queue_rate_command
-from gateway.core.queues import queue_command, version_after
+from gateway.core.queues import Version, queue_command, version_after
 from gateway.core.rate_policy import Override, RateLimit, rate_command
 from gateway.core.tenant_limits import (
     TenantLimits,
@@ -35,15 +35,11 @@ def queue_commands(
     """Pause (or resume) `queue`: one command per partition, all alike, versioned by this
     clock and a random id, past the queue state the sender has `seen` (core/queues.py: the
     newest command wins on every partition)."""
-    command_id = random_hex()
-    version = version_after(time.time_ns() // 1_000_000, command_id, seen)
-    value, key = queue_command(queue, paused, version), wire.queue_key(queue)
-    request_id = f"queue/{queue}/{'pause' if paused else 'resume'}/{command_id}"
-    headers = ((wire.KIND_HEADER, wire.QUEUE_COMMAND),)
-    return [
-        Outgoing(value, key, request_id, None, headers=headers, partition=p)
-        for p in range(partitions)
-    ]
+    what = "pause" if paused else "resume"
+    return _to_every_partition(
+        queue, wire.QUEUE_COMMAND, what, lambda v: queue_command(queue, paused, v), partitions,
+        seen,
+    )  # fmt: skip
 
 
 def queue_rate_commands(
@@ -51,13 +47,23 @@ def queue_rate_commands(
 ) -> list[Outgoing]:
     """Set (or, None, clear) `queue`'s rate limit: one command per partition, versioned as a
     pause is (core/queue_rates.py)."""
+    return _to_every_partition(
+        queue, wire.QUEUE_RATE_COMMAND, "rate",
+        lambda v: queue_rate_command(queue, policy, v), partitions, seen,
+    )  # fmt: skip
+
+
+def _to_every_partition(
+    queue: str, kind: bytes, what: str, command: Callable[[Version], bytes], partitions: int,
+    seen: Mapping[str, Any] | None,
+) -> list[Outgoing]:  # fmt: skip
+    """A queue's command, alike on every partition, versioned past the state `seen`."""
     command_id = random_hex()
-    version = version_after(time.time_ns() // 1_000_000, command_id, seen)
-    value, key = queue_rate_command(queue, policy, version), wire.queue_key(queue)
-    request_id = f"queue/{queue}/rate/{command_id}"
-    headers = ((wire.KIND_HEADER, wire.QUEUE_RATE_COMMAND),)
+    value = command(version_after(time.time_ns() // 1_000_000, command_id, seen))
+    request_id = f"queue/{queue}/{what}/{command_id}"
+    headers = ((wire.KIND_HEADER, kind),)
     return [
-        Outgoing(value, key, request_id, None, headers=headers, partition=p)
+        Outgoing(value, wire.queue_key(queue), request_id, None, headers=headers, partition=p)
         for p in range(partitions)
     ]
 

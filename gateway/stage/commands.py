@@ -12,6 +12,7 @@ views; a command that asked (reply_to) gets an answer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -89,16 +90,11 @@ class Commands:
         if isinstance(command, GatewayError):
             self._shared.refuse_command(source, command, key)
             return
-        queue_key = wire.queue_key(command.queue)
-        state = self._shared.state_of(source, queue_key)
-        raw = state.get_bytes(QUEUE)
-        held = None if raw is None else orjson.loads(raw)
-        if newer(command, held):
-            held = queue_state(command, source.timestamp_ms)
-            state.set_bytes(QUEUE, orjson.dumps(held))
-            self._publish(source, queue_key, held)
-        # An older command than the one held changes nothing: the answer is the state held.
-        self._shared.answer_command(source, queue_key, {"outcome": APPLIED, "queue": held})
+        self._keep_newest(
+            source, command.queue, QUEUE, wire.queue_key(command.queue),
+            lambda held: newer(command, held),
+            lambda: queue_state(command, source.timestamp_ms),
+        )  # fmt: skip
 
     def _on_queue_rate(self, value: bytes | None, key: bytes | None, source: Source) -> None:
         """A queue's rate limit set or cleared on this partition (core/queue_rates.py), the
@@ -107,15 +103,28 @@ class Commands:
         if isinstance(command, GatewayError):
             self._shared.refuse_command(source, command, key)
             return
-        queue_key = wire.queue_key(command.queue)
+        self._keep_newest(
+            source, command.queue, QUEUE_RATE, wire.queue_rate_key(command.queue),
+            lambda held: newer_rate(command, held),
+            lambda: queue_rate_state(command, source.timestamp_ms),
+        )  # fmt: skip
+
+    def _keep_newest(
+        self, source: Source, queue: str, name: str, published: bytes,
+        newer_than_held: Callable[[Any], bool], made: Callable[[], dict[str, Any]],
+    ) -> None:  # fmt: skip
+        """A queue's state `name` on this partition replaced by the command's if it is newer
+        than the one held (published under `published`); answered with the state held then:
+        an older command changes nothing."""
+        queue_key = wire.queue_key(queue)
         state = self._shared.state_of(source, queue_key)
-        raw = state.get_bytes(QUEUE_RATE)
+        raw = state.get_bytes(name)
         held = None if raw is None else orjson.loads(raw)
-        if newer_rate(command, held):
-            held = queue_rate_state(command, source.timestamp_ms)
-            state.set_bytes(QUEUE_RATE, orjson.dumps(held))
-            self._publish(source, wire.queue_rate_key(command.queue), held)
-        self._shared.answer_command(source, queue_key, {"outcome": APPLIED, "queue_rate": held})
+        if newer_than_held(held):
+            held = made()
+            state.set_bytes(name, orjson.dumps(held))
+            self._publish(source, published, held)
+        self._shared.answer_command(source, queue_key, {"outcome": APPLIED, name: held})
 
     # -- crons ----------------------------------------------------------------
 
