@@ -129,3 +129,12 @@ def test_no_paragraph_is_a_wall():
         if len(block) > MAX_BLOCK_CHARS
     ]
     assert walls == [], "split them (at most 1,500 characters each):\n" + "\n".join(walls)
+
+
+def test_the_history_route_names_every_kind_of_audit_record() -> None:
+    from gateway.stage.kinds import Kind
+
+    text = (ROOT / "docs" / "http.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("- its `source`, `at`, `kind`"))
+    named = set(re.findall(r"`([a-z_]+)`", line.split(":", 1)[1]))
+    assert named == {str(kind) for kind in Kind} | {"forwarded"}
