@@ -143,6 +143,20 @@ class Breach:
         }  # fmt: skip
 
 
+_BEFORE_START = frozenset(("available", "scheduled", "pending"))
+
+
+def holds_place(job: Mapping[str, Any]) -> bool:
+    """Whether a job still holds its tenant's place: it has neither started nor ended."""
+    return job.get("state") in _BEFORE_START
+
+
+def is_scheduled(scheduled_at_ms: int | None, scheduled_in_ms: int | None, now_ms: int) -> bool:
+    """Whether a request asks for a run time in the future (absolute or relative): its place
+    counts against max_scheduled."""
+    return (scheduled_at_ms or 0) > now_ms or (scheduled_in_ms or 0) > 0
+
+
 def admit(
     state: TenantState | None, tenant: str, scheduled: bool, now_ms: int
 ) -> tuple[TenantState, Breach | None]:

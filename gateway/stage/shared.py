@@ -26,7 +26,7 @@ from gateway.core import (
 )
 from gateway.core.jobs import job_expires_at, job_route
 from gateway.core.rates import MORE_FIELD, PERMIT_FIELD, held_permits
-from gateway.core.tenant_limits import SLOT_FIELD
+from gateway.core.tenant_limits import SLOT_FIELD, holds_place
 from gateway.stage.context import Emit, Staged, StageMetrics, StateOf
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Source, command_reply, job_state, refused_command
@@ -35,7 +35,6 @@ from gateway.stage.schedule import LEASES, TOMBSTONES, Known, Schedule
 from gateway.stage.trail import JOB
 
 ENTRIES = "entries"
-WAITING = frozenset(("available", "scheduled", "pending"))  # states before a first start
 Due = list[tuple[str, str]]  # (route, item) of what a schedule made due
 # What a replay's window makes of what a record's time made due (see audit/replay.py).
 Window = Callable[[Schedule, Due], Due]
@@ -130,7 +129,7 @@ class Shared:
             encoded = None
             self.emit(rate_report(*held, unused=False), source)
         slot = job.get(SLOT_FIELD)
-        if isinstance(slot, dict) and job.get("state") not in WAITING:
+        if isinstance(slot, dict) and not holds_place(job):
             del job[SLOT_FIELD]
             encoded = None
             self.emit(tenant_report(str(slot.get("tenant")), slot.get("scheduled") is True),

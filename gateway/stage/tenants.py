@@ -30,6 +30,7 @@ from gateway.core.tenant_limits import (
     concurrency_limit,
     concurrency_refusal,
     idle,
+    is_scheduled,
     parse_limits,
     parse_tenant_command,
     release,
@@ -85,7 +86,7 @@ class Tenants:
             return
         now = source.timestamp_ms
         envelope = request.envelope
-        scheduled = (envelope.scheduled_at or 0) > now or (envelope.scheduled_in or 0) > 0
+        scheduled = is_scheduled(envelope.scheduled_at, envelope.scheduled_in, now)
         before = TenantState.load(state.get_bytes(STATE))
         limits = TenantState(tenant).limits if before is None else before.limits
         own = request.envelope.rate_limit
