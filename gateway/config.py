@@ -109,12 +109,15 @@ def _bootstrap(explicit: str | None, settings: dict[str, Any]) -> tuple[str, str
 UP_FILE = "up.json"
 
 
-def record_up(bootstrap: str) -> None:
-    """`gateway up` notes its broker, so other commands with this home find it."""
+def record_up(bootstrap: str, url: str | None = None, decisions: str | None = None) -> None:
+    """`gateway up` notes its broker, so other commands with this home find it, and its
+    HTTP binding's `url` with the `decisions` topic it serves, so `gateway explain` asks
+    the audit index that binding keeps."""
     home = gateway_home()
     home.mkdir(parents=True, exist_ok=True)
     tmp = home / f".{UP_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps({"bootstrap": bootstrap, "pid": os.getpid()}))
+    record = {"bootstrap": bootstrap, "pid": os.getpid(), "url": url, "decisions": decisions}
+    tmp.write_text(json.dumps(record))
     tmp.replace(home / UP_FILE)
 
 
@@ -138,6 +141,17 @@ def running_up() -> tuple[str, int] | None:
     except PermissionError:
         pass  # it runs, as another user
     return str(record["bootstrap"]), pid
+
+
+def up_binding(bootstrap: str, decisions: str) -> str | None:
+    """The URL of the running `gateway up`'s HTTP binding when that `up` uses the broker
+    at `bootstrap` and serves `decisions`, else None."""
+    record = _up_record()
+    up = running_up()
+    url = record.get("url")
+    if up is None or up[0] != bootstrap or record.get("decisions") != decisions:
+        return None
+    return url if isinstance(url, str) else None
 
 
 def _up_record() -> dict[str, Any]:

@@ -5,16 +5,16 @@ id it never joins: partitions are assigned) and commits nothing: how far the
 index has read lives in the index, with the positions (index.py).
 
 `catch_up` reads each partition of `decisions` from where the index stopped to
-its end now (the CLI, once a run), `Follower` keeps reading (a serve process),
-and `read_at` reads exactly the records at some positions: it seeks to each
-and reads on only while the next wanted record is near.
+its end now (the CLI, once a run, as `unread` finds them), `Follower` keeps
+reading (a serve process), and `read_at` reads exactly the records at some
+positions: it seeks to each and reads on only while the next wanted record is near.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -91,27 +91,44 @@ def _batch(messages: Iterable[Message]) -> tuple[list[Read], dict[int, int], set
     return records, reached, ended
 
 
-def catch_up(client: Consumer, topic: str, index: AuditIndex) -> int:
-    """Index every committed record of `topic` from where `index` stopped to the end of
-    each partition now; partitions without new records are not read at all. How many
-    offsets it left unread: of partitions that stalled (a transaction held open)."""
+def unread(client: Consumer, topic: str, index: AuditIndex) -> dict[int, tuple[int, int]]:
+    """Each partition of `topic` with records the index has not read: (where the read
+    starts, the partition's end now)."""
     stored = index.offsets()
-    ends: dict[int, int] = {}
+    found: dict[int, tuple[int, int]] = {}
     for partition in partitions_of(client, topic):
         low, high = client.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
         )
-        if high > max(stored.get(partition, 0), low):
-            ends[partition] = high
-    if not ends:
+        start = max(stored.get(partition, 0), low)
+        if high > start:
+            found[partition] = (start, high)
+    return found
+
+
+def catch_up(
+    client: Consumer, topic: str, index: AuditIndex, ranges: Mapping[int, tuple[int, int]],
+    advance: Callable[[int], None] | None = None,
+) -> int:  # fmt: skip
+    """Index every committed record of `topic` in `ranges` (unread's), calling `advance`
+    with the offsets each batch moved on. How many offsets it left unread: of partitions
+    that stalled (a transaction held open)."""
+    if not ranges:
         return 0
+    stored = index.offsets()
+    ends = {p: end for p, (_, end) in ranges.items()}
     client.assign([TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in ends])
     pending, moved_at = set(ends), time.monotonic()
+    at = {p: start for p, (start, _) in ranges.items()}
     while pending and time.monotonic() - moved_at < STALL_S:
         records, reached, ended = _batch(client.consume(_BATCH, _POLL_S))
         if reached:
             index.add(records, reached)
             moved_at = time.monotonic()
+            if advance is not None:
+                moved = {p: min(o, ends[p]) for p, o in reached.items() if p in ends}
+                advance(sum(max(0, o - at[p]) for p, o in moved.items()))
+                at.update((p, max(at[p], o)) for p, o in moved.items())
         pending -= ended | {p for p, offset in reached.items() if offset >= ends[p]}
     held = index.offsets()
     return sum(max(0, ends[p] - held.get(p, 0)) for p in pending)

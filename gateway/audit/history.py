@@ -135,6 +135,12 @@ def page(
     return Page(key, unique_key, items, after)
 
 
+def count(index: AuditIndex, key: str) -> int:
+    """How many records make `key`'s history (0 when none names it)."""
+    found = routes_of(index, key)
+    return 0 if found is None else sum(1 for _ in positions(index, found[1], (0, 0)))
+
+
 def jobs_named(page: Page) -> list[Mapping[str, Any]]:
     """The jobs the page's records carry (each with its queue): a request's job (the new
     one, or the one that held the key), an event's job as it left it, each job as a
@@ -172,16 +178,6 @@ def gone(item: Item, topic: str) -> str:
     return f"the audit record at {topic}[{partition}]@{offset} is not readable"
 
 
-def where(item: Item, topic: str) -> str:
-    """The record's place, and its source's when it has one."""
-    text = "{}[{}]@{}".format(topic, *item.position)
-    source = (item.record or {}).get("source")
-    if isinstance(source, Mapping):
-        text += " from {}[{}]@{}".format(source.get("topic"), source.get("partition"),
-                                          source.get("offset"))  # fmt: skip
-    return text
-
-
 def trail_json(verdict: Verdict) -> dict[str, Any]:
     """What the trail shows of a record: `refuted` when anything refutes it, `unchecked`
     when what could refute it could not be checked, else `consistent`: nothing that is
@@ -201,8 +197,8 @@ def as_json(item: Item, topic: str) -> dict[str, Any]:
     if item.told is None or item.record is None:
         return {**out, "reason": gone(item, topic), "trail": None}
     told = item.told
-    out.update(source=item.record.get("source"), at=told.at, kind=told.kind, by=told.by,
-               trail=trail_json(item.verdict))  # fmt: skip
+    out.update(source=item.record.get("source"), at=told.at, kind=told.kind, head=told.head,
+               by=told.by, trail=trail_json(item.verdict))  # fmt: skip
     if told.kind == "request":
         out["outcome"] = told.summary.get("outcome")
     else:

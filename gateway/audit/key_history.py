@@ -91,3 +91,6 @@ class KeyHistory:
     def page(self, key: str, start: DecisionAt, limit: int) -> history.Page | None:
         with self._lock:
             return history.page(self.index, key, start, limit, self._read, self.verifier)
+
+    def count(self, key: str) -> int:
+        return history.count(self.index, key)

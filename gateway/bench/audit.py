@@ -8,20 +8,25 @@ at which that processor drained it.
   processes together (sampled every 0.1 s). Every decision must replay identical.
 - Then `gateway explain` of one key, with an index of its own: the first run (which reads
   `decisions` once to build the index) and a second (which reads the key's records only).
+- Then a `gateway serve` of the namespace, once its own index has read the log: a first
+  `gateway explain --url` asking it, and its history route's answer time.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.bench import procfs, report
-from gateway.bench.services import Processes
+from gateway.bench.services import Processes, free_port
 from gateway.bench.streams import (
     BenchError,
     Broker,
@@ -31,6 +36,7 @@ from gateway.bench.streams import (
     drop_namespace,
     fresh_namespace,
 )
+from gateway.bench.web import wait_healthy
 from gateway.bench.workload import generate
 from gateway.children import python_module
 
@@ -45,6 +51,8 @@ class Audit:
     replay_rss: list[int]
     explain_first: tuple[float, int]
     explain_indexed: list[tuple[float, int]]
+    explain_asked: tuple[float, int]  # a first explain asking a serve's index
+    history_s: list[float]  # the serve's history route, each answer
 
     def figures(self) -> tuple[dict[str, dict[str, Any]], str]:
         n = f"{self.requests:,} requests"
@@ -55,6 +63,9 @@ class Audit:
         ratio = report.spread(self.requests / s / self.drained_per_s for s in self.replay_s)
         drained = report.spread([self.drained_per_s])
         first = report.spread([self.explain_first[0]])
+        asked = report.spread([self.explain_asked[0]])
+        asked_rss = report.spread([self.explain_asked[1] / 2**20])
+        route = report.spread(s * 1000 for s in self.history_s)
         figures = {
             f"processor drained, {n} (decisions/s)": {
                 "value": drained, "text": report._fmt(drained),
@@ -73,12 +84,20 @@ class Audit:
             f"explain one key, first run building the index, {n} (s)": {
                 "value": first, "text": report._fmt(first, 2),
             },
+            f"explain one key, first run asking a serve's index, {n} (s)": {
+                "value": asked, "text": report._fmt(asked, 2),
+            },
+            f"explain one key, first run asking a serve's index, {n}: peak RSS (MiB)": {
+                "value": asked_rss, "text": report._fmt(asked_rss),
+            },
+            f"history route, one key, {n} (ms)": {"value": route, "text": report._fmt(route, 1)},
         }  # fmt: skip
         line = (
             f"audit: {n} drained at {report._fmt(drained)}/s; replayed at "
             f"{report._fmt(replay)}/s ({report._fmt(ratio, 2)} of that) in "
             f"{report._fmt(rss)} MiB; explain {report._fmt(indexed, 2)} s indexed, "
-            f"{report._fmt(first, 2)} s building the index"
+            f"{report._fmt(first, 2)} s building the index, {report._fmt(asked, 2)} s asking "
+            f"a serve; history route {report._fmt(route, 1)} ms"
         )
         return figures, line
 
@@ -122,10 +141,52 @@ def audit(
         show("audit: explain, building its index")
         first = _measured(explain, workdir / "explain.log")[:2]
         indexed = [_measured(explain, workdir / "explain.log")[:2] for _ in range(rounds)]
+        show("audit: explain, asking a serve's index")
+        asked, route = _asked(key, where, processes, workdir)
     finally:
         io.close()
         drop_namespace(broker, namespace)
-    return Audit(requests, drained, replay_s, replay_rss, first, indexed)
+    return Audit(requests, drained, replay_s, replay_rss, first, indexed, asked, route)
+
+
+def _asked(
+    key: str, where: list[str], processes: Processes, workdir: Path
+) -> tuple[tuple[float, int], list[float]]:
+    """A serve of the log, once its index has read it all: a first explain asking it (wall
+    time, peak RSS) and 50 answers of its history route (seconds each)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    serve = processes.start(
+        [*python_module("gateway", "serve"), *where, "--port", str(port),
+         "--view-dir", str(workdir / "view"), "--log-level", "warning"],
+        workdir / "serve.log",
+    )  # fmt: skip
+    try:
+        wait_healthy(url, [serve], workdir, timeout=600)
+        history = f"{url}/ojs/v1/admin/unique-jobs/{key}/history"
+        deadline = time.monotonic() + 1200
+        while not _complete(history):
+            if time.monotonic() > deadline or serve.poll() is not None:
+                raise BenchError(f"the serve's audit index never read the log ({workdir})")
+            time.sleep(1)
+        asked = _measured(["explain", key, "--url", url, *where], workdir / "explain.log")[:2]
+        answers = []
+        for _ in range(50):
+            started = time.monotonic()
+            _complete(history)
+            answers.append(time.monotonic() - started)
+        return asked, answers
+    finally:
+        processes.stop(serve)
+
+
+def _complete(history: str) -> bool:
+    """Whether the history route answers the key with an index that has read everything."""
+    try:
+        with urllib.request.urlopen(history, timeout=30) as answer:
+            return bool(json.loads(answer.read())["index"]["complete"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return False
 
 
 def _measured(arguments: Sequence[str], log: Path) -> tuple[float, int, bytes]:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from gateway import catalogue
 from gateway.audit import FlipReport, LogRecord, ReplayReport, replay_under_policy
@@ -30,13 +27,13 @@ from gateway.cli.common import (
     kafka_asked,
     reachable_config,
 )
+from gateway.cli.progress import progress_bar
 from gateway.core import DEFAULT_RETENTION_MS, GatewayError, UniquePolicy, parse_policy
 from gateway.core.idempotency import DEFAULT_IDEMPOTENCY_MS
 from gateway.core.times import parse_rfc3339
 from gateway.stage.parsing import Limits
 
 EXIT_DIFFERENT = 1
-LONG_READ = 10_000  # records; shorter reads show no progress bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -185,19 +182,6 @@ def load_catalogue(namespace: str | None) -> Catalogue:
         return catalogue.load(namespace=namespace)
     except CatalogueError as exc:
         raise CommandError(str(exc), EXIT_INVALID) from exc
-
-
-@contextmanager
-def progress_bar(total: int, what: str = "reading the log") -> Iterator[Any]:
-    console = Console(stderr=True)
-    if total < LONG_READ or not console.is_terminal:
-        yield None
-        return
-    columns = (TextColumn(what), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn())  # fmt: skip
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("read", total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def print_report(report: ReplayReport, show: int) -> None:

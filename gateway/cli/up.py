@@ -147,9 +147,11 @@ def _up(args: argparse.Namespace) -> int:
                 started = result.cluster
                 print(f"Kafka {started.version} started in {result.seconds:.1f}s")
         print(f"bootstrap: {args.bootstrap}", flush=True)
-        # Other commands with this home (enqueue, explain, ...) ask this broker by default.
-        config.record_up(args.bootstrap)
         settings = process.settings_from(args)
+        # Other commands with this home (enqueue, explain, ...) ask this broker by
+        # default, and explain asks this binding's audit index.
+        url = _local_url(scheme, args.http_host, args.http_port)
+        config.record_up(args.bootstrap, url, settings.catalogue.name("decisions"))
         processes = process.processes_from(args, settings)
         if args.metrics_port is None:
             # The HTTP binding asks the processor on this port whether it is
@@ -204,6 +206,12 @@ def _up(args: argparse.Namespace) -> int:
             left = min(STOP_BUDGET_S, stop["at"] + STOP_BUDGET_S - time.monotonic())
             launcher.down(started, timeout=max(1.0, left - 0.5))
             print("stopped the local Kafka broker", flush=True)
+
+
+def _local_url(scheme: str, host: str, port: int) -> str:
+    """Where a command on this machine reaches the binding listening on `host`."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def _check_ports(args: argparse.Namespace) -> None:

@@ -7,7 +7,8 @@ own (audit/explain.py). Each is also checked (audit/verify.py): its seal, with t
 of `serve --audit-key-file`, its partition, and its place in the chain as the index
 found it. The key is a unique key or a job id (a job with a unique
 key answers its key's history). A page holds `limit` records in log order;
-`next_cursor`, when there are more, is where the next page starts. `index`
+`next_cursor`, when there are more, is where the next page starts; the first page
+(no cursor) also says how many records the history holds (`count`). `index`
 says whether the index had read all of `decisions` (`complete`) and, if not, how
 many offsets it was behind: a request waits up to key_history.SETTLE_S for it to catch up
 with the records committed when it came, so a caller sees its own decisions. A caller
@@ -51,6 +52,7 @@ async def key_history(request: Request, binding: Binding, _: str) -> Answer:
     try:
         behind = await asyncio.to_thread(audit.settle)
         page = await asyncio.to_thread(audit.page, key, start, limit)
+        total = None if cursor or page is None else await asyncio.to_thread(audit.count, key)
     except KafkaException as exc:
         problem = f"the decisions topic could not be read: {exc.args[0].str()}"
         raise ApiError(503, errors.UNAVAILABLE, problem, retryable=True) from None
@@ -65,7 +67,7 @@ async def key_history(request: Request, binding: Binding, _: str) -> Answer:
         "key": key, "unique_key": page.unique_key,
         "items": [history.as_json(item, audit.topic) for item in page.items],
         "next_cursor": None if page.next is None else history.format_cursor(page.next),
-        "index": index,
+        "index": index, **({} if total is None else {"count": total}),
     })  # fmt: skip
 
 

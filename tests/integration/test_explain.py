@@ -63,6 +63,15 @@ def test_one_key_is_explained_by_the_cli_and_by_http_alike(kafka_bootstrap: str,
         assert paged == items
         missing = http.get(f"/ojs/v1/admin/unique-jobs/{uuid.uuid4()}/history")
         assert missing.status_code == 404
+        # The CLI asks this serve's index: nothing of the topic is read here.
+        url = str(http.base_url).rstrip("/")
+        asked = gateway("explain", first["id"], "--url", url, "--namespace", namespace,
+                        "--bootstrap", kafka_bootstrap)  # fmt: skip
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert f"asking the audit index of the gateway at {url}" in asked.stderr
+        assert "indexing" not in asked.stderr
+        unknown = gateway("explain", str(uuid.uuid4()), "--url", url, "--namespace", namespace)
+        assert unknown.returncode == 1 and "no audit record mentions" in unknown.stderr
 
     where = [
         "--bootstrap",
@@ -74,6 +83,10 @@ def test_one_key_is_explained_by_the_cli_and_by_http_alike(kafka_bootstrap: str,
     ]
     by_job = gateway("explain", first["id"], *where)
     assert by_job.returncode == 0, by_job.stdout + by_job.stderr
+    assert by_job.stdout == asked.stdout  # read here or asked, told alike
+    # A gateway named and not answering is an error, never a silent read of the log.
+    down = gateway("explain", key, "--url", url, "--namespace", namespace)
+    assert down.returncode == 3 and "no answer from" in down.stderr, down.stderr
     lines = by_job.stdout.splitlines()
     assert lines[0] == f"unique_key {key}: {len(items)} audit records"
     heads = [line for line in lines[1:] if not line.startswith(" ")]
