@@ -23,7 +23,14 @@ from typing import Any
 import orjson
 
 from gateway.audit.chain import WINDOW, Chain
-from gateway.audit.findings import AFTER_WINDOW, INPUT_GONE, KEY_NOT_HELD, Position, ReplayReport
+from gateway.audit.findings import (
+    AFTER_WINDOW,
+    BEFORE_WINDOW,
+    INPUT_GONE,
+    KEY_NOT_HELD,
+    Position,
+    ReplayReport,
+)
 from gateway.audit.log import LogRecord
 from gateway.audit.verify import ALTERED, UNCHECKED, UNSEALED, Layout, seal_of
 from gateway.stage.audit_keys import AuditKeys
@@ -152,12 +159,14 @@ class Trail:
 @dataclass(frozen=True)
 class Span:
     """The offsets of an input partition a replay reads: from `start` (None: its first
-    record read) up to `end` (None: not known); `cut`: the read stopped before the end
-    (at --to), so what comes after is no one's to judge here."""
+    record read) up to `end` (None: not known); `opened`: the read starts after the
+    partition's first record (at --from), so what comes before is context; `cut`: the read
+    stopped before the end (at --to), so what comes after is no one's to judge here."""
 
     start: int | None = None
     end: int | None = None
     cut: bool = False
+    opened: bool = False
 
 
 UNKNOWN = Span()
@@ -173,7 +182,7 @@ def unmatched(
     offset, named = source[2], "{}[{}]@{}".format(*source)
     start = span.start if span.start is not None else first
     if start is None or offset < start:
-        return "", INPUT_GONE
+        return "", BEFORE_WINDOW if span.opened and span.start is not None else INPUT_GONE
     if previous is not None and offset <= previous:
         return "reordered", (f"its input, {named}, was passed already: it is out of order, "
                              "a second audit record of it, or it names no record")  # fmt: skip

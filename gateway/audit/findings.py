@@ -12,11 +12,14 @@ Position = tuple[str, int, int]  # topic, partition, offset
 
 # Why a record could not be verified.
 BEFORE_TRAIL = "decided before the oldest audit record read (retention, or before --from)"
-INPUT_GONE = "its input record is gone (retention, or before --from)"
+INPUT_GONE = "its input record is gone (the topic's retention deleted it)"
 TOO_LARGE = "it read a value too large for its audit record to carry"
 TRUNCATED = "it touched more than its audit record could carry (the replay started afresh after it)"
 NO_STATE = "its audit record was written before audit records carried their state (< 0.4)"
-AFTER_WINDOW = "its input comes after --to"
+# Outside the window asked for: read as the window's context, nothing to verify.
+BEFORE_WINDOW = "an audit record of an input before --from (read for the window's start)"
+AFTER_WINDOW = "an audit record of an input after --to"
+CONTEXT = frozenset({BEFORE_WINDOW, AFTER_WINDOW})
 KEY_NOT_HELD = (
     "its audit record is sealed with a key that no --audit-key-file given holds: its digest "
     "is not checked (what it says is)"
@@ -56,6 +59,14 @@ class ReplayReport:
     @property
     def compared(self) -> int:
         return self.verified + self.different
+
+    def context(self) -> Counter[str]:
+        """Records outside the window asked for, by why: expected, not failures."""
+        return Counter({r: n for r, n in self.unverifiable.items() if r in CONTEXT})
+
+    def unchecked(self) -> Counter[str]:
+        """Records of the window that could not be verified, by why."""
+        return Counter({r: n for r, n in self.unverifiable.items() if r not in CONTEXT})
 
     def merge(self, other: ReplayReport, keep: int) -> None:
         self.verified += other.verified

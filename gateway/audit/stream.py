@@ -199,7 +199,8 @@ def read(part: Part, role: str, partition: int, bounds: Bounds) -> Iterator[LogR
 
 def span(part: Part, role: str, partition: int, bounds: Bounds) -> Span:
     """The offsets of an input partition `read` reads."""
-    return Span(_start(part, role, partition, bounds), bounds[1], part.to_ms is not None)
+    start = _start(part, role, partition, bounds)
+    return Span(start, bounds[1], part.to_ms is not None, start > bounds[0])
 
 
 def _start(part: Part, role: str, partition: int, bounds: Bounds) -> int:

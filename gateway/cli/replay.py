@@ -191,10 +191,14 @@ def print_report(report: ReplayReport, show: int) -> None:
         f"verified identical ({share:.1f}%), {report.different} different; "
         f"{report.rerouted} re-routed requests (decided where they landed)"
     )
-    unverifiable = sum(report.unverifiable.values())
-    if unverifiable:
-        print(f"could not verify {unverifiable}:")
-        for reason, count in report.unverifiable.most_common():
+    context, unchecked = report.context(), report.unchecked()
+    if context:
+        print(f"outside the window, read as its context (expected): {sum(context.values())}")
+        for reason, count in context.most_common():
+            print(f"  {count}: {reason}")
+    if unchecked:
+        print(f"could not verify {sum(unchecked.values())}:")
+        for reason, count in unchecked.most_common():
             print(f"  {count}: {reason}")
     if report.findings:
         print(f"the audit trail shows {len(report.findings)} problems:")
@@ -207,6 +211,24 @@ def print_report(report: ReplayReport, show: int) -> None:
             f"recorded {_show(diff.recorded)}, replayed {_show(diff.replayed)}"
         )
     _more(len(report.differences), show)
+    print(verdict(report))
+
+
+def verdict(report: ReplayReport) -> str:
+    """The last line: whether anything is wrong, in words a user acts on."""
+    problems = [f"{n} {what}" for n, what in (
+        (report.different, "decided differently"),
+        (len(report.findings), "problems in the audit trail"),
+    ) if n]  # fmt: skip
+    if problems:
+        return f"result: WRONG: {', '.join(problems)} (exit 1)"
+    unchecked = sum(report.unchecked().values())
+    if unchecked:
+        return (
+            f"result: nothing wrong found; {unchecked} records could not be verified, for the "
+            "reasons above (expected after retention; else look at them)"
+        )
+    return "result: nothing wrong found: every decision decided again is identical"
 
 
 def print_flips(report: FlipReport, show: int) -> None:

@@ -76,7 +76,13 @@ def test_a_replay_whose_start_is_gone_verifies_what_remains(
     assert window.returncode == 0, window.stdout + window.stderr
     assert re.search(r"decided [1-9]\d* again: \d+ verified identical \(100.0%\), 0 different",
                      window.stdout), window.stdout  # fmt: skip
-    assert "problems" not in window.stdout
+    assert "problems" not in window.stdout and "could not verify" not in window.stdout
+    # What is read before the window, for the state it starts from, is said to be context.
+    assert re.search(r"^outside the window, read as its context \(expected\): [1-9]",
+                     window.stdout, re.MULTILINE), window.stdout  # fmt: skip
+    assert window.stdout.splitlines()[-1] == (
+        "result: nothing wrong found: every decision decided again is identical"
+    )
 
     remaining = _delete_first_half(kafka_bootstrap, [cat.name("requests"), cat.name("decisions")])
     window = gateway("replay", *where)
@@ -89,6 +95,7 @@ def test_a_replay_whose_start_is_gone_verifies_what_remains(
     assert reasons and all(
         r.startswith(("decided before the oldest", "its input record is gone")) for r in reasons
     ), window.stdout
+    assert window.stdout.splitlines()[-1].startswith("result: nothing wrong found; ")
     assert "problems" not in window.stdout and decided == 3 * KEYS
 
 

@@ -15,12 +15,21 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.audit.account import Trail
-from gateway.audit.findings import BEFORE_TRAIL, INPUT_GONE, Position, ReplayReport
+from gateway.audit.account import Span, Trail
+from gateway.audit.findings import (
+    BEFORE_TRAIL,
+    BEFORE_WINDOW,
+    INPUT_GONE,
+    Difference,
+    Finding,
+    Position,
+    ReplayReport,
+)
 from gateway.audit.log import LogRecord
 from gateway.audit.replay import PartitionReplay, intake_audits, replay_intake
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import Layout
+from gateway.cli.replay import verdict
 from gateway.stage.parsing import Limits
 from tests import differential_log as recorded
 from tests.differential_log import Out, RecordAt, RecordedLog
@@ -67,13 +76,17 @@ def _decisions(log: RecordedLog, outputs: dict[RecordAt, list[Out]]) -> Partitio
     return out
 
 
-def replay_requests(requests: Partitioned, decisions: Partitioned, limits: Limits) -> ReplayReport:
+def replay_requests(
+    requests: Partitioned, decisions: Partitioned, limits: Limits, opened: bool = False
+) -> ReplayReport:
+    """`opened`: the requests read start at --from, not where each partition starts."""
     report = ReplayReport()
     for partition, records in sorted(requests.items()):
         with _store() as store:
             replay = PartitionReplay(PARTITIONS, limits, store, report)
             trail = Trail(partition, LAYOUT, report)
-            replay.run(records, trail, decisions.get(partition, []))
+            span = Span(records[0].offset, records[-1].offset + 1, opened=opened)
+            replay.run(records, trail, decisions.get(partition, []), span)
     return report
 
 
@@ -132,6 +145,36 @@ def test_a_window_whose_start_is_gone_replays_from_the_state_its_records_carry(
         and orjson.loads(d.value or b"")["source"]["offset"] >= later[p][0].offset
     )  # fmt: skip
     assert report.verified >= 0.95 * remaining
+
+
+def test_a_window_from_the_middle_of_a_whole_log_checks_it_all_and_names_its_context(
+    log: RecordedLog, trail: tuple[Partitioned, Partitioned]
+) -> None:
+    requests, decisions = trail
+    later = {p: r[len(r) // 2 :] for p, r in requests.items()}
+    report = replay_requests(later, decisions, Limits(**log.limits), opened=True)
+    assert (report.differences, report.findings) == ([], [])
+    # Every audit record of an input before the window is its context, none a failure.
+    assert set(report.unverifiable) == {BEFORE_WINDOW} and report.unchecked() == Counter()
+    before = sum(
+        1 for p, audits_of in decisions.items() for d in audits_of
+        if b'"topic":"gateway.requests"' in (d.value or b"")
+        and orjson.loads(d.value or b"")["source"]["offset"] < later[p][0].offset
+    )  # fmt: skip
+    assert report.context() == Counter({BEFORE_WINDOW: before})
+    assert verdict(report).startswith("result: nothing wrong found: every decision")
+
+
+def test_the_last_line_says_whether_anything_is_wrong() -> None:
+    position = ("gateway.requests", 0, 7)
+    report = ReplayReport(verified=3, unverifiable=Counter({INPUT_GONE: 2, BEFORE_WINDOW: 5}))
+    assert verdict(report).startswith("result: nothing wrong found; 2 records could not be")
+    report.different = 1
+    report.differences.append(Difference("r", position, "outcome", "a", "b"))
+    report.findings.append(Finding("missing", position, "gone"))
+    assert verdict(report) == (
+        "result: WRONG: 1 decided differently, 1 problems in the audit trail (exit 1)"
+    )
 
 
 def _audits_of(decisions: Partitioned, partition: int) -> list[LogRecord]:
