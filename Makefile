@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 
 .PHONY: up test install lint compiled uncompiled
 
+# pip says each package it fetches (a first install takes a minute or two).
 $(BIN)/gateway: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --progress-bar off -e '.[dev,bench]'
 	touch $@
 
 install: $(BIN)/gateway $(VENV)/compiled

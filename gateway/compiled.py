@@ -16,6 +16,10 @@ compiles that one, where the one dataclasses generates runs as Python, six times
 from __future__ import annotations
 
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -59,18 +63,38 @@ def remove() -> None:
         path.unlink()
 
 
+@contextmanager
+def _saying_every(seconds: float) -> Iterator[None]:
+    """A line every `seconds` while the build runs: a long silence reads as a hang."""
+    began, done = time.monotonic(), threading.Event()
+
+    def say() -> None:
+        while not done.wait(seconds):
+            print(f"  still compiling ({time.monotonic() - began:.0f} s)", flush=True)
+
+    threading.Thread(target=say, daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+        print(f"compiled in {time.monotonic() - began:.0f} s", flush=True)
+
+
 def build() -> None:
     from mypyc.build import mypycify
     from setuptools import setup
 
     remove()
-    setup(
-        name="gateway-compiled",
-        packages=[],
-        py_modules=[],
-        ext_modules=mypycify(list(MODULES), group_name=GROUP),
-        script_args=["--quiet", "build_ext", "--inplace"],
-    )
+    print(f"compiling {len(MODULES)} modules of the per-decision path with mypyc (a few "
+          "minutes; `make uncompiled` runs the sources instead)", flush=True)  # fmt: skip
+    with _saying_every(10.0):
+        setup(
+            name="gateway-compiled",
+            packages=[],
+            py_modules=[],
+            ext_modules=mypycify(list(MODULES), group_name=GROUP),
+            script_args=["--quiet", "build_ext", "--inplace"],
+        )
     for path in built():  # setuptools copies a module it did not rebuild with its old time
         path.touch()
 

@@ -27,6 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from gateway import logs
 from gateway.home import gateway_home
 
 _PREFIX = "GATEWAY_KAFKA_"
@@ -50,6 +51,7 @@ MAX_FETCH_WAIT_MS = 500
 FETCH_MIN_BYTES = 1_000_000
 _LAUNCHER_VARS = {"GATEWAY_KAFKA_VERSION"}
 KAFKA_LOGGER = logging.getLogger("librdkafka")
+KAFKA_LOGGER.addFilter(logs.BrokerStarting())
 
 
 class ConfigError(Exception):

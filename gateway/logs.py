@@ -30,6 +30,22 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+# librdkafka's warnings that a broker just started gives, and that it retries by itself:
+# the transaction coordinator is still loading its partitions. Not faults.
+_STARTING = ("Failed to acquire transactional PID", "Coordinator load in progress")
+STARTING_NOTE = "expected while the broker's transaction coordinator starts: retried"
+
+
+class BrokerStarting(logging.Filter):
+    """Logs librdkafka's warnings of a starting broker at INFO, saying they are expected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and any(s in record.getMessage() for s in _STARTING):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.expected = STARTING_NOTE
+        return True
+
+
 def configure(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     formatter = JsonFormatter()

@@ -70,9 +70,18 @@ def load_cluster(directory: Path | None = None) -> Cluster | None:
 # -- jars ---------------------------------------------------------------------
 
 
+def _libs(version: str) -> Path:
+    return gateway_home() / "kafka" / version / "libs"
+
+
+def jars_ready(version: str) -> bool:
+    """Whether Kafka `version`'s jars were fetched already."""
+    return (_libs(version) / ".complete").exists()
+
+
 def ensure_jars(version: str) -> Path:
     """Download Kafka `version` and its logging backend once; return the libs dir."""
-    libs = gateway_home() / "kafka" / version / "libs"
+    libs = _libs(version)
     done = libs / ".complete"
     if done.exists():
         return libs

@@ -14,9 +14,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.broker import ports
 from gateway.broker.install import (
     DEFAULT_PORT,
     BrokerError,
@@ -24,6 +26,7 @@ from gateway.broker.install import (
     cluster_dir,
     ensure_jars,
     format_storage,
+    jars_ready,
     java_command,
     kafka_version,
     load_cluster,
@@ -32,6 +35,12 @@ from gateway.broker.install import (
 )
 
 READY_TIMEOUT_S = 90.0
+SAY_EVERY_S = 10.0  # a start says how it goes at least this often
+Say = Callable[[str], None]
+
+
+def _silent(_: str) -> None:
+    pass
 
 
 # -- processes ----------------------------------------------------------------
@@ -159,8 +168,10 @@ def wait_ready(
     nodes: int = 1,
     cluster: Cluster | None = None,
     started: dict[int, int] | None = None,
+    say: Say = _silent,
 ) -> None:
-    """Return once the cluster answers metadata requests with all `nodes` brokers.
+    """Return once the cluster answers metadata requests with all `nodes` brokers, saying
+    every SAY_EVERY_S that it still waits.
 
     Given the `cluster` and the pids of the nodes it started, fail at once,
     with the node's last log lines, if one of them has ended (a port taken, a
@@ -169,7 +180,8 @@ def wait_ready(
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline, said = began + timeout, began
     last: Exception | None = None
     while time.monotonic() < deadline:
         if cluster is not None and started:
@@ -179,6 +191,9 @@ def wait_ready(
                 return
         except Exception as exc:  # the client raises KafkaException until a broker answers
             last = exc
+        if time.monotonic() - said >= SAY_EVERY_S:
+            said = time.monotonic()
+            say(f"waiting for Kafka at {bootstrap} to answer ({said - began:.0f}s)")
         time.sleep(0.2)
     raise BrokerError(f"broker at {bootstrap} did not answer within {timeout:.0f}s ({last})")
 
@@ -213,6 +228,7 @@ def up(
     port: int | None = None,
     version: str | None = None,
     directory: Path | None = None,
+    say: Say = _silent,
 ) -> UpResult:
     """Start the cluster, or reuse the one already there; wait until it answers.
 
@@ -221,7 +237,9 @@ def up(
     that exists with other values, running or stopped, is never replaced: its
     data goes only with `down(purge=True)`. `directory` holds the cluster's
     configs, data, logs and pid files (default: cluster/ under the gateway
-    home); tests give each run a directory of its own.
+    home); tests give each run a directory of its own. `say` is told each step of a
+    start. A new cluster whose ports are taken, or that never answers, is not kept: the
+    next start may choose another port.
     """
     directory = directory or cluster_dir()
     existing = load_cluster(directory)
@@ -243,7 +261,7 @@ def up(
         if running:
             for node_id in existing.node_ids():
                 start_node(existing, node_id)
-            wait_ready(existing.bootstrap, nodes=existing.brokers)
+            wait_ready(existing.bootstrap, nodes=existing.brokers, say=say)
             return UpResult(existing, reused=True, seconds=0.0)
         cluster = existing
     else:
@@ -254,17 +272,39 @@ def up(
             cluster_id=new_cluster_id(),
             directory=str(directory),
         )
+    _refuse_taken(cluster)
+    if not jars_ready(cluster.version):
+        say(f"fetching Kafka {cluster.version}'s jars from Maven Central (once; a minute or so)")
     libs = ensure_jars(cluster.version)
     began = time.monotonic()
     write_configs(cluster)
     format_storage(cluster, libs)
+    say(f"starting Kafka {cluster.version} on 127.0.0.1:{cluster.port}, its controller on "
+        f"{cluster.port + 100} (about 10-40 s)")  # fmt: skip
     started = {node_id: start_node(cluster, node_id) for node_id in cluster.node_ids()}
     try:
-        wait_ready(cluster.bootstrap, nodes=cluster.brokers, cluster=cluster, started=started)
+        wait_ready(cluster.bootstrap, nodes=cluster.brokers, cluster=cluster, started=started,
+                   say=say)  # fmt: skip
     except BrokerError as exc:
-        down(cluster)
-        raise BrokerError(f"{exc}; see {cluster.log_path(1)}") from exc
+        # A new cluster that never answered is not kept (nor pinned to its port); its
+        # node's last lines say why.
+        tail = _log_tail(cluster.log_path(1))
+        down(cluster, purge=existing is None)
+        where = f"its log's end:\n{tail}" if existing is None else f"see {cluster.log_path(1)}"
+        raise BrokerError(f"{exc}; {where}") from exc
     return UpResult(cluster, reused=False, seconds=time.monotonic() - began)
+
+
+def _refuse_taken(cluster: Cluster) -> None:
+    """A port of the cluster that another process holds ends the start before anything is
+    written, naming the port and what it is for."""
+    held = ports.taken(cluster.port, cluster.brokers)
+    if held:
+        named = ", ".join(f"{port} ({what})" for port, what in held)
+        raise BrokerError(
+            f"port {named} is taken: choose another --port (each node listens on --port + "
+            "n - 1, its controller on that + 100)"
+        )
 
 
 def down(cluster: Cluster | None = None, purge: bool = False, timeout: float = 30.0) -> list[int]:

@@ -21,6 +21,14 @@ def free_port_block(brokers: int = 1) -> int:
     raise RuntimeError("no free port block on loopback")
 
 
+def taken(base: int, brokers: int = 1) -> list[tuple[int, str]]:
+    """The ports of a cluster at `base` that something else holds, each with what it is
+    for: node n's on base+n-1, its controller's on base+99+n (--port + 100)."""
+    wanted = [(base + n, f"node {n + 1}'s") for n in range(brokers)]
+    wanted += [(base + 100 + n, f"node {n + 1}'s controller") for n in range(brokers)]
+    return [(port, what) for port, what in wanted if not _free(port)]
+
+
 def _free(port: int) -> bool:
     with socket.socket() as s:
         try:

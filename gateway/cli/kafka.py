@@ -73,7 +73,8 @@ def _cluster() -> Cluster:
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        result = launcher.up(brokers=args.brokers, port=args.port, version=args.kafka_version)
+        result = launcher.up(brokers=args.brokers, port=args.port, version=args.kafka_version,
+                             say=_say)  # fmt: skip
     except BrokerError as exc:
         raise CommandError(str(exc)) from exc
     cluster = result.cluster
@@ -83,6 +84,10 @@ def _up(args: argparse.Namespace) -> int:
         print(f"Kafka {cluster.version} ready in {result.seconds:.1f}s ({cluster.brokers} node(s))")
     print(f"bootstrap: {cluster.bootstrap}")
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -273,12 +273,16 @@ def _cannot_listen(host: str, port: int) -> str | None:
     return None
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def _start_broker(port: int | None) -> launcher.UpResult:
     """launcher.up, and on Ctrl-C while it waits, stop the nodes it had started."""
     before = launcher.load_cluster()
     was_running = before is not None and bool(launcher.running_nodes(before))
     try:
-        return launcher.up(port=port)
+        return launcher.up(port=port, say=_say)
     except KeyboardInterrupt:
         cluster = launcher.load_cluster()
         if cluster is not None and not was_running:

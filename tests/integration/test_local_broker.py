@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import uuid
 
 import pytest
@@ -55,6 +56,11 @@ def test_up_reuse_status_down(gateway_home):
     first = gateway("kafka", "up", "--port", port)
     assert first.returncode == 0, first.stderr
     assert re.search(r"ready in \d+\.\ds", first.stdout)
+    # Each step of a start is said: no silent wait.
+    assert (
+        f"starting Kafka {launcher.kafka_version()} on 127.0.0.1:{port}, its controller "
+        f"on {int(port) + 100}" in first.stdout
+    ), first.stdout
     bootstrap = _bootstrap(first.stdout)
     assert bootstrap == f"127.0.0.1:{port}"
 
@@ -104,6 +110,26 @@ def test_down_without_a_cluster_touches_nothing(gateway_home):
     assert result.returncode == 0 and result.stdout.strip() == "nothing running"
     status = gateway("kafka", "status")
     assert status.returncode == 1 and "run `gateway kafka up` first" in status.stderr
+
+
+def test_a_taken_controller_port_is_named_and_leaves_no_cluster_behind(gateway_home):
+    port = free_port_block()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port + 100))
+        holder.listen()
+        failed = gateway("kafka", "up", "--port", str(port))
+    assert failed.returncode == 1
+    assert f"port {port + 100} (node 1's controller) is taken: choose another --port" in (
+        failed.stderr
+    ), failed.stderr
+    assert launcher.load_cluster() is None  # nothing kept: the next start takes any port
+    other = free_port_block()
+    started = gateway("kafka", "up", "--port", str(other))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert _bootstrap(started.stdout) == f"127.0.0.1:{other}"
+    finally:
+        gateway("kafka", "down", "--purge")
 
 
 def test_a_node_that_ends_while_starting_is_reported_with_its_log(gateway_home):

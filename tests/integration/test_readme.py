@@ -24,6 +24,7 @@ pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
 PROMISE = "# ⇒ "
 _BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
+_PYTHON = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 def promised_commands(readme: str, holding: str = "") -> list[tuple[str, str | None]]:
@@ -77,6 +78,11 @@ def test_the_quick_start_gives_what_it_promises(kafka_bootstrap: str, tmp_path: 
         # A worker's turn again, now that the gateway holds other jobs and its own last
         # turn's: it gives the same.
         _run(promised_commands(readme, "workers/fetch"), port, gateway, tmp_path, env)
+        # The SDK's snippet, as printed: it finds the running `gateway up` by itself too.
+        [snippet] = [b for b in _PYTHON.findall(readme) if "from gateway.sdk import Client" in b]
+        sdk = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert sdk.returncode == 0 and sdk.stdout.startswith("accepted "), sdk.stdout + sdk.stderr
     finally:
         up.send_signal(signal.SIGINT)
         try:

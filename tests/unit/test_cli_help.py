@@ -44,6 +44,34 @@ def test_every_command_and_flag_has_help_naming_its_default():
     assert not missing, missing
 
 
+def test_every_default_a_flag_holds_is_the_one_its_help_names():
+    """A default fixed in the parser is shown as it is (a default chosen at run time is
+    said in words: test_no_default_reads_none)."""
+    wrong = []
+    for name, parser in _parsers(build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            default = action.default
+            if (
+                not action.option_strings
+                or action.nargs == 0
+                or action.help
+                in (
+                    None,
+                    argparse.SUPPRESS,
+                )
+                or default is None
+                or isinstance(default, bool)
+                or default == argparse.SUPPRESS
+            ):
+                continue  # fmt: skip
+            text = " ".join(formatter._expand_help(action).split())
+            shown = {str(default)} | ({f"{default:,}"} if isinstance(default, int) else set())
+            if not any(s in text for s in shown):
+                wrong.append(f"{name} {action.option_strings[0]}: default {default!r}: {text}")
+    assert not wrong, wrong
+
+
 def test_docker_compose_runs_the_launchers_kafka_release():
     compose = (Path(__file__).parents[2] / "docker-compose.yml").read_text()
     assert re.findall(r"image: apache/kafka:(\S+)", compose) == [install.DEFAULT_VERSION]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 
 import pytest
 
+from gateway import config, logs
+from gateway.broker import ports
 from gateway.cli import main
 from gateway.cli.up import _cannot_listen
 from tests.support import free_port_block
@@ -81,3 +84,28 @@ def test_make_up_passes_args_on_to_gateway_up():
         ["make", "-n", "-C", str(root), "up"], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert ".venv/bin/gateway up" in [line.strip() for line in plain]
+
+
+def test_a_start_names_each_taken_port_and_what_it_is_for():
+    base = free_port_block()
+    with socket.socket() as node, socket.socket() as controller:
+        node.bind(("127.0.0.1", base + 1))
+        controller.bind(("127.0.0.1", base + 100))
+        assert ports.taken(base, brokers=2) == [
+            (base + 1, "node 2's"), (base + 100, "node 1's controller"),
+        ]  # fmt: skip
+    assert ports.taken(base, brokers=2) == []
+
+
+def test_a_starting_broker_s_warnings_are_said_to_be_expected(caplog):
+    kafka = config.KAFKA_LOGGER
+    with caplog.at_level(logging.INFO, logger="librdkafka"):
+        kafka.warning("%s [%s] %s", "TXNERR", "rdkafka#producer-1", "Failed to acquire "
+                      "transactional PID from broker TxnCoordinator/1: Broker: Not coordinator: "
+                      "retrying")  # fmt: skip
+        kafka.warning("%s [%s] %s", "FAIL", "rdkafka#producer-1", "Connection refused")
+    starting, other = caplog.records
+    assert (starting.levelname, getattr(starting, "expected", None)) == (
+        "INFO", logs.STARTING_NOTE,
+    )  # fmt: skip
+    assert other.levelname == "WARNING" and not hasattr(other, "expected")
