@@ -26,11 +26,15 @@ def taken(base: int, brokers: int = 1) -> list[tuple[int, str]]:
     for: node n's on base+n-1, its controller's on base+99+n (--port + 100)."""
     wanted = [(base + n, f"node {n + 1}'s") for n in range(brokers)]
     wanted += [(base + 100 + n, f"node {n + 1}'s controller") for n in range(brokers)]
-    return [(port, what) for port, what in wanted if not _free(port)]
+    return [(port, what) for port, what in wanted if not _free(port, reuse=True)]
 
 
-def _free(port: int) -> bool:
+def _free(port: int, reuse: bool = False) -> bool:
+    """Whether nothing holds `port`; with `reuse`, as a broker binds it (SO_REUSEADDR: the
+    connections a node just stopped left in TIME_WAIT do not hold it)."""
     with socket.socket() as s:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.core.envelope import QUEUE_NAME_RULE, is_valid_queue_name
 from gateway.core.errors import INVALID_REQUEST, GatewayError
+from gateway.core.lifecycle import shown_state
 from gateway.core.states import ALL_STATES, TERMINAL_STATES, State
 from gateway.core.times import parse_rfc3339
 
@@ -43,8 +44,9 @@ class JobFilter:
         """Whether state and queue alone decide a match (a view's index answers it)."""
         return self.type is None and self.since is None and self.until is None
 
-    def matches(self, job: Mapping[str, Any]) -> bool:
-        if job.get("state") not in self.states():
+    def matches(self, job: Mapping[str, Any], now_ms: int) -> bool:
+        """Whether the job, in its state at `now_ms` (lifecycle.shown_state), is named."""
+        if shown_state(job, now_ms) not in self.states():
             return False
         if self.queue is not None and job.get("queue") != self.queue:
             return False

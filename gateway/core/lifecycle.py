@@ -217,17 +217,31 @@ def cancelled_by_replace(job: Mapping[str, Any], at_ms: int) -> dict[str, Any] |
 
 
 def job_effective_state(job: Mapping[str, Any], now_ms: int) -> State:
-    """The job's state as a worker sees it: due scheduled and retryable jobs are available."""
-    state = State(job["state"])
-    due = {State.SCHEDULED: job.get("scheduled_at"), State.RETRYABLE: job.get("next_attempt_at")}
-    if state in due:
-        at = due[state]
-        at_ms = parse_rfc3339(at) if isinstance(at, str) else None
-        if state is State.RETRYABLE and at is None:
-            return State.AVAILABLE  # a retry with no backoff recorded is due at once
-        if at_ms is not None and at_ms <= now_ms:
-            return State.AVAILABLE
-    return state
+    """The job's state as a worker sees it, and every route shows it: due scheduled and
+    retryable jobs are available."""
+    return State(shown_state(job, now_ms))
+
+
+def shown_state(job: Mapping[str, Any], now_ms: int) -> Any:
+    """The job's state at `now_ms`, as every route lists, counts and filters it: available
+    once a scheduled or retryable job is due, else the state its record holds."""
+    due = due_ms(job)
+    return State.AVAILABLE if due is not None and due <= now_ms else job.get("state")
+
+
+def due_ms(job: Mapping[str, Any]) -> int | None:
+    """When a scheduled or retryable job becomes available (a retry with no backoff
+    recorded is due at once); None for any other job, or one with no time to become so."""
+    state = job.get("state")
+    if state == State.SCHEDULED:
+        at = job.get("scheduled_at")
+    elif state == State.RETRYABLE:
+        at = job.get("next_attempt_at")
+        if at is None:
+            return 0
+    else:
+        return None
+    return parse_rfc3339(at) if isinstance(at, str) else None
 
 
 def apply_job_event(

@@ -27,6 +27,7 @@ from gateway import wire
 from gateway.core import INVALID_REQUEST, State
 from gateway.core.concurrency import limit_of
 from gateway.core.job_filter import JobFilter
+from gateway.core.lifecycle import shown_state
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import access, errors
@@ -45,7 +46,7 @@ from gateway.http.shared import (
     settled,
 )
 from gateway.view import queue_stats
-from gateway.view.listing import matching
+from gateway.view.listing import matching, now_ms
 
 # The UI's cards: these states, each always present.
 STATES = tuple(str(s) for s in State)
@@ -233,10 +234,12 @@ async def unique_jobs(request: Request, binding: Binding, _: str) -> Answer:
     held = [job for job in live if job.get("unique_key")]
     running: dict[str, int] = {}
 
+    now = now_ms()
+
     def shaped(job: dict[str, Any]) -> dict[str, Any]:
         out = {
             "key": job["unique_key"], "job_id": job["id"], "type": job.get("type"),
-            "queue": job.get("queue"), "state": job.get("state"),
+            "queue": job.get("queue"), "state": shown_state(job, now),
         }  # fmt: skip
         if job.get("state") == State.PENDING and SUCCESSOR_OF in job:
             out[SUCCESSOR_OF] = job[SUCCESSOR_OF]

@@ -27,8 +27,8 @@ from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json, unknown_fields
 from gateway.http.security import privileged
-from gateway.http.shared import PAGING, as_recorded, page_of, query_filter, settled
-from gateway.view.listing import dead_letters, ids_of, jobs_page
+from gateway.http.shared import PAGING, page_of, query_filter, settled, shown
+from gateway.view.listing import dead_letters, ids_of, jobs_page, now_ms
 
 BULK_MAX = 1000  # jobs a bulk call asks about at most
 # The query parameters each list takes: its filter's fields, paging, and the job list's sort.
@@ -63,21 +63,21 @@ async def list_jobs(request: Request, binding: Binding, _: str) -> Answer:
 
 
 def _summary(job: dict[str, Any]) -> dict[str, Any]:
-    shown = as_recorded(job)
-    return {k: shown[k] for k in _SUMMARY_FIELDS if shown.get(k) is not None}
+    told = shown(job)
+    return {k: told[k] for k in _SUMMARY_FIELDS if told.get(k) is not None}
 
 
 async def job_detail(request: Request, binding: Binding, _: str) -> Answer:
     """One job as the UI's drawer reads it: its fields at the top level, `meta`, `errors`
     (each with a `code`) and the `metadata` timeline."""
     job = await transitions.known_job(binding, request.path_params["job_id"])
-    shown = as_recorded(job)
+    told = shown(job)
     detail = {
-        **shown,
-        "meta": shown.get("meta") if isinstance(shown.get("meta"), dict) else {},
-        "errors": [{"code": e.get("type"), **e} for e in shown["errors"] if isinstance(e, dict)],
-        "retry_policy": shown.get("retry"),
-        "metadata": {k: shown[k] for k in _TIMELINE if shown.get(k) is not None},
+        **told,
+        "meta": told.get("meta") if isinstance(told.get("meta"), dict) else {},
+        "errors": [{"code": e.get("type"), **e} for e in told["errors"] if isinstance(e, dict)],
+        "retry_policy": told.get("retry"),
+        "metadata": {k: told[k] for k in _TIMELINE if told.get(k) is not None},
     }
     return Answer(200, detail)
 
@@ -128,7 +128,8 @@ async def _bulk(
     chosen = bulk_filter(action, parsed)
     await settled(binding, chosen.queue)
     ids = ids_of(binding.view, chosen, tenants=access.scope().tenants)
-    found = (j for j in map(binding.view.get, ids) if j is not None and chosen.matches(j))
+    now = now_ms()
+    found = (j for j in map(binding.view.get, ids) if j is not None and chosen.matches(j, now))
     asked = list(itertools.islice(found, BULK_MAX))
     # The rest are counted, not asked: by their index keys where state and queue decide.
     remaining = sum(1 for _ in (ids if chosen.by_index() else found))

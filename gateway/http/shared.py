@@ -60,13 +60,6 @@ def shown(job: dict[str, Any], now_ms: int | None = None) -> dict[str, Any]:
     return out
 
 
-def as_recorded(job: dict[str, Any]) -> dict[str, Any]:
-    """The job as OJS shows it, but in its recorded state: the admin lists, filters and
-    counts jobs by the state their record holds (a retryable job whose retry is due is
-    retryable here, available to GET and fetch), so a row agrees with its filter."""
-    return {**shown(job), "state": job["state"]}
-
-
 @dataclass(frozen=True, slots=True)
 class Page:
     """Which items of a list an answer holds: `count` of them from the `first` (from 0),

@@ -38,7 +38,7 @@ from gateway.http.caller import caller
 from gateway.http.errors import ApiError
 from gateway.http.plumbing import read_json
 from gateway.http.security import privileged
-from gateway.http.shared import as_recorded, page_of, settled
+from gateway.http.shared import page_of, settled, shown
 from gateway.sdk.commands import tenant_commands
 from gateway.view.listing import jobs_page
 
@@ -111,7 +111,7 @@ async def jobs(request: Request, binding: Binding, _: str) -> Answer:
         binding.view, JobFilter(), page.first, page.count, tenants=(tenant_id,)
     )
     summaries = [
-        {k: v for k, v in as_recorded(job).items() if k in _SUMMARY_FIELDS and v is not None}
+        {k: v for k, v in shown(job).items() if k in _SUMMARY_FIELDS and v is not None}
         for job in found
     ]
     return Answer(200, page.paged(summaries, total))

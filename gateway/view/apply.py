@@ -23,7 +23,9 @@ from rocksdict import Rdict, WriteBatch
 
 from gateway import wire
 from gateway.core.jobs import job_expires_at
+from gateway.core.lifecycle import due_ms
 from gateway.core.queues import newer_state
+from gateway.core.states import State
 from gateway.core.tenants import tenant_of
 from gateway.view import keys, queue_stats
 
@@ -80,7 +82,7 @@ def stage(db: Rdict, records: list[Record], now_ms: int, retention_ms: int) -> S
         before_raw = staged[job_key] if job_key in staged else db.get(job_key)
         before = None if before_raw is None else orjson.loads(before_raw)
         if before is not None:
-            _unindex(batch, key, before, counts, retention_ms)
+            _unindex(batch, key, before, counts, retention_ms, db, staged)
         out.read.append((key.decode(errors="replace"), job, value))
         expiry = None if job is None else job_expires_at(job, retention_ms)
         if job is None or (expiry is not None and expiry <= now_ms):
@@ -95,7 +97,7 @@ def stage(db: Rdict, records: list[Record], now_ms: int, retention_ms: int) -> S
         for bucket, did in queue_stats.activity(before, job).items():
             sums = activity.setdefault(bucket, [0] * queue_stats.COUNTERS)
             sums[:] = [a + b for a, b in zip(sums, did, strict=True)]
-        _index(batch, key, job, expiry, counts)
+        _index(batch, key, job, expiry, counts, now_ms, staged)
         created = str(job.get("created_at") or "")
         tenant = tenant_of(job)
         for seen_key in (
@@ -117,9 +119,10 @@ def stage(db: Rdict, records: list[Record], now_ms: int, retention_ms: int) -> S
 
 def _index(
     batch: WriteBatch, key: bytes, job: Mapping[str, Any], expiry: int | None,
-    counts: dict[bytes, int],
+    counts: dict[bytes, int], now_ms: int, staged: dict[bytes, bytes | None],
 ) -> None:  # fmt: skip
-    """Put a job's version in every index."""
+    """Put a job's version in every index: listed in its state, or as available when it
+    is a scheduled or retryable job already due (else it waits in the due index)."""
     rank = keys.queue_key(job)
     if rank is not None:
         batch.put(rank, b"")
@@ -128,24 +131,33 @@ def _index(
             batch.put(tenant_rank, b"")
     if expiry is not None:
         batch.put(keys.expiry_key(expiry, key), b"")
-    batch.put(keys.state_key(job), b"")
+    listed = None
+    due = due_ms(job)
+    if due is not None and due <= now_ms:
+        listed = str(State.AVAILABLE)
+    elif due is not None:
+        waits = keys.due_key(job, due)
+        batch.put(waits, b"")
+        staged[waits] = b""
+    batch.put(keys.state_key(job, listed), b"")
     active = keys.active_key(job)
     if active is not None:
         batch.put(active, b"")
-    tenant_state = keys.tenant_state_key(job)
+    tenant_state = keys.tenant_state_key(job, listed)
     if tenant_state is not None:
         batch.put(tenant_state, b"")
     waiting = keys.rate_waiting_key(job)
     if waiting is not None:
         batch.put(waiting, b"")
-    _move(counts, job, 1)
+    _move(counts, job, 1, listed)
 
 
 def _unindex(
     batch: WriteBatch, key: bytes, job: Mapping[str, Any], counts: dict[bytes, int],
-    retention_ms: int,
+    retention_ms: int, db: Rdict, staged: dict[bytes, bytes | None],
 ) -> None:  # fmt: skip
-    """Take a job's old version out of every index (the data key is the caller's)."""
+    """Take a job's old version out of every index (the data key is the caller's): it is
+    listed in its own state while its due key is held, as available once that is gone."""
     old_rank = keys.queue_key(job)
     if old_rank is not None:
         batch.delete(old_rank)
@@ -155,22 +167,33 @@ def _unindex(
     old_expiry = job_expires_at(job, retention_ms)
     if old_expiry is not None:
         batch.delete(keys.expiry_key(old_expiry, key))
-    batch.delete(keys.state_key(job))
+    listed = None
+    due = due_ms(job)
+    waits = None if due is None else keys.due_key(job, due)
+    if waits is not None and (staged[waits] if waits in staged else db.get(waits)) is not None:
+        batch.delete(waits)
+        staged[waits] = None
+    elif waits is not None:
+        listed = str(State.AVAILABLE)
+    batch.delete(keys.state_key(job, listed))
     active = keys.active_key(job)
     if active is not None:
         batch.delete(active)
-    tenant_state = keys.tenant_state_key(job)
+    tenant_state = keys.tenant_state_key(job, listed)
     if tenant_state is not None:
         batch.delete(tenant_state)
     waiting = keys.rate_waiting_key(job)
     if waiting is not None:
         batch.delete(waiting)
-    _move(counts, job, -1)
+    _move(counts, job, -1, listed)
 
 
-def _move(counts: dict[bytes, int], job: Mapping[str, Any], delta: int) -> None:
-    """Move the counters of the job's queue and state, and its tenant's, by `delta`."""
-    for count in (keys.job_count_key(job), keys.tenant_count_key(job)):
+def _move(
+    counts: dict[bytes, int], job: Mapping[str, Any], delta: int, state: str | None = None
+) -> None:
+    """Move the counters of the job's queue and listed state (`state`, else its own), and
+    its tenant's, by `delta`."""
+    for count in (keys.job_count_key(job, state), keys.tenant_count_key(job, state)):
         if count is not None:
             counts[count] = counts.get(count, 0) + delta
 
@@ -186,7 +209,8 @@ def _count(db: Rdict, batch: WriteBatch, counts: dict[bytes, int]) -> None:
 
 def sweep(db: Rdict, now_ms: int) -> tuple[WriteBatch, int]:
     """The writes dropping the terminal jobs whose expiry has passed, and activity older
-    than queue_stats.KEEP_MINUTES; and how many entries they drop."""
+    than queue_stats.KEEP_MINUTES, and listing as available the jobs that came due; and how
+    many entries they drop or move."""
     batch = WriteBatch(raw_mode=True)
     dropped = 0
     counts: dict[bytes, int] = {}
@@ -205,6 +229,7 @@ def sweep(db: Rdict, now_ms: int) -> tuple[WriteBatch, int]:
             _move(counts, job, -1)
         batch.delete(keys.JOB + key[10:])
         dropped += 1
+    dropped += _list_due(db, batch, now_ms, counts)
     for count, delta in counts.items():
         raw_count = db.get(count)
         now = (0 if raw_count is None else int(bytes(raw_count))) + delta  # type: ignore[arg-type]
@@ -218,6 +243,32 @@ def sweep(db: Rdict, now_ms: int) -> tuple[WriteBatch, int]:
             batch.delete(key)
             dropped += 1
     return batch, dropped
+
+
+def _list_due(db: Rdict, batch: WriteBatch, now_ms: int, counts: dict[bytes, int]) -> int:
+    """List as available every scheduled or retryable job due by `now_ms`, as GET shows
+    it; how many."""
+    moved = 0
+    available = str(State.AVAILABLE)
+    for raw in db.keys(from_key=keys.DUE):
+        key = bytes(raw)  # type: ignore[arg-type]
+        if not key.startswith(keys.DUE) or int.from_bytes(key[2:10], "big") > now_ms:
+            break
+        batch.delete(key)
+        moved += 1
+        job_raw = db.get(keys.JOB + key[10:])
+        if job_raw is None:
+            continue
+        job = orjson.loads(bytes(job_raw))  # type: ignore[arg-type]
+        batch.delete(keys.state_key(job))
+        batch.put(keys.state_key(job, available), b"")
+        tenant_state, tenant_listed = (keys.tenant_state_key(job, s) for s in (None, available))
+        if tenant_state is not None and tenant_listed is not None:
+            batch.delete(tenant_state)
+            batch.put(tenant_listed, b"")
+        _move(counts, job, -1)
+        _move(counts, job, 1, available)
+    return moved
 
 
 def _rate_before(db: Rdict, staged: dict[bytes, bytes | None], key: bytes) -> Any:

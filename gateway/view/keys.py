@@ -8,8 +8,12 @@ Layout (one RocksDB under the gateway home per serve process):
     h/<tenant>\\0<queue>\\0<rank><id> -> as q/, for a tenant's jobs: its fetch reads past
                                       no other tenant's backlog
     x/<expiry ms><id>              -> b"" for every terminal job, in expiry order
-    s/<state>\\0<queue>\\0<id>        -> b"" for every job, by state then queue (dead letters:
-                                      the discarded ones)
+    t/<due ms><id>                 -> b"" for every scheduled or retryable job not yet due, in
+                                      due order: when it comes, the job is listed and counted
+                                      as available (apply.sweep), as GET shows it
+    s/<state>\\0<queue>\\0<id>        -> b"" for every job, by the state it is listed in
+                                      (its own, or available once due; dead letters: the
+                                      discarded ones), then queue
     c/<queue>\\0<state>              -> how many jobs of the queue are in the state
     a/<unique key>\\0<id>            -> b"" for every active job with a unique key: fetch counts
                                       a key's running jobs by it (core/concurrency.py)
@@ -43,10 +47,11 @@ from gateway.core.states import State
 from gateway.core.tenants import tenant_of
 from gateway.core.times import parse_rfc3339
 
-LAYOUT = b"8"
+LAYOUT = b"9"
 LAYOUT_KEY = b"meta/layout"
 JOB = b"j/"
 EXPIRY = b"x/"
+DUE = b"t/"
 COUNT = b"c/"
 FIRST_SEEN = b"n/"
 TENANT_STATE = b"g/"
@@ -109,10 +114,15 @@ def state_prefix(state: str, queue: str | None = None) -> bytes:
     return prefix if queue is None else prefix + queue.encode() + b"\x00"
 
 
-def state_key(job: Mapping[str, Any]) -> bytes:
-    return (
-        state_prefix(str(job.get("state", "")), str(job.get("queue", ""))) + str(job["id"]).encode()
-    )
+def state_key(job: Mapping[str, Any], state: str | None = None) -> bytes:
+    """Where a job is listed: under `state`, else its own."""
+    listed = str(job.get("state", "")) if state is None else state
+    return state_prefix(listed, str(job.get("queue", ""))) + str(job["id"]).encode()
+
+
+def due_key(job: Mapping[str, Any], due: int) -> bytes:
+    """Where a scheduled or retryable job waits to be listed as available at `due`."""
+    return DUE + max(due, 0).to_bytes(8, "big") + str(job["id"]).encode()
 
 
 def active_prefix(unique_key: str) -> bytes:
@@ -144,29 +154,32 @@ def count_key(queue: str, state: str) -> bytes:
     return COUNT + queue.encode() + b"\x00" + state.encode()
 
 
-def job_count_key(job: Mapping[str, Any]) -> bytes:
-    """The counter of the job's queue and state."""
-    return count_key(str(job.get("queue", "")), str(job.get("state", "")))
+def job_count_key(job: Mapping[str, Any], state: str | None = None) -> bytes:
+    """The counter of the job's queue and the state it is listed in (`state`, else its own)."""
+    listed = str(job.get("state", "")) if state is None else state
+    return count_key(str(job.get("queue", "")), listed)
 
 
 def tenant_state_prefix(tenant: str, state: str, queue: str | None = None) -> bytes:
     return TENANT_STATE + tenant.encode() + b"\x00" + state_prefix(state, queue)[2:]
 
 
-def tenant_state_key(job: Mapping[str, Any]) -> bytes | None:
-    """Where a job of a tenant is listed; None for a job of no tenant."""
+def tenant_state_key(job: Mapping[str, Any], state: str | None = None) -> bytes | None:
+    """Where a job of a tenant is listed (under `state`, else its own); None for a job of
+    no tenant."""
     tenant = tenant_of(job)
     if tenant is None:
         return None
-    return TENANT_STATE + tenant.encode() + b"\x00" + state_key(job)[2:]
+    return TENANT_STATE + tenant.encode() + b"\x00" + state_key(job, state)[2:]
 
 
-def tenant_count_key(job: Mapping[str, Any]) -> bytes | None:
-    """The counter of the job's tenant, queue and state; None for a job of no tenant."""
+def tenant_count_key(job: Mapping[str, Any], state: str | None = None) -> bytes | None:
+    """The counter of the job's tenant, queue and listed state; None for a job of no
+    tenant."""
     tenant = tenant_of(job)
     if tenant is None:
         return None
-    return TENANT_COUNT + tenant.encode() + b"\x00" + job_count_key(job)[2:]
+    return TENANT_COUNT + tenant.encode() + b"\x00" + job_count_key(job, state)[2:]
 
 
 def tenant_first_seen_key(tenant: str) -> bytes:

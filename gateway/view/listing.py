@@ -1,8 +1,10 @@
 """Lists of jobs read from the view: the jobs a filter names, a page at a time.
 
-Which jobs a filter names is the core's rule (core/job_filter.py); here a page of
-them is read from the view's index (by state, then queue, then id), so a page
-filtered by state and queue reads that page's keys and no more. The dead letter
+Which jobs a filter names is the core's rule (core/job_filter.py), each job in its
+state now (a scheduled or retryable job that is due is available, as the view lists
+it: view/apply.py); here a page of them is read from the view's index (by state, then
+queue, then id), so a page filtered by state and queue reads that page's keys and no
+more. The dead letter
 jobs (the discarded ones) are one listing for every route that lists them.
 
 Each listing takes `sees`, the queues the caller may see, and `tenants`, the tenants
@@ -14,6 +16,7 @@ pages neither end early nor skip a job.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
@@ -59,7 +62,8 @@ def dead_letters(
         listed = list(ids)
         page = listed[first : first + count]
         return [job for job in map(view.get, page) if job is not None], len(listed)
-    named = [job for job in map(view.get, ids) if job is not None and chosen.matches(job)]
+    now = now_ms()
+    named = [job for job in map(view.get, ids) if job is not None and chosen.matches(job, now)]
     return named[first : first + count], len(named)
 
 
@@ -75,9 +79,15 @@ def matching(
     view: JobView, chosen: JobFilter, sees: Sees = None, tenants: Tenants = None
 ) -> Iterator[dict[str, Any]]:
     """The jobs the filter names, in the index's order (state, (tenant,) queue, id)."""
+    now = now_ms()
     for job in map(view.get, ids_of(view, chosen, sees, tenants)):
-        if job is not None and chosen.matches(job):
+        if job is not None and chosen.matches(job, now):
             yield job
+
+
+def now_ms() -> int:
+    """The time a listing's jobs are in their states at: the view's clock, the wall's."""
+    return time.time_ns() // 1_000_000
 
 
 def _count(view: JobView, chosen: JobFilter, sees: Sees, tenants: Tenants) -> int:

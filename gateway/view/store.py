@@ -40,6 +40,7 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from gateway import store_memory, wire
 from gateway.core import DEFAULT_RETENTION_MS
+from gateway.core.lifecycle import shown_state
 from gateway.core.tenants import tenant_of
 from gateway.home import gateway_home
 from gateway.processor.state_identity import Identity
@@ -310,8 +311,9 @@ class JobView:
                 job_id = raw_id.decode()
                 if shown[1] and job_id not in answered:
                     yield job_id
+        now = time.time_ns() // 1_000_000
         for job_id, job in sorted(answered.items()):
-            if job is None or job.get("state") != state:
+            if job is None or shown_state(job, now) != state:
                 continue
             of = job.get("queue")
             if (

@@ -195,3 +195,44 @@ def test_over_http_concurrent_updates_of_one_key_are_each_shown_by_a_get_right_a
     assert sorted(order) == list(range(27))
     stale = [(answered, shown) for answered, shown in seen if order[shown] < order[answered]]
     assert not stale, f"a GET right after the answer showed an older update: {stale}"
+
+
+def test_a_debounced_job_whose_time_has_come_is_available_on_every_route(
+    kafka_bootstrap: str, tmp_path: Any
+) -> None:
+    from tests.integration.test_http import running
+
+    queue = f"d{uuid.uuid4().hex[:10]}"
+    body = {"type": "search.reindex", "args": [uuid.uuid4().hex], "queue": queue,
+            "unique": {"keys": ["type", "args"],
+                       "debounce": {"delay": "PT2S", "max_wait": "PT1M"}}}  # fmt: skip
+    with running(kafka_bootstrap, tmp_path) as (_, _, _, _, http):
+        made = http.post("/ojs/v1/jobs", json=body)
+        assert made.status_code == 201, made.text
+        job_id = made.json()["job"]["id"]
+
+        def states() -> dict[str, Any]:
+            listed = {
+                state: [j["id"] for j in http.get(
+                    "/ojs/v1/admin/jobs", params={"queue": queue, "state": state}
+                ).json()["items"]]
+                for state in ("scheduled", "available")
+            }  # fmt: skip
+            keys = http.get("/ojs/v1/unique-jobs").json()["items"]
+            counts = http.get(f"/ojs/v1/admin/queues/{queue}").json()["counts"]
+            return {
+                "get": http.get(f"/ojs/v1/jobs/{job_id}").json()["job"]["state"],
+                "drawer": http.get(f"/ojs/v1/admin/jobs/{job_id}").json()["state"],
+                "keys": [k["state"] for k in keys if k["job_id"] == job_id],
+                "listed": listed,
+                "counts": {s: counts[s] for s in ("scheduled", "available")},
+            }  # fmt: skip
+
+        before = eventually(states, lambda s: s["listed"]["scheduled"] == [job_id])
+        assert before["get"] == before["drawer"] == "scheduled" and before["keys"] == ["scheduled"]
+        assert before["counts"] == {"scheduled": 1, "available": 0}
+        after = eventually(states, lambda s: s["get"] == "available", seconds=30)
+        after = eventually(states, lambda s: s["listed"]["available"] == [job_id], seconds=5)
+        assert after["listed"]["scheduled"] == [] and after["drawer"] == "available"
+        assert after["keys"] == ["available"], after
+        assert after["counts"] == {"scheduled": 0, "available": 1}

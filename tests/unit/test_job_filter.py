@@ -14,6 +14,7 @@ from gateway.core.job_filter import FIELDS, JobFilter, bulk_filter, parse_filter
 from gateway.core.times import parse_rfc3339
 
 DAY = "2099-01-01T00:00:00Z"
+NOW = parse_rfc3339("2026-06-01T00:00:00Z") or 0
 NEXT_DAY = "2099-01-02T00:00:00Z"
 
 
@@ -39,7 +40,7 @@ def test_the_admin_uis_fields_are_read():
 @pytest.mark.parametrize("raw", [{}, {"queue": None, "state": None}])
 def test_an_empty_filter_names_every_job(raw: dict[str, Any]):
     assert parse_filter(raw) == JobFilter()
-    assert all(JobFilter().matches(job(s)) for s in State)
+    assert all(JobFilter().matches(job(s), NOW) for s in State)
 
 
 @pytest.mark.parametrize("name", ["queues", "status", "created_after", "limit", ""])
@@ -88,11 +89,11 @@ def test_a_caller_may_take_fewer_fields():
 def test_since_and_until_bound_created_at_both_inclusive():
     chosen = parse_filter({"since": "2026-01-01T00:00:00Z", "until": "2026-01-02T00:00:00Z"})
     assert isinstance(chosen, JobFilter)
-    assert chosen.matches(job(created_at="2026-01-01T00:00:00.000Z"))
-    assert chosen.matches(job(created_at="2026-01-02T00:00:00.000Z"))
-    assert not chosen.matches(job(created_at="2026-01-02T00:00:00.001Z"))
-    assert not chosen.matches(job(created_at="2025-12-31T23:59:59.999Z"))
-    assert not chosen.matches(job(created_at=None)), "no creation time: outside any bound"
+    assert chosen.matches(job(created_at="2026-01-01T00:00:00.000Z"), NOW)
+    assert chosen.matches(job(created_at="2026-01-02T00:00:00.000Z"), NOW)
+    assert not chosen.matches(job(created_at="2026-01-02T00:00:00.001Z"), NOW)
+    assert not chosen.matches(job(created_at="2025-12-31T23:59:59.999Z"), NOW)
+    assert not chosen.matches(job(created_at=None), NOW), "no creation time: outside any bound"
     assert not chosen.by_index() and JobFilter(queue="q", state=State.ACTIVE).by_index()
 
 
@@ -100,9 +101,22 @@ def test_bulk_retry_means_dead_jobs_and_cancel_live_ones_unless_a_state_is_named
     retry, cancel = bulk_filter("retry", JobFilter()), bulk_filter("cancel", JobFilter())
     assert retry.states() == (State.DISCARDED,)
     assert State.COMPLETED not in cancel.states() and State.ACTIVE in cancel.states()
-    assert not cancel.matches(job("cancelled")) and cancel.matches(job("retryable"))
+    assert not cancel.matches(job("cancelled"), NOW) and cancel.matches(job("retryable"), NOW)
     named = JobFilter(state=State.SCHEDULED)
     assert bulk_filter("cancel", named) == bulk_filter("retry", named) == named
+
+
+def test_a_due_scheduled_or_retryable_job_is_named_as_available():
+    due = {"scheduled_at": "2026-05-31T23:59:59.999Z"}
+    later = {"scheduled_at": "2026-06-01T00:00:00.001Z"}
+    available, scheduled = JobFilter(state=State.AVAILABLE), JobFilter(state=State.SCHEDULED)
+    assert available.matches(job("scheduled", **due), NOW)
+    assert not scheduled.matches(job("scheduled", **due), NOW)
+    assert scheduled.matches(job("scheduled", **later), NOW)
+    assert not available.matches(job("scheduled", **later), NOW)
+    assert available.matches(job("retryable"), NOW)  # no backoff recorded: due at once
+    retry_later = job("retryable", next_attempt_at=later["scheduled_at"])
+    assert JobFilter(state=State.RETRYABLE).matches(retry_later, NOW)
 
 
 @given(st.dictionaries(st.text(max_size=8), st.none() | st.booleans() | st.integers()
@@ -111,6 +125,6 @@ def test_any_object_is_a_filter_or_a_refusal(raw: dict[str, Any]):
     parsed = parse_filter(raw)
     if isinstance(parsed, JobFilter):
         assert set(raw) <= set(FIELDS)
-        parsed.matches(job())
+        parsed.matches(job(), NOW)
     else:
         assert parsed.code == "invalid_request" and parsed.message

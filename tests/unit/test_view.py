@@ -121,3 +121,34 @@ def test_a_tenant_s_fetch_order_reads_its_own_part_of_the_queue(tmp_path: Path) 
     view.apply([record(5, job("a2", "active", **acme))], T0)  # claimed: out of both
     assert list(view.waiting("q", {"acme"})) == ["a3", "a1"]
     assert list(view.waiting("q", set())) == []
+
+
+def test_a_scheduled_job_is_listed_and_counted_as_available_once_due(tmp_path: Path) -> None:
+    """As GET shows it: every listing, filter and count agrees."""
+    view = JobView(tmp_path, RETENTION)
+    acme = {"tenant_id": "acme"}
+    later = job("s", "scheduled", meta=acme, scheduled_at=format_rfc3339(T0 + 1_000))
+    past = job("p", "scheduled", scheduled_at=format_rfc3339(T0 - 1))
+    retry = job("r", "retryable")  # no backoff recorded: due at once
+    view.apply([record(0, later), record(1, past), record(2, retry)], T0)
+
+    def listed() -> dict[str, list[str]]:
+        return {s: list(view.in_state(s)) for s in ("available", "scheduled", "active")}
+
+    def counts() -> dict[str, int]:
+        return {s: n for s, n in view.queues()["q"]["counts"].items() if n}
+
+    assert listed() == {"available": ["p", "r"], "scheduled": ["s"], "active": []}
+    assert counts() == {"available": 2, "scheduled": 1}
+    assert view.sweep(T0 + 999) == 0
+    assert view.sweep(T0 + 1_000) == 1
+    assert listed() == {"available": ["p", "r", "s"], "scheduled": [], "active": []}
+    assert counts() == {"available": 3}
+    assert list(view.in_state("available", tenants=["acme"])) == ["s"]
+    assert view.tenants()["acme"]["queues"] == {"q": {"available": 1, "scheduled": 0}}
+    # Each one's next version takes it out of the state it was listed in.
+    started = [job(i, "active") for i in ("s", "p")] + [job("r", "scheduled")]
+    view.apply([record(3 + n, j) for n, j in enumerate(started)], T0 + 2_000)
+    assert listed() == {"available": [], "scheduled": ["r"], "active": ["p", "s"]}
+    assert counts() == {"active": 2, "scheduled": 1}
+    view.close()
