@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # pip says each package it fetches (a first install takes a minute or two).
 $(BIN)/gateway: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --progress-bar off --upgrade pip
 	$(BIN)/pip install --progress-bar off -e '.[dev,bench]'
 	touch $@
 
