@@ -15,7 +15,8 @@ is not lost. Rules, each decided here and only here:
   instant (`reschedule_due`; the processor's lease schedule looks at it then), its
   uniqueness is decided again (`redecide`): if no other job holds the key it takes
   the key, as an accepted job takes it then, and is enqueued (available); else it
-  is rescheduled again, due `delay_ms` later.
+  is rescheduled again, due `delay_ms` later. Until then a job event may only
+  cancel it (`held_back`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.entries import Entry, prune
+from gateway.core.errors import INVALID_REQUEST, GatewayError
 from gateway.core.holder import Holder, StatesRule, holder_for
 from gateway.core.jobs import accepted_job
 from gateway.core.matching import holds_key
@@ -73,6 +75,18 @@ def reschedule_due(job: Mapping[str, Any]) -> int | None:
         return None
     at = job.get("scheduled_at")
     return parse_rfc3339(at) if isinstance(at, str) else None
+
+
+def held_back(job: Mapping[str, Any] | None, target: State | None) -> GatewayError | None:
+    """Why an event may not move a rescheduled job to `target` (None: it may)."""
+    if target is State.CANCELLED or job is None or reschedule_due(job) is None:
+        return None
+    return GatewayError(
+        INVALID_REQUEST,
+        f"job {job['id']} is a rescheduled duplicate: its uniqueness is decided again at "
+        f"{job['scheduled_at']}, and it is enqueued then if its lock is free; it may only be "
+        "cancelled before",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,8 +281,10 @@ def test_reject_and_reschedule_keep_the_duplicate_as_the_client_s_strategy(
         ({"lock_timeout": -1}, "lock_timeout must be"),
         ({"lock_args_method": "lock_args"}, "lock_args_method is Ruby code"),
         ({"lock_args": "1"}, "lock_args must be an array"),
-        ({"on_conflict": "shout"},
-         "on_conflict must be one of log, raise, reject, replace, reschedule"),
+        (
+            {"on_conflict": "shout"},
+            "on_conflict must be one of log, raise, reject, replace, reschedule",
+        ),
         ({"on_conflict": {"client": 1}}, "on_conflict.client must be one of log"),
         ({"on_conflict": "reschedule", "schedule_in": 0}, "schedule_in must be a number"),
         ({"on_conflict": "reschedule", "schedule_in": "5"}, "schedule_in must be a number"),

@@ -8,7 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core import Outcome, State, audit_fields, job_deadline
+from gateway.core import EventOutcome, Outcome, State, audit_fields, job_deadline, parse_event
+from gateway.core.errors import GatewayError
+from gateway.core.lifecycle import on_key
 from gateway.core.kept_duplicates import RESCHEDULE_FIELD, redecide, reschedule_due
 from gateway.core.times import format_rfc3339
 from tests.unit.test_dialect_sidekiq import job
@@ -102,3 +104,19 @@ def test_a_rescheduled_duplicate_is_due_its_wait_after_its_decision(delay_s: int
     # Decided again while the holder waits: it never makes the key's second holder.
     again = redecide(later, story.entries[later["unique_key"]], T0 + at + delay_s * S, RETENTION)
     assert not again.took and len(again.entries) == 1
+
+
+def test_a_rescheduled_job_may_only_be_cancelled_before_it_is_due() -> None:
+    story = Story()
+    story.submit(job(on_conflict="reschedule"), T0)
+    later = _rescheduled(story, T0 + 1)
+    entries = story.entries[later["unique_key"]]
+    for kind, applies in (("job.enqueued", False), ("job.started", False),
+                          ("job.cancelled", True)):  # fmt: skip
+        event = parse_event({"job_id": later["id"], "unique_key": later["unique_key"],
+                             "type": kind})  # fmt: skip
+        assert not isinstance(event, GatewayError)
+        result, _ = on_key(later, entries, event, T0 + 2)
+        assert (result.outcome is EventOutcome.APPLIED) is applies, result
+    cancelled = {**later, "state": "cancelled"}
+    assert reschedule_due(cancelled) is None and job_deadline(cancelled) is None
