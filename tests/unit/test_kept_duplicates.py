@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from gateway.core import EventOutcome, Outcome, State, audit_fields, job_deadline, parse_event
 from gateway.core.errors import GatewayError
-from gateway.core.lifecycle import on_key
 from gateway.core.kept_duplicates import RESCHEDULE_FIELD, redecide, reschedule_due
+from gateway.core.lifecycle import on_key
 from gateway.core.times import format_rfc3339
 from tests.unit.test_dialect_sidekiq import job
 from tests.unit.test_dialects import T0, S, Story, ids
