@@ -143,10 +143,10 @@ def decide(
             return refuse(Outcome.REJECTED, request, kept, now_ms, existing)
         case OnConflict.IGNORE:
             ignored = refuse(Outcome.IGNORED, request, kept, now_ms, existing)
-            if request.keep_duplicate is not None:
-                job = kept_job(request, request.keep_duplicate, _new_id(request, now_ms, seed,
-                               at_home), existing, now_ms)  # fmt: skip
-                return replace(ignored, duplicate=job)
+            keep = request.keep_duplicate
+            if keep is not None:
+                job_id = _new_id(request, now_ms, seed, at_home)
+                return replace(ignored, duplicate=kept_job(request, keep, job_id, existing, now_ms))
             if debounce is not None and debounce.restart_lock and not debounce.states:
                 return lock_restarted(ignored, existing, now_ms)
             return ignored
