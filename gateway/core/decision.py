@@ -100,6 +100,8 @@ class Decision:
     holder: Holder | None = None
     # What a debounce did (an updated job, or a holder's restarted lock); None: no debounce.
     debounced: Debounced | None = None
+    # The duplicate kept as a job of its own (kept_duplicates.py): dead, or rescheduled.
+    duplicate: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -116,6 +118,7 @@ class Decision:
         changes: tuple[Change, ...] = (),
         holder: Holder | None = None,
         debounced: Debounced | None = None,
+        duplicate: dict[str, Any] | None = None,
     ) -> None:
         self.outcome = outcome
         self.decided_at = decided_at
@@ -130,6 +133,7 @@ class Decision:
         self.changes = changes
         self.holder = holder
         self.debounced = debounced
+        self.duplicate = duplicate
 
     def with_existing(self, existing: Entry) -> Decision:
         """The decision with another existing job: dataclasses.replace without its cost
@@ -137,7 +141,7 @@ class Decision:
         return Decision(
             self.outcome, self.decided_at, self.entries, self.unique_key, self.policy,
             self.job, existing, self.existing_state, self.cancelled, self.error, self.changes,
-            self.holder, self.debounced,
+            self.holder, self.debounced, self.duplicate,
         )  # fmt: skip
 
     @property

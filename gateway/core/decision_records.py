@@ -44,6 +44,9 @@ def audit_fields(decision: Decision) -> dict[str, Any]:
     }
     if decision.debounced is not None:  # only then: other records keep their bytes
         fields["debounce"] = decision.debounced.to_dict()
+    if decision.duplicate is not None:  # as for debounce: only then
+        job = decision.duplicate
+        fields["duplicate_job"] = {"id": job["id"], "state": job["state"]}
     return fields
 
 

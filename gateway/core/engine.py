@@ -12,7 +12,9 @@ existing job in place, are carried out by updates.py; a successor by successor.p
 - Entries are first pruned (see entries.py); matching sees what is kept.
 - Several entries may match. The one reported as the existing job is the
   newest-created live (non-terminal) match, else the newest terminal match.
-- reject -> rejected; ignore -> ignored; both report the existing job.
+- reject -> rejected; ignore -> ignored; both report the existing job. A request
+  that keeps its duplicate (sidekiq-unique-jobs' reject and reschedule) is ignored
+  and its duplicate made a job of its own, dead or rescheduled (kept_duplicates.py).
 - replace cancels every live match, the active one included (this gateway
   is strong: the decision lists the cancelled jobs so the processor emits
   cancellations a worker can act on), and accepts the new job in the same
@@ -71,6 +73,7 @@ from gateway.core.envelope import resolved
 from gateway.core.errors import GatewayError
 from gateway.core.holder import bucket_of, holder_for
 from gateway.core.jobs import accepted_job, initial_state, uuid7
+from gateway.core.kept_duplicates import kept_job
 from gateway.core.matching import holds_key
 from gateway.core.policy import OnConflict
 from gateway.core.request import OJS, Request
@@ -140,6 +143,10 @@ def decide(
             return refuse(Outcome.REJECTED, request, kept, now_ms, existing)
         case OnConflict.IGNORE:
             ignored = refuse(Outcome.IGNORED, request, kept, now_ms, existing)
+            keep = request.keep_duplicate
+            if keep is not None:
+                job_id = _new_id(request, now_ms, seed, at_home)
+                return replace(ignored, duplicate=kept_job(request, keep, job_id, existing, now_ms))
             if debounce is not None and debounce.restart_lock and not debounce.states:
                 return lock_restarted(ignored, existing, now_ms)
             return ignored
@@ -267,6 +274,12 @@ def _pick(matches: list[Entry]) -> Entry:
     return max(reversed(matches), key=lambda e: (not e.terminal, e.created_at))
 
 
+def _new_id(
+    request: Request, now_ms: int, seed: bytes, at_home: Callable[[bytes], bool] | None
+) -> str:
+    return request.envelope.id or uuid7(now_ms, request.unique_key, seed, at_home)
+
+
 def _accept(
     request: Request,
     kept: Iterable[Entry],
@@ -277,7 +290,7 @@ def _accept(
     envelope, key = request.envelope, request.unique_key
     if scheduled_at is None:
         scheduled_at = envelope.scheduled_at
-    job_id = envelope.id or uuid7(now_ms, key, *mint)
+    job_id = _new_id(request, now_ms, *mint)
     limit = None if request.policy is None else request.policy.concurrency
     job = accepted_job(envelope, job_id, key, now_ms, scheduled_at, limit)
     stored = tuple(kept)

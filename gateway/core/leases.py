@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.core.job_events import FAILED, JobEvent, is_int
+from gateway.core.kept_duplicates import reschedule_due
 from gateway.core.moves import WAITING_STATES, EventResult, after_failure, applied
 from gateway.core.states import State
 from gateway.core.times import format_rfc3339, parse_rfc3339
@@ -63,8 +64,11 @@ def expire_job(job: Mapping[str, Any], now_ms: int) -> EventResult | None:
 
 
 def job_deadline(job: Mapping[str, Any]) -> int | None:
-    """When event time next changes the job by itself (`expire_job`): a waiting job's
-    expires_at, an active one's `attempt_deadline`; None for any other."""
+    """When event time next changes the job by itself: a waiting job's expires_at, an
+    active one's `attempt_deadline` (`expire_job`), a rescheduled one's due time
+    (`kept_duplicates.redecide`); None for any other."""
+    if job.get("state") == State.PENDING:
+        return reschedule_due(job)
     if job.get("state") in WAITING_STATES:
         return expires_at_ms(job)
     return attempt_deadline(job)

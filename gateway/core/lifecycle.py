@@ -55,6 +55,7 @@ from gateway.core.engine import entry_of
 from gateway.core.entries import DEFAULT_RETENTION_MS, Entry, prune
 from gateway.core.errors import INVALID_REQUEST, GatewayError
 from gateway.core.job_events import DELETED, FAILED, HEARTBEAT, JobEvent
+from gateway.core.kept_duplicates import held_back
 from gateway.core.leases import expired, past_expiry
 from gateway.core.moves import (
     EventOutcome,
@@ -145,12 +146,15 @@ def on_key(
     claim beyond the key's concurrency limit is refused (concurrency.py), as a paused
     queue's is; a claim of a job a rate key holds applies only with a permit of each key it
     `needed` (None: the job's own; rates.py, queue_rates.py), which the job then holds while
-    active. A pending successor waits for its job (successor.py)."""
+    active. A pending successor waits for its job (successor.py), a rescheduled duplicate
+    for its due time (kept_duplicates.py)."""
     result = apply_job_event(job, event, now_ms, paused)
     if result.outcome is not EventOutcome.APPLIED or result.job is None:
         return result, tuple(entries)
     kept = prune(entries, now_ms, retention_ms)
-    held = successor.held_back(kept, str(result.job_id), result.state)
+    held = successor.held_back(kept, str(result.job_id), result.state) or held_back(
+        job, result.state
+    )
     if held is not None and job is not None:
         return refused(str(result.job_id), State(job["state"]), held, dict(job)), kept
     claimed = result.state is State.ACTIVE and result.previous_state is not State.ACTIVE

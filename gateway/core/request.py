@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import orjson
 
@@ -13,6 +14,20 @@ from gateway.core.holder import HolderRule
 from gateway.core.policy import UniquePolicy, policy_or_raise
 
 OJS = "ojs"
+
+
+class Fate(StrEnum):
+    """What becomes of a duplicate kept as a job of its own (core/kept_duplicates.py)."""
+
+    DEAD = "dead"
+    RESCHEDULE = "reschedule"
+
+
+@dataclass(frozen=True, slots=True)
+class KeepDuplicate:
+    fate: Fate
+    # A rescheduled duplicate's wait before its uniqueness is decided again.
+    delay_ms: int = 0
 
 
 # Not frozen: built for every record, and a frozen dataclass sets each field through
@@ -31,6 +46,9 @@ class Request:
     stores_job: bool = False
     # The error code of a rejected duplicate (Faktory says NOTUNIQUE).
     duplicate_code: str = DUPLICATE
+    # A duplicate ignored under on_conflict ignore is also kept as a job (sidekiq-unique-jobs'
+    # reject and reschedule); None: it is not.
+    keep_duplicate: KeepDuplicate | None = None
 
     def __init__(
         self,
@@ -41,6 +59,7 @@ class Request:
         holder_rule: HolderRule | None = None,
         stores_job: bool = False,
         duplicate_code: str = DUPLICATE,
+        keep_duplicate: KeepDuplicate | None = None,
     ) -> None:
         self.envelope = envelope
         self.policy = policy
@@ -49,6 +68,7 @@ class Request:
         self.holder_rule = holder_rule
         self.stores_job = stores_job
         self.duplicate_code = duplicate_code
+        self.keep_duplicate = keep_duplicate
 
 
 def ojs_request_or_raise(raw: object) -> Request:

@@ -3,7 +3,8 @@ carries nothing else): the one entry through which time acts (schedule.py keeps 
 falls due when).
 
 - LEASES: an active job past its lease or timeout fails as a nack would fail it, a
-  waiting one past its expires_at is discarded (`core.expire_job`);
+  waiting one past its expires_at is discarded (`core.expire_job`), a rescheduled
+  duplicate come due is decided again (`core.kept_duplicates.redecide`);
 - TOMBSTONES: a finished job past its retention leaves `job_states`, and its id's claim
   learns so;
 - CRONS: a cron whose slot came fires (commands.py).
@@ -12,13 +13,16 @@ falls due when).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from gateway.core import expire_job, job_deadline
 from gateway.core.jobs import job_expires_at
+from gateway.core.kept_duplicates import redecide, reschedule_due
 from gateway.stage.commands import Commands
+from gateway.stage.context import Staged
 from gateway.stage.events import Events
 from gateway.stage.ids import Ids
-from gateway.stage.records import Source, job_state_tombstone
+from gateway.stage.records import Source, job_state_tombstone, released_output
 from gateway.stage.schedule import LEASES, TOMBSTONES
 from gateway.stage.shared import Shared
 
@@ -50,6 +54,9 @@ class Due:
             deadline = None if job is None else job_deadline(job)
             if job is None or deadline is None or LEASES.seen_at(deadline) > source.timestamp_ms:
                 continue
+            if job is not None and reschedule_due(job) is not None:
+                self._redecide(job, route, state, source)
+                continue
             result = expire_job(job, source.timestamp_ms)
             if result is not None and result.job is not None:
                 self._events.follow(result.job, result, state, source)
@@ -58,6 +65,17 @@ class Due:
                     extra={"job_id": job_id, "state": str(result.state),
                            "error": result.job.get("error"), "source": source.as_dict()},
                 )  # fmt: skip
+
+    def _redecide(self, job: dict[str, Any], route: str, state: Staged, source: Source) -> None:
+        """A rescheduled duplicate come due: it takes its key and is enqueued on `jobs`, or
+        waits again (its record, stored, is looked at again when next due)."""
+        shared = self._shared
+        entries = shared.load_entries(state)
+        now = redecide(job, entries, source.timestamp_ms, shared.limits.retention_ms)
+        shared.store_entries(state, entries, now.entries, source.timestamp_ms)
+        shared.put_job(state, now.job, source)
+        if now.took:
+            shared.emit(released_output(now.job, route), source)
 
     def _tombstone_expired(self, source: Source) -> None:
         shared = self._shared

@@ -183,9 +183,10 @@ class Requests:
         slot: dict[str, Any] | None,
     ) -> bool:  # fmt: skip
         """Store and publish the jobs a decision made or moved: a new one (`encoded`: its
-        JSON, whose record is encoded from it), holding its tenant's `slot`, replaced ones
-        cancelled, an updated one (Oban's replace) with its changed fields. Whether it
-        made a new job."""
+        JSON, whose record is encoded from it), holding its tenant's `slot`, a duplicate
+        kept as a job (dead or rescheduled: never on `jobs` here), replaced ones cancelled,
+        an updated one (Oban's replace) with its changed fields. Whether it made a new
+        job (a tenant's place is for a job the caller gets)."""
         shared = self._shared
         if decision.outcome is Outcome.UPDATED and decision.job is not None:
             # The stored record keeps what the update does not touch (attempts, stamps).
@@ -204,6 +205,11 @@ class Requests:
                 shared.put_job(state, {**job, SLOT_FIELD: slot}, source)
             if route != job_id and source.header(wire.CLAIMED_ID_HEADER) != job_id:
                 self._ids.minted(source, job, route)
+        if decision.duplicate is not None:  # a duplicate kept as a job: dead or rescheduled
+            job = stored_job(decision.duplicate, decision.unique_key, source.partition)
+            shared.put_job(state, job, source)
+            if source.header(wire.CLAIMED_ID_HEADER) != job["id"]:
+                self._ids.minted(source, job, job["route"])
         for entry in decision.cancelled:
             old = shared.load_job(state, entry.job_id)
             cancelled = None if old is None else cancelled_by_replace(old, decision.decided_at)

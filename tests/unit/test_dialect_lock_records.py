@@ -70,6 +70,36 @@ def test_every_record_fits_the_catalogue_and_names_its_dialect_and_holder() -> N
     assert payload(log.outputs("jobs")[-1].value)["state"] == "scheduled"
 
 
+def test_sidekiq_reject_and_reschedule_keep_the_duplicate_on_job_states_never_on_jobs() -> None:
+    log = Log()
+    reject = {**SIDEKIQ, "args": [7], "on_conflict": "reject"}
+    first = log.request(reject, T0)
+    dup = log.request(reject, T0 + 1)
+    validator("decision.json").validate(dup)
+    assert dup["outcome"] == "ignored" and dup["job_id"] == first["job_id"]
+    dead = dup["duplicate_job"]
+    assert dead["state"] == "discarded" and "duplicate_job" not in first
+    assert [payload(o.value)["id"] for o in log.outputs("jobs")] == [first["job_id"]]
+    states = {payload(o.value)["id"]: payload(o.value) for o in log.outputs("job_states")}
+    assert states[dead["id"]]["state"] == "discarded"
+    later = {**SIDEKIQ, "args": [8], "on_conflict": "reschedule", "schedule_in": 2}
+    held = log.request(later, T0 + 2)
+    kept = log.request(later, T0 + 3)["duplicate_job"]
+    assert kept["state"] == "pending"
+    log.tick(T0 + 2_103)  # due while the first holds the lock: pending, due 2 s later
+    states = {payload(o.value)["id"]: payload(o.value) for o in log.outputs("job_states")}
+    assert states[kept["id"]]["state"] == "pending"
+    assert states[kept["id"]]["reschedule"]["times"] == 2
+    log.event(held["job_id"], held["unique_key"], T0 + 3_000, type="job.started")
+    log.event(held["job_id"], held["unique_key"], T0 + 3_001, type="job.completed")
+    log.tick(T0 + 4_203)
+    enqueued = payload(log.outputs("jobs")[-1].value)
+    assert enqueued["id"] == kept["id"] and enqueued["state"] == "available"
+    again = log.request(later, T0 + 5_000)
+    assert again["outcome"] == "ignored" and again["job_id"] == kept["id"]
+    log.replays_identically()
+
+
 REFUSED = [
     ({**BULLMQ, "opts": {"deduplication": {"id": "h"}, "jobId": "h-1"}},
      "opts.jobId with opts.deduplication"),
@@ -78,8 +108,8 @@ REFUSED = [
      "on_conflict reject with lock while_executing"),
     ({**SIDEKIQ, "lock_limit": 3}, "lock_limit above 1"),
     ({**SIDEKIQ, "on_conflict": "replace"}, "on_conflict replace with lock until_executed"),
-    ({**SIDEKIQ, "on_conflict": "reschedule"}, "on_conflict reschedule"),
-    ({**SIDEKIQ, "on_conflict": "reject"}, "on_conflict reject"),
+    ({**SIDEKIQ, "lock": "until_and_while_executing", "on_conflict": "reject"},
+     "on_conflict reject with lock until_and_while_executing"),
     ({**RIVER, "unique_opts": {"by_args": True, "by_state": ["available", "pending",
                                                               "running", "scheduled"]}},
      "unique_opts.by_state without retryable"),

@@ -18,7 +18,7 @@ from gateway.stage.dedup import Dedup
 from gateway.stage.parsing import Limits
 from gateway.stage.records import Output, Source
 from gateway.stage.router import Router
-from gateway.wire import JOB_EVENT, KIND_HEADER
+from gateway.wire import JOB_EVENT, KIND_HEADER, TICK, TICK_KEY
 from tests.memory_store import Store
 from tests.support import payload, validator
 from tests.unit.test_replay import replayed
@@ -66,6 +66,11 @@ class Log:
         headers = {KIND_HEADER: JOB_EVENT}
         record = LogRecord(REQ, 0, len(self.log), at, key.encode(), orjson.dumps(value), headers)
         self._handle(record)
+
+    def tick(self, at: int) -> None:
+        """A tick: time alone, for what it makes due."""
+        headers = {KIND_HEADER: TICK}
+        self._handle(LogRecord(REQ, 0, len(self.log), at, TICK_KEY, b"", headers))
 
     def trail(self) -> list[LogRecord]:
         """The audit records the processor wrote, as the decisions topic holds them."""

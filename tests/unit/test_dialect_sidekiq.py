@@ -15,6 +15,7 @@ import pytest
 from gateway.core import Judge, OnConflict, Outcome, State, decide, parse_request
 from gateway.core.errors import GatewayError
 from gateway.core.holder import Relock, StatesKind, StatesRule
+from gateway.core.request import Fate, KeepDuplicate
 from tests.unit.test_dialects import HOUR, MINUTE, T0, S, Story, ids, parsed
 
 WAITING = {State.SCHEDULED, State.AVAILABLE, State.PENDING, State.RETRYABLE}
@@ -218,11 +219,10 @@ def test_a_job_without_a_lock_is_never_a_duplicate() -> None:
          "on_conflict.server replace with lock while_executing"),
         ({"lock": "until_and_while_executing", "on_conflict": {"server": "reject"}},
          "on_conflict.server reject with lock until_and_while_executing"),
+        ({"lock": "until_and_while_executing", "on_conflict": "reject"},
+         "on_conflict reject with lock until_and_while_executing"),
         ({"lock": "while_executing", "lock_ttl": 60}, "lock_ttl with lock while_executing"),
         ({"lock_timeout": 5}, "lock_timeout above 0"),
-        ({"on_conflict": "reject"}, "on_conflict reject"),
-        ({"on_conflict": "reschedule"}, "on_conflict reschedule"),
-        ({"on_conflict": {"client": "reschedule"}}, "on_conflict reschedule"),
         ({"on_conflict": "replace"}, "on_conflict replace with lock until_executed"),
         ({"lock": "until_expired", "lock_ttl": 60, "on_conflict": "replace"},
          "on_conflict replace with lock until_expired"),
@@ -231,6 +231,40 @@ def test_a_job_without_a_lock_is_never_a_duplicate() -> None:
 def test_options_the_gateway_lacks_are_refused_by_name(fields: dict[str, Any], option: str) -> None:
     message = refused(job(**fields))
     assert message.startswith(f"{option} is not supported yet: ")
+
+
+def test_a_server_reject_refusal_names_what_does_work() -> None:
+    fields = {"lock": "until_and_while_executing", "on_conflict": "reject"}
+    message = refused(job(**fields))
+    assert "on_conflict.client may still be reject" in message
+    both = {"client": "reject", "server": "log"}
+    kept = parsed(job("until_and_while_executing", on_conflict=both)).keep_duplicate
+    assert kept == KeepDuplicate(Fate.DEAD)
+
+
+@pytest.mark.parametrize(
+    ("on_conflict", "schedule_in", "kept"),
+    [
+        ("reject", None, KeepDuplicate(Fate.DEAD)),
+        ({"client": "reject", "server": "raise"}, None, KeepDuplicate(Fate.DEAD)),
+        ("reschedule", None, KeepDuplicate(Fate.RESCHEDULE, 5 * S)),
+        ({"client": "reschedule"}, 30, KeepDuplicate(Fate.RESCHEDULE, 30 * S)),
+        ("reschedule", 1.5, KeepDuplicate(Fate.RESCHEDULE, 1500)),
+        ("log", 30, None),
+        ({"client": "log", "server": "reject"}, None, None),  # the server's: unused here
+        ("raise", None, None),
+    ],
+)  # fmt: skip
+def test_reject_and_reschedule_keep_the_duplicate_as_the_client_s_strategy(
+    on_conflict: Any, schedule_in: int | None, kept: KeepDuplicate | None
+) -> None:
+    fields = {} if schedule_in is None else {"schedule_in": schedule_in}
+    server = on_conflict.get("server") if isinstance(on_conflict, dict) else on_conflict
+    for lock in ("until_executed", "until_executing", "until_and_while_executing"):
+        if lock == "until_and_while_executing" and server == "reject":
+            continue  # refused: the server's reject with a runtime lock
+        request = parsed(job(lock, on_conflict=on_conflict, **fields))
+        assert request.keep_duplicate == kept
 
 
 @pytest.mark.parametrize(
@@ -247,7 +281,15 @@ def test_options_the_gateway_lacks_are_refused_by_name(fields: dict[str, Any], o
         ({"lock_timeout": -1}, "lock_timeout must be"),
         ({"lock_args_method": "lock_args"}, "lock_args_method is Ruby code"),
         ({"lock_args": "1"}, "lock_args must be an array"),
-        ({"on_conflict": "shout"}, "on_conflict must be log, raise or replace (reject and"),
+        (
+            {"on_conflict": "shout"},
+            "on_conflict must be one of log, raise, reject, replace, reschedule",
+        ),
+        ({"on_conflict": {"client": 1}}, "on_conflict.client must be one of log"),
+        ({"on_conflict": "reschedule", "schedule_in": 0}, "schedule_in must be a number"),
+        ({"on_conflict": "reschedule", "schedule_in": "5"}, "schedule_in must be a number"),
+        ({"on_conflict": "reschedule", "schedule_in": True}, "schedule_in must be a number"),
+        ({"on_conflict": "reschedule", "schedule_in": 86_401}, "schedule_in must be a number"),
         ({"on_conflict": {"client": "log", "worker": "log"}}, "on_conflict.worker"),
         ({"at": "tomorrow"}, "at must be a number"),
         ({"at": -1}, "at must be from"),

@@ -211,7 +211,7 @@ def test_the_quick_copies_are_dataclasses_replace(
     decision = Decision(
         Outcome.REPLACED, at, (entry,), "k", UniquePolicy(), {"id": "n"}, entry, State.ACTIVE,
         (other,), GatewayError("c", "m"), (Change("f", 1, 2),),
-        Holder(ZizqRule(ZizqScope.EXISTS), at), Debounced(at, at, True, True),
+        Holder(ZizqRule(ZizqScope.EXISTS), at), Debounced(at, at, True, True), {"id": "d"},
     )  # fmt: skip
     assert [f.name for f in fields(Decision) if getattr(decision, f.name) == f.default] == []
     assert decision.with_existing(other) == replace(decision, existing=other)

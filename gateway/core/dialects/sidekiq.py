@@ -41,10 +41,15 @@ queue with `unique_across_queues` and the class with `unique_across_workers`.
   answered with a null jid and the existing job; `raise` refuses it with
   `SidekiqUniqueJobs::Conflict`; `replace` with `until_executing` deletes the
   waiting job and pushes the new one (OJS replace: the holder of such a lock is
-  always waiting). Not supported yet: `replace` with other locks (it deletes
-  only a waiting job and drops the newcomer when the holder runs or has run),
-  `reject` (the duplicate goes to the dead set) and `reschedule` (it is pushed
-  again later).
+  always waiting); `reject` answers as `log` does and sends the duplicate to the
+  dead set: a job of its own, discarded (a dead letter job); `reschedule` answers
+  as `log` does and pushes the duplicate again `schedule_in` seconds later
+  (default 5), as a job whose uniqueness is decided again then: it takes the lock
+  if it is free, else waits `schedule_in` more (core/kept_duplicates.py). Not
+  supported: `replace` with other locks (it deletes only a waiting job and drops
+  the newcomer when the holder runs or has run).
+- `schedule_in` (seconds, 1 or more; the gem's sidekiq option): the wait of a
+  rescheduled duplicate.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from gateway.core.errors import invalid_request, unsupported
 from gateway.core.holder import Relock, StatesKind, StatesRule
 from gateway.core.limits import duration_problem, instant_problem
 from gateway.core.policy import Dimension, Judge, OnConflict, UniquePolicy
-from gateway.core.request import Request
+from gateway.core.request import Fate, KeepDuplicate, Request
 from gateway.core.states import State
 
 SIDEKIQ = "sidekiq"
@@ -67,6 +72,7 @@ NAMESPACE = "sidekiq"
 CONFLICT = "SidekiqUniqueJobs::Conflict"
 DEFAULT_RETRIES = 25
 DEFAULT_PREFIX = "uniquejobs"
+DEFAULT_SCHEDULE_IN_MS = 5_000  # the gem's OnConflict::Reschedule#schedule_in
 _WAITING = frozenset({State.SCHEDULED, State.AVAILABLE, State.PENDING, State.RETRYABLE})
 # The states each lock holds in, and when it is taken again.
 LOCKS = {
@@ -144,7 +150,8 @@ def parse(raw: Mapping[str, Any]) -> Request:
     policy = UniquePolicy(keys=keys, states=states, on_conflict=on_conflict, judge=Judge.HOLDER,
                           concurrency=limit)  # fmt: skip
     key = f.namespaced_key(NAMESPACE, digest, "lock_args")
-    return Request(envelope, policy, key, SIDEKIQ, holder_rule=rule, duplicate_code=CONFLICT)
+    return Request(envelope, policy, key, SIDEKIQ, holder_rule=rule, duplicate_code=CONFLICT,
+                   keep_duplicate=_kept(raw))  # fmt: skip
 
 
 def _at(raw: Any) -> int | None:
@@ -243,8 +250,6 @@ def _on_conflict(raw: Any, lock: str) -> OnConflict:
         client = raw.get("client")
     name = _strategy(client, "on_conflict" if client is raw else "on_conflict.client")
     match name:
-        case None | "log":
-            return OnConflict.IGNORE
         case "raise":
             return OnConflict.REJECT
         case "replace" if lock == "until_executing":
@@ -256,17 +261,31 @@ def _on_conflict(raw: Any, lock: str) -> OnConflict:
                 "drops the newcomer when it runs or has run; the gateway would cancel a "
                 "running job (replace works with until_executing)",
             )
-        case "reject":
-            raise unsupported(
-                "on_conflict reject",
-                "the duplicate would go to the dead set; the gateway keeps no dead duplicate",
-            )
-        case _:
-            raise unsupported(
-                "on_conflict reschedule",
-                "the duplicate would be pushed again a few seconds later; the gateway "
-                "does not push it again",
-            )
+        case _:  # log; reject and reschedule answer as log does and keep the duplicate
+            return OnConflict.IGNORE
+
+
+def _kept(raw: Mapping[str, Any]) -> KeepDuplicate | None:
+    """The client strategy's keeping of a duplicate: reject (dead), reschedule, or none."""
+    on_conflict = raw.get("on_conflict")
+    client = on_conflict.get("client") if isinstance(on_conflict, Mapping) else on_conflict
+    delay_ms = _schedule_in(raw.get("schedule_in"))
+    if client == "reject":
+        return KeepDuplicate(Fate.DEAD)
+    if client == "reschedule":
+        return KeepDuplicate(Fate.RESCHEDULE, delay_ms)
+    return None
+
+
+def _schedule_in(raw: Any) -> int:
+    if raw is None:
+        return DEFAULT_SCHEDULE_IN_MS
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 1 <= raw <= 86_400:
+        raise invalid_request(
+            "schedule_in must be a number of seconds from 1 to 86400: the wait of a duplicate "
+            "rescheduled under on_conflict reschedule"
+        )
+    return round(raw * 1000)
 
 
 def _server_strategy(raw: Any, lock: str) -> None:
@@ -277,9 +296,10 @@ def _server_strategy(raw: Any, lock: str) -> None:
     if name in ("reject", "replace"):
         raise unsupported(
             f"{field} {name} with lock {lock}",
-            "the gem would send the job that finds its digest running to the dead set, or "
-            "replace it; here the job waits in its queue for a free slot (use log, raise "
-            "or reschedule, which all wait here)",
+            "at the run, the gem would send the job that finds its digest running to the "
+            "dead set, or replace it; here a job waits in its queue for a free slot (use "
+            "log, raise or reschedule as the server's strategy, which all wait here; "
+            "on_conflict.client may still be reject)",
         )
 
 
@@ -287,10 +307,7 @@ def _strategy(raw: Any, field: str) -> str | None:
     if raw is None:
         return None
     if not isinstance(raw, str) or raw not in STRATEGIES:
-        raise invalid_request(
-            f"{field} must be log, raise or replace (reject and reschedule, the gem's too, "
-            "are refused as not supported yet)"
-        )
+        raise invalid_request(f"{field} must be one of {', '.join(STRATEGIES)}")
     return raw
 
 
