@@ -290,6 +290,7 @@ def test_reject_and_reschedule_keep_the_duplicate_as_the_client_s_strategy(
         ({"on_conflict": "reschedule", "schedule_in": "5"}, "schedule_in must be a number"),
         ({"on_conflict": "reschedule", "schedule_in": True}, "schedule_in must be a number"),
         ({"on_conflict": "reschedule", "schedule_in": 86_401}, "schedule_in must be a number"),
+        ({"lock": "while_executing", "schedule_in": -5}, "schedule_in must be a number"),
         ({"on_conflict": {"client": "log", "worker": "log"}}, "on_conflict.worker"),
         ({"at": "tomorrow"}, "at must be a number"),
         ({"at": -1}, "at must be from"),

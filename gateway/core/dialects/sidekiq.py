@@ -129,6 +129,7 @@ def parse(raw: Mapping[str, Any]) -> Request:
         digest["queue"] = envelope.queue
     if lock == WHILE_EXECUTING:
         _server_strategy(raw.get("on_conflict"), lock)
+        _schedule_in(raw.get("schedule_in"))  # checked though unused: nothing waits to push
         if ttl_ms is not None:
             raise unsupported(
                 "lock_ttl with lock while_executing",
