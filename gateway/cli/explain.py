@@ -123,10 +123,16 @@ def _gateway_of(args: argparse.Namespace, topic: str) -> tuple[str | None, bool]
     """The gateway whose index to ask, and whether the user named it: --url, else
     $GATEWAY_URL, else the running `gateway up` of the broker and topic asked (none with
     --index or --here)."""
+    if args.url and (args.index is not None or args.here):
+        raise CommandError("--url asks a gateway, --index and --here read the log here: "
+                           "give one", EXIT_INVALID)  # fmt: skip
     if args.index is not None or args.here:
         return None, False
     named = args.url or os.environ.get(history_client.URL_ENV)
     if named:
+        if not named.startswith(("http://", "https://")):
+            where = "--url" if args.url else f"${history_client.URL_ENV}"
+            raise CommandError(f"{where} {named!r} is no http:// or https:// URL", EXIT_INVALID)
         return named, True
     address, _ = config.bootstrap_of(args.bootstrap)
     return config.up_binding(address, topic), False
@@ -150,9 +156,15 @@ def _ask(url: str, target: str, topic: str, bootstrap: str | None, keyed: bool) 
 
 
 def _chain_pages(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every page's items; a gateway that stops answering after the first page ends the
+    command (exit 3), never a second telling read here."""
     yield from first["items"]
-    for page in rest:
-        yield from page["items"]
+    try:
+        for page in rest:
+            yield from page["items"]
+    except history_client.Unanswered as exc:
+        message = f"the gateway stopped answering mid-way: {exc}"
+        raise CommandError(message, EXIT_UNAVAILABLE) from None
 
 
 def _read_here(

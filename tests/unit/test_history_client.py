@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from gateway import config
-from gateway.cli import history_client
+from gateway.cli import history_client, main
 from gateway.cli.progress import progress_bar
 from gateway.cli.up import _local_url
 
@@ -127,3 +127,23 @@ def test_a_long_read_off_a_terminal_says_how_far_it_has_come(capsys, monkeypatch
     assert lines[0] == "indexing d: 20,000 records to read"
     assert lines[1].startswith("indexing d: 5,000 of 20,000 (25%), about ")
     assert lines[2].startswith("indexing d: 20,000 of 20,000 (100%), about 0 s left")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--url", "http://127.0.0.1:1", "--here"], "--url asks a gateway, --index and --here"),
+        (["--url", "http://127.0.0.1:1", "--index", "/tmp/x"], "give one"),
+        (["--url", "localhost:8080"], "--url 'localhost:8080' is no http:// or https:// URL"),
+    ],
+)  # fmt: skip
+def test_explain_refuses_a_gateway_it_cannot_ask(args, says, capsys):
+    assert main(["explain", "k", *args]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_gateway_named_and_silent_is_exit_3_never_a_read_of_the_log(capsys):
+    with serving({}, []) as url:
+        pass
+    assert main(["explain", "k", "--url", url]) == 3
+    assert "the gateway's history: no answer from" in capsys.readouterr().err
