@@ -185,9 +185,13 @@ def seal(
     due: Sequence[tuple[bytes, str, str]],
     jobs_after: Mapping[str, str | None],
     sealer: Sealer = UNKEYED,
+    references: bool = True,
 ) -> None:
     """Complete the record's audit record (its decision record, or a new one when it
-    touched state) with its state and its place in the chain, and move the head on."""
+    touched state) with its state and its place in the chain, and move the head on.
+    A duplicate's names the job it met, which its state carries, instead of carrying it
+    again (Output.referenced), unless `references` is False: as records were written
+    before (a replay of one writes it as it was)."""
     audit = None
     for output in outputs:
         if output.role == "decisions":
@@ -214,18 +218,15 @@ def seal(
                        partition=source.partition)  # fmt: skip
         outputs.append(audit)
     body = audit.value or b"{}"
-    room = MAX_RECORD_BYTES - len(body) - _SLACK
-    state = state_section(staged, due, jobs_after, source.timestamp_ms, room)
-    section = orjson.dumps(state)
-    if len(body) + len(section) > MAX_RECORD_BYTES - _SLACK:
-        # A record that touched very many routes (a tick that tombstones thousands of jobs):
-        # its audit record must still fit, so it says how much it touched and what it wrote,
-        # and a replay starts afresh after it (replay.py).
-        section = orjson.dumps({
-            "routes": [], "before": [], "jobs": [], "due": [],
-            "truncated": {name: len(state[name]) for name in ("routes", "before", "jobs", "due")},
-            "after": state["after"],
-        })  # fmt: skip
+    referenced = audit.referenced if references else None
+    carried = False
+    if referenced is not None:
+        section, carried = _section(referenced[0], staged, due, jobs_after, source,
+                                    referenced[1:])  # fmt: skip
+        if carried:
+            body = referenced[0]
+    if not carried:  # nothing to name, or the job it met is not carried: as before
+        section, _ = _section(body, staged, due, jobs_after, source)
     prev = head.get_bytes(HEAD)
     body = b"%b%b%b,\"state\":%b,\"prev\":%b%b}" % (
         body[:-1], decided, by_field(source), section,
@@ -234,6 +235,30 @@ def seal(
     sealed = sealer.digest(body).encode()
     audit.value = b'%b%b%b"}' % (body[:-1], DIGEST_FIELD, sealed)
     head.set_bytes(HEAD, sealed)
+
+
+def _section(
+    body: bytes, staged: Mapping[bytes, Staged], due: Sequence[tuple[bytes, str, str]],
+    jobs_after: Mapping[str, str | None], source: Source, carrying: tuple[str, str] | None = None,
+) -> tuple[bytes, bool]:  # fmt: skip
+    """The state section of a record whose own fields are `body`, and whether it carries
+    the value `carrying` (route, name) names as JSON (True without one)."""
+    room = MAX_RECORD_BYTES - len(body) - _SLACK
+    state = state_section(staged, due, jobs_after, source.timestamp_ms, room)
+    section = orjson.dumps(state)
+    if len(body) + len(section) > MAX_RECORD_BYTES - _SLACK:
+        # A record that touched very many routes (a tick that tombstones thousands of jobs):
+        # its audit record must still fit, so it says how much it touched and what it wrote,
+        # and a replay starts afresh after it (replay.py).
+        return orjson.dumps({
+            "routes": [], "before": [], "jobs": [], "due": [],
+            "truncated": {name: len(state[name]) for name in ("routes", "before", "jobs", "due")},
+            "after": state["after"],
+        }), carrying is None  # fmt: skip
+    return section, carrying is None or any(
+        row[0] == carrying[0] and row[1] == carrying[1] and isinstance(row[2], orjson.Fragment)
+        for row in state["before"]
+    )
 
 
 def by_field(source: Source) -> bytes:
