@@ -255,8 +255,14 @@ def _section(
             "truncated": {name: len(state[name]) for name in ("routes", "before", "jobs", "due")},
             "after": state["after"],
         }), carrying is None  # fmt: skip
-    return section, carrying is None or any(
-        row[0] == carrying[0] and row[1] == carrying[1] and isinstance(row[2], orjson.Fragment)
+    if carrying is None:
+        return section, True
+    route, name = carrying
+    written = staged.get(route.encode())
+    if written is not None and name in written.writes:
+        return section, False  # what it showed is not what it read first (a due expiry)
+    return section, any(
+        row[0] == route and row[1] == name and isinstance(row[2], orjson.Fragment)
         for row in state["before"]
     )
 
