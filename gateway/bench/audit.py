@@ -2,7 +2,8 @@
 at which that processor drained it.
 
 - The workload's requests (30% duplicates) are preloaded on `requests`; one processor is
-  started and drains them: decisions per second from ready to the last decision.
+  started and drains them: decisions per second from ready to the last decision, and the
+  mean bytes of a decision record on `decisions`, and of a duplicate's (rejected, ignored).
 - Then, round by round, `gateway replay` of the whole log as a user runs it (one process
   per core): wall time, decisions per second, and the peak of the resident memory of its
   processes together (sampled every 0.1 s). Every decision must replay identical.
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gateway.bench import procfs, report
 from gateway.bench.services import Processes
 from gateway.bench.streams import (
@@ -34,6 +37,7 @@ from gateway.bench.streams import (
 from gateway.bench.workload import generate
 from gateway.children import python_module
 
+_DUPLICATE = ("rejected", "ignored")
 _IDENTICAL = re.compile(rb"decided (\d+) again: (\d+) verified identical \(100\.0%\), 0 different")
 
 
@@ -45,6 +49,7 @@ class Audit:
     replay_rss: list[int]
     explain_first: tuple[float, int]
     explain_indexed: list[tuple[float, int]]
+    record_bytes: tuple[float, float]  # mean bytes of a decision record, of a duplicate's
 
     def figures(self) -> tuple[dict[str, dict[str, Any]], str]:
         n = f"{self.requests:,} requests"
@@ -55,6 +60,7 @@ class Audit:
         ratio = report.spread(self.requests / s / self.drained_per_s for s in self.replay_s)
         drained = report.spread([self.drained_per_s])
         first = report.spread([self.explain_first[0]])
+        every, duplicate = (report.spread([b]) for b in self.record_bytes)
         figures = {
             f"processor drained, {n} (decisions/s)": {
                 "value": drained, "text": report._fmt(drained),
@@ -73,12 +79,19 @@ class Audit:
             f"explain one key, first run building the index, {n} (s)": {
                 "value": first, "text": report._fmt(first, 2),
             },
+            f"decision record on decisions, mean, {n} (bytes)": {
+                "value": every, "text": report._fmt(every),
+            },
+            f"a duplicate's decision record on decisions, mean, {n} (bytes)": {
+                "value": duplicate, "text": report._fmt(duplicate),
+            },
         }  # fmt: skip
         line = (
             f"audit: {n} drained at {report._fmt(drained)}/s; replayed at "
             f"{report._fmt(replay)}/s ({report._fmt(ratio, 2)} of that) in "
             f"{report._fmt(rss)} MiB; explain {report._fmt(indexed, 2)} s indexed, "
-            f"{report._fmt(first, 2)} s building the index"
+            f"{report._fmt(first, 2)} s building the index; decision records "
+            f"{report._fmt(every)} bytes, a duplicate's {report._fmt(duplicate)}"
         )
         return figures, line
 
@@ -103,7 +116,7 @@ def audit(
         try:
             system.wait_ready(proc, workdir)
             started = time.monotonic()
-            io.await_decisions(requests, proc, workdir, timeout=max(600.0, requests / 100))
+            values = io.await_decisions(requests, proc, workdir, timeout=max(600.0, requests / 100))
             drained = requests / (time.monotonic() - started)
         finally:
             processes.stop(proc)
@@ -125,7 +138,14 @@ def audit(
     finally:
         io.close()
         drop_namespace(broker, namespace)
-    return Audit(requests, drained, replay_s, replay_rss, first, indexed)
+    return Audit(requests, drained, replay_s, replay_rss, first, indexed, record_bytes(values))
+
+
+def record_bytes(values: Sequence[bytes]) -> tuple[float, float]:
+    """The mean bytes of the decision records, and of those of duplicates among them."""
+    duplicates = [len(v) for v in values if orjson.loads(v).get("outcome") in _DUPLICATE]
+    mean = sum(map(len, values)) / max(len(values), 1)
+    return mean, sum(duplicates) / max(len(duplicates), 1)
 
 
 def _measured(arguments: Sequence[str], log: Path) -> tuple[float, int, bytes]:
