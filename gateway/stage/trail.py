@@ -4,7 +4,9 @@ without what came before it (docs/audit.md, "Records that verify themselves").
 
 A request's audit record is its decision record; any other record that touched state (a
 job event, a tick that expired or tombstoned jobs, a command, a cron firing, an id claim
-or report) gets one of its own. Either way the record gains:
+or report) gets one of its own. A duplicate's names the job it met (`job_ref`,
+core/decision_records.py) instead of carrying it beside its state, which carries it as
+read. Either way the record gains:
 
     state   routes: every route the record read or wrote (sorted);
             before: [route, name, value, expiry] of every value it read before writing
