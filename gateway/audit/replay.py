@@ -210,8 +210,8 @@ class PartitionReplay:
         self.tainted.difference_update(_route(r) for r in audit.value["state"]["routes"])
         self.store.state(CHAIN_KEY).put_stamped(HEAD, _prev(audit), None)
         self.dedup.sealer = self._sealer(audit.value.get(SEALED_BY))
-        # A duplicate's record that carries the job it met was written so (before references,
-        # or its job was too large to carry as read): it is written again as it was.
+        # A duplicate's record that carries the job it met (written before references, or
+        # with no state to name it in) is written again as it was.
         self.dedup.references = JOB_REF in audit.value
         self.recorded_due = [
             (_route(schedule), route, item) for schedule, route, item in audit.value["state"]["due"]

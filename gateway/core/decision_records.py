@@ -70,8 +70,9 @@ def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
 
 # A duplicate's audit record names the job it met by its record's name in the key's state
 # (`job/<id>`, as `state.before` carries it read) instead of carrying it a second time as
-# `job`. Its reply and its idempotent answer keep `job`; an audit record written before
-# references (or one whose job was too large to carry as read) carries `job` itself.
+# `job`. Its reply and its idempotent answer keep `job`. An audit record written before
+# references carries `job` itself, as does one whose state does not carry the job as shown
+# (its own record wrote the job before reading it, or the job was too large to carry).
 JOB_REF = "job_ref"
 # A job record's fields the job as shown and published leaves out: where it is filed.
 _FILED = ("route", "partition")

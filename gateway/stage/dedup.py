@@ -69,7 +69,7 @@ class Dedup:
         `window`: a replay's, whose schedules may have begun before it (shared.py)."""
         self.sealer = sealer
         # Whether a duplicate's audit record names the job it met rather than carrying it
-        # (trail.seal): a replay of a record written before names sets it False for that one.
+        # (trail.seal); a replay sets it False for a record written carrying it.
         self.references = True
         # Every record is handled all or nothing, and never raises (see total.py).
         self._guard = guard = Guard(emit, state_of, metrics)
