@@ -97,6 +97,7 @@ class Output:
         topic: str | None = None,
         headers: Headers | None = None,
         partition: int | None = None,
+        referenced: tuple[bytes, str, str] | None = None,
     ) -> None:
         self.value = value
         self.key = key
@@ -104,7 +105,7 @@ class Output:
         self.topic = topic
         self.headers = headers
         self.partition = partition
-        self.referenced = None
+        self.referenced = referenced
 
 
 def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> Output | None:
@@ -192,9 +193,10 @@ def decision_outputs(
     else:
         value = _json(record)
     id_header: Headers = [(wire.REQUEST_ID_HEADER, req_id.encode())]
-    decided = Output(value, key, role="decisions", headers=id_header, partition=source.partition)
-    decided.referenced = referenced
-    outputs.append(decided)
+    outputs.append(Output(
+        value, key, role="decisions", headers=id_header, partition=source.partition,
+        referenced=referenced,
+    ))  # fmt: skip
     reply_to = source.header(wire.REPLY_TO_HEADER)
     if reply_to:
         correlation = source.headers.get(wire.CORRELATION_ID_HEADER, req_id.encode())
