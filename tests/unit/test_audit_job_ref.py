@@ -19,6 +19,7 @@ import pytest
 from gateway.audit.explain import explain_record
 from gateway.audit.history import Item, as_json
 from gateway.audit.log import LogRecord
+from gateway.audit.verify import SOUND, seal_of
 from gateway.core.decision_records import JOB_REF, job_shown
 from gateway.stage.parsing import Limits
 from gateway.stage.trail import DIGEST_FIELD, digest
@@ -99,6 +100,7 @@ def test_duplicates_reference_the_job_they_met_unless_their_record_wrote_it_firs
     for new, old in pairs:
         record = orjson.loads(new)
         assert "job" not in record and record["outcome"] in ("rejected", "ignored")
+        assert seal_of(new, record, None) == SOUND
         assert len(new) < len(old) - len(orjson.dumps(orjson.loads(old)["job"])) + 64
     # A duplicate whose own record expired the job before reading it (a due lease) shows
     # the job it read, not the one its state carries as it found it: it carries `job`.
