@@ -42,7 +42,12 @@ since was checked against them byte for byte. Made again at bf93cf72aa3f, they
 gained the audit trail (each decision's state and chain, and the audit records
 of events, ticks, forwards and id reports), so a rewrite of it is checked byte
 for byte too; the log itself came out the same, and the outputs less the trail
-and the stores less the chain's head were those made at fa1a4e7f900a.
+and the stores less the chain's head were those made at fa1a4e7f900a. Made again
+at 2e4233ca8f8c, a duplicate's audit record names the job it met (`job_ref`) instead
+of carrying it: the log came out the same, every other output byte for byte, and
+each audit record, its reference replaced by the job it names and the chain sealed
+again, is the one made at bf93cf72aa3f (tests/unit/test_audit_job_ref.py replays
+that form).
 """
 
 from __future__ import annotations

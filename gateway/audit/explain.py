@@ -43,6 +43,7 @@ from gateway.core import (
     holds,
     prune,
 )
+from gateway.core.decision_records import job_shown
 from gateway.core.periods import format_period
 from gateway.core.successor import SUCCESSOR_OF
 
@@ -175,7 +176,7 @@ def explain_decision(record: Mapping[str, Any], prior: Entries) -> str:
             "so nothing can duplicate it"
         )
     kept = prune(prior, now)
-    job = record.get("job")
+    job = job_shown(record)
     if isinstance(job, Mapping) and job.get("state") == "pending" and job.get(SUCCESSOR_OF):
         return _kept_last(record, job, prior, now)
     if outcome == "accepted":

@@ -25,6 +25,7 @@ from gateway.audit.explain import Explained, explain_record
 from gateway.audit.index import MAX_ROUTE_BYTES, AuditIndex, DecisionAt
 from gateway.audit.moves import state_rows, what_of
 from gateway.audit.verify import PLAIN, Verdict, Verifier
+from gateway.core.decision_records import job_shown
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -148,7 +149,7 @@ def jobs_named(page: Page) -> list[Mapping[str, Any]]:
     found: list[Mapping[str, Any]] = []
     for item in page.items:
         record = item.record or {}
-        jobs = [record.get("job"), what_of(record).get("job")]
+        jobs = [job_shown(record), what_of(record).get("job")]
         state = record.get("state")
         if isinstance(state, Mapping):
             jobs += [row[2] for row in state_rows(state) if str(row[1]).startswith("job/")]
@@ -201,6 +202,7 @@ def as_json(item: Item, topic: str) -> dict[str, Any]:
                by=told.by, trail=trail_json(item.verdict))  # fmt: skip
     if told.kind == "request":
         out["outcome"] = told.summary.get("outcome")
+        out["job"] = job_shown(item.record)
     else:
         out["what"] = told.summary
     return {**out, "reason": "\n".join(told.reason)}

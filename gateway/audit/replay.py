@@ -54,6 +54,7 @@ from gateway.audit.findings import (
 from gateway.audit.log import LogRecord
 from gateway.audit.trail_store import TrailStore
 from gateway.audit.verify import seal_of
+from gateway.core.decision_records import JOB_REF
 from gateway.processor.metrics import Metrics
 from gateway.stage.dedup import Dedup
 from gateway.stage.kinds import Kind, kind_of
@@ -213,6 +214,9 @@ class PartitionReplay:
         self.tainted.difference_update(_route(r) for r in audit.value["state"]["routes"])
         self.store.state(CHAIN_KEY).put_stamped(HEAD, _prev(audit), None)
         self.dedup.sealer = self._sealer(audit.value.get(SEALED_BY))
+        # A duplicate's record that carries the job it met (written before references, or
+        # with no state to name it in) is written again as it was.
+        self.dedup.references = JOB_REF in audit.value
         self.recorded_due = [
             (_route(schedule), route, item) for schedule, route, item in audit.value["state"]["due"]
         ]

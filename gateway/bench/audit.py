@@ -2,7 +2,8 @@
 at which that processor drained it.
 
 - The workload's requests (30% duplicates) are preloaded on `requests`; one processor is
-  started and drains them: decisions per second from ready to the last decision.
+  started and drains them: decisions per second from ready to the last decision, and the
+  mean bytes of a decision record on `decisions`, and of a duplicate's (rejected, ignored).
 - Then, round by round, `gateway replay` of the whole log as a user runs it (one process
   per core): wall time, decisions per second, and the peak of the resident memory of its
   processes together (sampled every 0.1 s). Every decision must replay identical.
@@ -14,7 +15,6 @@ at which that processor drained it.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from gateway.bench import procfs, report
 from gateway.bench.services import Processes, free_port
@@ -40,6 +42,7 @@ from gateway.bench.web import wait_healthy
 from gateway.bench.workload import generate
 from gateway.children import python_module
 
+_DUPLICATE = ("rejected", "ignored")
 _IDENTICAL = re.compile(rb"decided (\d+) again: (\d+) verified identical \(100\.0%\), 0 different")
 
 
@@ -53,6 +56,7 @@ class Audit:
     explain_indexed: list[tuple[float, int]]
     explain_asked: tuple[float, int]  # a first explain asking a serve's index
     history_s: list[float]  # the serve's history route, each answer
+    record_bytes: tuple[float, float]  # mean bytes of a decision record, of a duplicate's
 
     def figures(self) -> tuple[dict[str, dict[str, Any]], str]:
         n = f"{self.requests:,} requests"
@@ -66,6 +70,7 @@ class Audit:
         asked = report.spread([self.explain_asked[0]])
         asked_rss = report.spread([self.explain_asked[1] / 2**20])
         route = report.spread(s * 1000 for s in self.history_s)
+        every, duplicate = (report.spread([b]) for b in self.record_bytes)
         figures = {
             f"processor drained, {n} (decisions/s)": {
                 "value": drained, "text": report._fmt(drained),
@@ -91,13 +96,20 @@ class Audit:
                 "value": asked_rss, "text": report._fmt(asked_rss),
             },
             f"history route, one key, {n} (ms)": {"value": route, "text": report._fmt(route, 1)},
+            f"decision record on decisions, mean, {n} (bytes)": {
+                "value": every, "text": report._fmt(every),
+            },
+            f"a duplicate's decision record on decisions, mean, {n} (bytes)": {
+                "value": duplicate, "text": report._fmt(duplicate),
+            },
         }  # fmt: skip
         line = (
             f"audit: {n} drained at {report._fmt(drained)}/s; replayed at "
             f"{report._fmt(replay)}/s ({report._fmt(ratio, 2)} of that) in "
             f"{report._fmt(rss)} MiB; explain {report._fmt(indexed, 2)} s indexed, "
             f"{report._fmt(first, 2)} s building the index, {report._fmt(asked, 2)} s asking "
-            f"a serve; history route {report._fmt(route, 1)} ms"
+            f"a serve; history route {report._fmt(route, 1)} ms; decision records "
+            f"{report._fmt(every)} bytes, a duplicate's {report._fmt(duplicate)}"
         )
         return figures, line
 
@@ -122,7 +134,7 @@ def audit(
         try:
             system.wait_ready(proc, workdir)
             started = time.monotonic()
-            io.await_decisions(requests, proc, workdir, timeout=max(600.0, requests / 100))
+            values = io.await_decisions(requests, proc, workdir, timeout=max(600.0, requests / 100))
             drained = requests / (time.monotonic() - started)
         finally:
             processes.stop(proc)
@@ -146,7 +158,9 @@ def audit(
     finally:
         io.close()
         drop_namespace(broker, namespace)
-    return Audit(requests, drained, replay_s, replay_rss, first, indexed, asked, route)
+    return Audit(
+        requests, drained, replay_s, replay_rss, first, indexed, asked, route, record_bytes(values)
+    )
 
 
 def _asked(
@@ -184,9 +198,16 @@ def _complete(history: str) -> bool:
     """Whether the history route answers the key with an index that has read everything."""
     try:
         with urllib.request.urlopen(history, timeout=30) as answer:
-            return bool(json.loads(answer.read())["index"]["complete"])
+            return bool(orjson.loads(answer.read())["index"]["complete"])
     except (urllib.error.URLError, OSError, ValueError, KeyError):
         return False
+
+
+def record_bytes(values: Sequence[bytes]) -> tuple[float, float]:
+    """The mean bytes of the decision records, and of those of duplicates among them."""
+    duplicates = [len(v) for v in values if orjson.loads(v).get("outcome") in _DUPLICATE]
+    mean = sum(map(len, values)) / max(len(values), 1)
+    return mean, sum(duplicates) / max(len(duplicates), 1)
 
 
 def _measured(arguments: Sequence[str], log: Path) -> tuple[float, int, bytes]:

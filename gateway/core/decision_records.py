@@ -7,6 +7,7 @@ and writes the records (stage/records.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.core.decision import Decision, Outcome
@@ -68,6 +69,45 @@ def _policy_dict(policy: UniquePolicy) -> dict[str, Any]:
     shown = policy.to_dict()
     _POLICY_DICTS[id(policy)] = (policy, shown)
     return shown
+
+
+# A duplicate's audit record names the job it met by its record's name in the key's state
+# (`job/<id>`, as `state.before` carries it read) instead of carrying it a second time as
+# `job`. Its reply and its idempotent answer keep `job`. An audit record written before
+# references carries `job` itself, as does one whose state does not carry the job as shown
+# (its own record wrote the job before reading it, or the job was too large to carry).
+JOB_REF = "job_ref"
+# A job record's fields the job as shown and published leaves out: where it is filed.
+_FILED = ("route", "partition")
+# How `state.before` shows a value it does not carry as JSON (stage/trail.py).
+_NOT_CARRIED = ({"digest", "bytes"}, {"b64"})
+
+
+def published_job(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A job as shown and published, from its record in the processor's state."""
+    return {k: v for k, v in record.items() if k not in _FILED}
+
+
+def job_shown(record: Mapping[str, Any]) -> Any:
+    """The job a request's audit record shows: its `job` (the new or updated job, or the one
+    that held the key), or the job record its `job_ref` names in the key's `state.before`,
+    as the caller was shown it (`Decision.existing_job`: in `existing_job_state`). Read
+    from the record alone; None when the reference names nothing the record carries."""
+    ref = record.get(JOB_REF)
+    if ref is None:
+        return record.get("job")
+    state = record.get("state")
+    rows = state.get("before") if isinstance(state, Mapping) else None
+    key = record.get("unique_key")
+    for row in rows if isinstance(rows, list) else ():
+        if isinstance(row, list) and len(row) >= 3 and row[0] == key and row[1] == ref:
+            value = row[2]
+            if not isinstance(value, Mapping) or set(value) in _NOT_CARRIED:
+                return None
+            shown = published_job(value)
+            shown["state"] = record.get("existing_job_state")
+            return shown
+    return None
 
 
 def _job_id(decision: Decision) -> str | None:

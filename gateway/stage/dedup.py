@@ -68,6 +68,9 @@ class Dedup:
         it never does. `sealer`: how audit records are sealed (keyed: audit_keys.py).
         `window`: a replay's, whose schedules may have begun before it (shared.py)."""
         self.sealer = sealer
+        # Whether a duplicate's audit record names the job it met rather than carrying it
+        # (trail.seal); a replay sets it False for a record written carrying it.
+        self.references = True
         # Every record is handled all or nothing, and never raises (see total.py).
         self._guard = guard = Guard(emit, state_of, metrics)
         self._shared = shared = Shared(
@@ -132,7 +135,7 @@ class Dedup:
         shared = self._shared
         head = shared.state_of(source, CHAIN_KEY)
         seal(outputs, self._guard.staged, head, source, key, kind, shared.what, shared.taken,
-             shared.jobs_after, self.sealer)  # fmt: skip
+             shared.jobs_after, self.sealer, self.references)  # fmt: skip
 
     def seeded(self, source: Source, state_of: StateOf, name: str, value: bytes) -> None:
         """A value a replay took from an audit record, which read it: on the schedules (in

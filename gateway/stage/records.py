@@ -26,7 +26,7 @@ from gateway.core import (
     decide,
     route_key,
 )
-from gateway.core.decision_records import on_jobs
+from gateway.core.decision_records import JOB_REF, on_jobs, published_job
 from gateway.core.jobs import job_route
 from gateway.core.limits import MAX_ID_BYTES
 from gateway.core.times import format_rfc3339
@@ -84,6 +84,10 @@ class Output:
     # The partition, for an audit record: the one its source record came from, so that
     # each partition's audit trail sits beside its input (None: by key).
     partition: int | None = None
+    # A duplicate's decision record as its audit record writes it, naming the job it met
+    # instead of carrying it: (those bytes, the key's route, the job record's name), for the
+    # trail, which writes them when the state it carries holds that job (stage/trail.py).
+    referenced: tuple[bytes, str, str] | None = None
 
     def __init__(
         self,
@@ -93,6 +97,7 @@ class Output:
         topic: str | None = None,
         headers: Headers | None = None,
         partition: int | None = None,
+        referenced: tuple[bytes, str, str] | None = None,
     ) -> None:
         self.value = value
         self.key = key
@@ -100,6 +105,7 @@ class Output:
         self.topic = topic
         self.headers = headers
         self.partition = partition
+        self.referenced = referenced
 
 
 def command_reply(source: Source, key: bytes | None, record: dict[str, Any]) -> Output | None:
@@ -145,10 +151,12 @@ def request_id(source: Source, value: object) -> str:
 
 def decision_outputs(
     decision: Decision, source: Source, req_id: str, dialect: str,
-    details: dict[str, Any] | None = None,
+    details: dict[str, Any] | None = None, job_ref: str | None = None,
 ) -> list[Output]:  # fmt: skip
     """Everything one decision writes: cancellations, the job, a rejection, the record;
-    `details`: a refusal's, in its rejection and its record."""
+    `details`: a refusal's, in its rejection and its record; `job_ref`: the name of the job
+    record in the key's state its existing job was shown from, which its audit record
+    names instead of carrying the job (core/decision_records.py, JOB_REF)."""
     key = decision.unique_key.encode() if decision.unique_key else None
     key_header: Headers = [(wire.UNIQUE_KEY_HEADER, key)] if key else []
     outputs = [
@@ -171,11 +179,24 @@ def decision_outputs(
         record["details"] = details
     if job is not None:
         record["job"] = orjson.Fragment(job)  # the same bytes, not encoded twice
-    value = _json(record)
+    referenced = None
+    if (
+        job_ref is not None and decision.job is None and details is None
+        and decision.existing_state is not None and decision.unique_key is not None
+    ):  # fmt: skip
+        # `job` is the record's last field: the record without it, then either ending.
+        shown = record.pop("job")
+        head = _json(record)[:-1]
+        value = b'%b,"job":%b}' % (head, _json(shown))
+        referenced = (b'%b,"%b":%b}' % (head, JOB_REF.encode(), _json(job_ref)),
+                      decision.unique_key, job_ref)  # fmt: skip
+    else:
+        value = _json(record)
     id_header: Headers = [(wire.REQUEST_ID_HEADER, req_id.encode())]
-    outputs.append(
-        Output(value, key, role="decisions", headers=id_header, partition=source.partition)
-    )
+    outputs.append(Output(
+        value, key, role="decisions", headers=id_header, partition=source.partition,
+        referenced=referenced,
+    ))  # fmt: skip
     reply_to = source.header(wire.REPLY_TO_HEADER)
     if reply_to:
         correlation = source.headers.get(wire.CORRELATION_ID_HEADER, req_id.encode())
@@ -189,7 +210,7 @@ def decision_outputs(
 
 def released_output(job: dict[str, Any], unique_key: str) -> Output:
     """A key's successor on `jobs`, released as its job finished: as a new job is."""
-    published = {k: v for k, v in job.items() if k not in ("route", "partition")}
+    published = published_job(job)
     key = unique_key.encode()
     return Output(_json(published), key, role="jobs", headers=[(wire.UNIQUE_KEY_HEADER, key)])
 

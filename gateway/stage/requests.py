@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway import wire
 from gateway.core import Decision, Entry, GatewayError, Outcome, Request, decide, stored_job
+from gateway.core.decision_records import published_job
 from gateway.core.lifecycle import cancelled_by_replace
 from gateway.core.tenant_limits import SLOT_FIELD, reserved_key_refusal
 from gateway.core.updates import updated_record, wants_records
@@ -36,6 +37,7 @@ from gateway.stage.records import (
 )
 from gateway.stage.shared import Shared
 from gateway.stage.tenants import Tenants, given_back, refusal_of, slot_of
+from gateway.stage.trail import JOB
 
 log = logging.getLogger("gateway.processor")
 
@@ -121,11 +123,12 @@ class Requests:
         )  # fmt: skip
         if unique_key:
             shared.store_entries(state, entries, decision.entries, source.timestamp_ms)
-        decision = self._existing_in_full(decision, state)
+        decision, job_ref = self._existing_in_full(decision, state)
         raw = request.envelope.raw if isinstance(request, Request) else None
         dialect = dialect_of(request, value)
         encoded = None  # the new job's JSON, as the jobs topic gets it
-        for output in decision_outputs(decision, source, request_id(source, raw), dialect):
+        req_id = request_id(source, raw)
+        for output in decision_outputs(decision, source, req_id, dialect, job_ref=job_ref):
             shared.emit(output, source)
             if output.role == "jobs":
                 encoded = output.value
@@ -159,17 +162,18 @@ class Requests:
         )
         self._shared.emit(again, source)
 
-    def _existing_in_full(self, decision: Decision, state: Staged) -> Decision:
+    def _existing_in_full(self, decision: Decision, state: Staged) -> tuple[Decision, str | None]:
         """The job a duplicate matched, reported as its record holds it (an entry keeps only
-        what deciding needs): an ignored request's caller gets the whole job back."""
+        what deciding needs): an ignored request's caller gets the whole job back. With
+        the name of the record it was read from, if it was."""
         existing = decision.existing
         if existing is None or existing.job is not None:
-            return decision
+            return decision, None
         record = self._shared.load_job(state, existing.job_id)
         if record is None:
-            return decision
-        shown = {k: v for k, v in record.items() if k not in ("route", "partition")}
-        return decision.with_existing(existing.with_job(shown))
+            return decision, None
+        shown = decision.with_existing(existing.with_job(published_job(record)))
+        return shown, JOB + existing.job_id
 
     def _misrouted(self, request: Request, key: bytes | None, partition: int) -> bool:
         route = wire.route(request)

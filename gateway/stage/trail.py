@@ -4,7 +4,9 @@ without what came before it (docs/audit.md, "Records that verify themselves").
 
 A request's audit record is its decision record; any other record that touched state (a
 job event, a tick that expired or tombstoned jobs, a command, a cron firing, an id claim
-or report) gets one of its own. Either way the record gains:
+or report) gets one of its own. A duplicate's names the job it met (`job_ref`,
+core/decision_records.py) instead of carrying it beside its state, which carries it as
+read. Either way the record gains:
 
     state   routes: every route the record read or wrote (sorted);
             before: [route, name, value, expiry] of every value it read before writing
@@ -185,9 +187,13 @@ def seal(
     due: Sequence[tuple[bytes, str, str]],
     jobs_after: Mapping[str, str | None],
     sealer: Sealer = UNKEYED,
+    references: bool = True,
 ) -> None:
     """Complete the record's audit record (its decision record, or a new one when it
-    touched state) with its state and its place in the chain, and move the head on."""
+    touched state) with its state and its place in the chain, and move the head on.
+    A duplicate's names the job it met, which its state carries, instead of carrying it
+    again (Output.referenced), unless `references` is False: as records were written
+    before (a replay of one writes it as it was)."""
     audit = None
     for output in outputs:
         if output.role == "decisions":
@@ -214,18 +220,15 @@ def seal(
                        partition=source.partition)  # fmt: skip
         outputs.append(audit)
     body = audit.value or b"{}"
-    room = MAX_RECORD_BYTES - len(body) - _SLACK
-    state = state_section(staged, due, jobs_after, source.timestamp_ms, room)
-    section = orjson.dumps(state)
-    if len(body) + len(section) > MAX_RECORD_BYTES - _SLACK:
-        # A record that touched very many routes (a tick that tombstones thousands of jobs):
-        # its audit record must still fit, so it says how much it touched and what it wrote,
-        # and a replay starts afresh after it (replay.py).
-        section = orjson.dumps({
-            "routes": [], "before": [], "jobs": [], "due": [],
-            "truncated": {name: len(state[name]) for name in ("routes", "before", "jobs", "due")},
-            "after": state["after"],
-        })  # fmt: skip
+    referenced = audit.referenced if references else None
+    carried = False
+    if referenced is not None:
+        section, carried = _section(referenced[0], staged, due, jobs_after, source,
+                                    referenced[1:])  # fmt: skip
+        if carried:
+            body = referenced[0]
+    if not carried:  # nothing to name, or the job it met is not carried: as before
+        section, _ = _section(body, staged, due, jobs_after, source)
     prev = head.get_bytes(HEAD)
     body = b"%b%b%b,\"state\":%b,\"prev\":%b%b}" % (
         body[:-1], decided, by_field(source), section,
@@ -234,6 +237,36 @@ def seal(
     sealed = sealer.digest(body).encode()
     audit.value = b'%b%b%b"}' % (body[:-1], DIGEST_FIELD, sealed)
     head.set_bytes(HEAD, sealed)
+
+
+def _section(
+    body: bytes, staged: Mapping[bytes, Staged], due: Sequence[tuple[bytes, str, str]],
+    jobs_after: Mapping[str, str | None], source: Source, carrying: tuple[str, str] | None = None,
+) -> tuple[bytes, bool]:  # fmt: skip
+    """The state section of a record whose own fields are `body`, and whether it carries
+    the value `carrying` (route, name) names as JSON (True without one)."""
+    room = MAX_RECORD_BYTES - len(body) - _SLACK
+    state = state_section(staged, due, jobs_after, source.timestamp_ms, room)
+    section = orjson.dumps(state)
+    if len(body) + len(section) > MAX_RECORD_BYTES - _SLACK:
+        # A record that touched very many routes (a tick that tombstones thousands of jobs):
+        # its audit record must still fit, so it says how much it touched and what it wrote,
+        # and a replay starts afresh after it (replay.py).
+        return orjson.dumps({
+            "routes": [], "before": [], "jobs": [], "due": [],
+            "truncated": {name: len(state[name]) for name in ("routes", "before", "jobs", "due")},
+            "after": state["after"],
+        }), carrying is None  # fmt: skip
+    if carrying is None:
+        return section, True
+    route, name = carrying
+    written = staged.get(route.encode())
+    if written is not None and name in written.writes:
+        return section, False  # what it showed is not what it read first (a due expiry)
+    return section, any(
+        row[0] == route and row[1] == name and isinstance(row[2], orjson.Fragment)
+        for row in state["before"]
+    )
 
 
 def by_field(source: Source) -> bytes:

@@ -290,8 +290,8 @@ def test_an_output_too_large_for_its_topic_is_never_produced(monkeypatch: pytest
     key, partition = routed(JOB)
     real = requests_module.decision_outputs
 
-    def bloated(*args: Any) -> list[Output]:
-        return [*real(*args), Output(b"x" * (MAX_RECORD_BYTES + 1), b"k", role="jobs")]
+    def bloated(*args: Any, **kwargs: Any) -> list[Output]:
+        return [*real(*args, **kwargs), Output(b"x" * (MAX_RECORD_BYTES + 1), b"k", role="jobs")]
 
     monkeypatch.setattr(requests_module, "decision_outputs", bloated)
     outputs = harness.to_requests(orjson.dumps(JOB), key, {}, partition)
