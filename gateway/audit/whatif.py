@@ -200,15 +200,14 @@ def _request(
         state[key] = decision.entries
     if decision.job is not None:
         book.accepted(decision.job)
-    made = decision.job is not None and decision.outcome is not Outcome.UPDATED
+    new_job = None if decision.job is None else str(decision.job["id"])
     logged = was.get("job_id")
+    made = new_job is not None and decision.outcome is not Outcome.UPDATED
     if key and made and was.get("outcome") in _MADE and isinstance(logged, str):
-        ids.made(logged, str(decision.job["id"]), key)  # type: ignore[index]
+        ids.made(logged, str(new_job), key)
     report.replayed += 1
-    now = ids.shown(
-        str(decision.job["id"]) if decision.job is not None
-        else decision.existing.job_id if decision.existing is not None else None
-    )  # fmt: skip
+    met = decision.existing.job_id if decision.existing is not None else None
+    now = ids.shown(new_job or met)
     flip = Flip(
         str(was.get("request_id")), record.position, str(was.get("outcome")),
         str(decision.outcome), logged if isinstance(logged, str) else None, now,
