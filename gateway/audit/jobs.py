@@ -1,10 +1,10 @@
 """Job records rebuilt from the log and moved by the processor's own rules.
 
-Explain and what-if read decisions and job events, not the processor's state;
-they keep each job's record as its accepted decision published it and move it
-with `core.on_key` (`apply_job_event` and the key's entries after it) and
-`core.expire_job`, the calls the processor makes, so a job's story is the one
-the processor wrote. An active job expires at the first record of the log at
+What-if reads decisions and job events, not the processor's state; it keeps each
+job's record as its accepted decision published it and moves it with `core.on_key`
+(`apply_job_event` and the key's entries after it), `core.expire_job` and, for a claim
+its rate key's home refused, `on_limit_move`: the calls the processor makes, so a job's
+story is the one the processor wrote. An active job expires at the first record of the log at
 or after the end of its deadline's schedule bucket (`LEASES.seen_at`), as the
 processor's sweep does.
 """
@@ -26,7 +26,12 @@ from gateway.core import (
 )
 from gateway.core.lifecycle import on_key
 from gateway.core.queues import QueueCommand, newer, parse_queue_command, queue_state
+from gateway.core.rate_moves import on_limit_move
 from gateway.stage.schedule import LEASES
+
+# A refused claim as its home marks it (stage/rates.py `limited_of`): on_limit, retry
+# time, rate key, the refusal.
+Limited = tuple[str, int | None, str, GatewayError]
 
 
 class JobBook:
@@ -56,13 +61,25 @@ class JobBook:
         retention_ms: int,
         partition: int,
     ) -> tuple[EventResult, tuple[Entry, ...]]:
-        """An event on its job (on `partition`), and the job's key's `entries` after it."""
+        """An event on its job (on `partition`), and the job's key's `entries` after it.
+        Rate keys are the log's to decide: a claim that reaches here is one they let
+        through (`limited` takes one they refused), so none is asked for a permit."""
         job = None if isinstance(event, GatewayError) else self.jobs.get(event.job_id)
         held = None if job is None else self.queues.get((partition, str(job.get("queue"))))
         paused = held is not None and bool(held.get("paused"))
-        result, after = on_key(job, entries, event, now_ms, retention_ms, paused)
+        result, after = on_key(job, entries, event, now_ms, retention_ms, paused, needed=())
         self._keep(result)
         return result, after
+
+    def limited(self, job_id: str, limited: Limited, now_ms: int) -> EventResult | None:
+        """A claim its rate key's home refused: the job moved as its on_limit says (None:
+        it stays as it is), as the processor moves it."""
+        job = self.jobs.get(job_id)
+        on_limit, retry_at, key, _ = limited
+        moved = None if job is None else on_limit_move(job, on_limit, retry_at, key, now_ms)
+        if moved is not None:
+            self._keep(moved)
+        return moved
 
     def released(self, entries: tuple[Entry, ...], now_ms: int) -> tuple[Entry, ...]:
         """A key's entries after a move of one of its jobs, its successor released as the

@@ -50,8 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "be verified is counted, with why; an audit record missing, altered, out of "
             "order, misplaced on another partition, without input, beyond the last input or "
             "off its partition's chain is named by position. Exits 1 on any difference or "
-            "finding. With --policy, decide every request under that policy instead and "
-            "report which outcomes would flip."
+            "finding. With --policy, decide again under that policy what the unique policy "
+            "decided, keep as recorded what was decided before or beside it, and report "
+            "which outcomes would flip."
         ),
     )
     add_log_arguments(p)
@@ -75,9 +76,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "%(default)s)",
     )  # fmt: skip
     p.add_argument(
-        "--policy", type=Path, metavar="FILE",
-        help="decide every request under this JSON OJS UniquePolicy and report the flips "
-        "(default: none, compare with the recorded decisions)",
+        "--policy", metavar="FILE|JSON",
+        help="decide again, under this OJS UniquePolicy (a JSON file, or the JSON itself), "
+        "what the unique policy decided, and report the flips; what was decided before or "
+        "beside it (invalid requests, idempotency keys, taken job ids, tenant and rate "
+        "limits, pauses) is kept as recorded (default: none, compare with the recorded "
+        "decisions)",
     )  # fmt: skip
     p.add_argument(
         "--max-request-bytes", type=int, default=Limits().max_request_bytes,
@@ -240,12 +244,25 @@ def print_flips(report: FlipReport, show: int) -> None:
     )
     for (was, now), count in sorted(report.transitions.items()):
         print(f"  {was} -> {now}: {count}")
+    kept = sum(report.kept.values())
+    if kept:
+        print(f"kept as recorded {kept} (decided before or beside the unique policy):")
+        for reason, count in report.kept.most_common():
+            print(f"  {count}: {reason}")
     for flip in report.flips[:show]:
         print(
             f"  request {flip.request_id} ({_where(flip.source)}): {flip.recorded} -> "
             f"{flip.replayed} (job {flip.recorded_job_id} -> {flip.replayed_job_id})"
         )
     _more(len(report.flips), show)
+    if report.other_jobs:
+        print(f"{len(report.other_jobs)} unchanged decisions would name another job:")
+    for other in report.other_jobs[:show]:
+        print(
+            f"  request {other.request_id} ({_where(other.source)}): {other.recorded} "
+            f"(job {other.recorded_job_id} -> {other.replayed_job_id})"
+        )
+    _more(len(report.other_jobs), show)
 
 
 def _more(count: int, show: int) -> None:
@@ -261,11 +278,13 @@ def _show(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _policy(path: Path) -> UniquePolicy:
+def _policy(given: str) -> UniquePolicy:
+    """The policy `--policy` gives: its JSON (an object), or a file that holds it."""
+    inline = given.lstrip().startswith("{")
     try:
-        raw: Mapping[str, Any] = orjson.loads(path.read_bytes())
+        raw: Mapping[str, Any] = orjson.loads(given if inline else Path(given).read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise CommandError(f"--policy {path}: {exc}", EXIT_INVALID) from exc
+        raise CommandError(f"--policy {given}: {exc}", EXIT_INVALID) from exc
     policy = parse_policy(raw, "--policy")
     if isinstance(policy, GatewayError):
         raise CommandError(str(policy), EXIT_INVALID)
