@@ -71,9 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "partitions of decisions are still read for its records written there",
     )  # fmt: skip
     p.add_argument(
-        "--processes", type=int, default=default_processes(), metavar="N",
+        "--processes", type=int, metavar="N",
         help="partitions replayed at once, one process each (default: the cores, "
-        "%(default)s)",
+        f"{default_processes()})",
     )  # fmt: skip
     p.add_argument(
         "--policy", metavar="FILE|JSON",
@@ -120,9 +120,14 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_INVALID) from exc
     from_ms = _time(args.from_time, "--from") if args.from_time else None
     to_ms = _time(args.to_time, "--to") if args.to_time else None
-    if args.processes < 1:
+    if args.processes is not None and args.processes < 1:
         raise CommandError("--processes must be at least 1", EXIT_INVALID)
     if args.policy:
+        # What-if merges every partition by time in one process: neither can be chosen.
+        for flag, given in (("--partition", args.partition), ("--processes", args.processes)):
+            if given is not None:
+                raise CommandError(f"{flag} is not taken with --policy: what-if decides every "
+                                   "partition together, merged by time", EXIT_INVALID)  # fmt: skip
         return what_if(args, cat, limits, _policy(args.policy), from_ms, to_ms)
     keys = audit_keys_of(args)
     topics = {role: cat.name(role) for role in ("intake", "requests", "decisions")}
@@ -137,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         work = parts(client, topics, limits, asked, from_ms, to_ms, args.show, keys)
         with progress_bar(sum(records_in(part) for part in work), "replaying") as advance:
-            report = replay_log(work, args.processes, advance)
+            report = replay_log(work, args.processes or default_processes(), advance)
     except ReadError as exc:
         raise CommandError(f"{exc} ({kafka_asked(args.bootstrap)})", EXIT_UNAVAILABLE) from exc
     print_report(report, args.show)

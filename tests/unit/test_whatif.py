@@ -17,6 +17,7 @@ import pytest
 from gateway import wire
 from gateway.audit import FlipReport, LogRecord, replay_under_policy
 from gateway.audit.whatif import Decided, paired
+from gateway.cli import main
 from gateway.cli.common import EXIT_INVALID, CommandError
 from gateway.cli.replay import _policy, print_flips
 from gateway.core import UniquePolicy, parse_policy
@@ -203,6 +204,12 @@ def test_the_policy_is_given_as_json_or_in_a_file(tmp_path) -> None:
         with pytest.raises(CommandError) as refused:
             _policy(bad)
         assert refused.value.exit_code == EXIT_INVALID and "--policy" in str(refused.value)
+
+
+@pytest.mark.parametrize("flag", [["--partition", "0"], ["--processes", "2"]])
+def test_what_if_refuses_the_options_it_cannot_take(flag, capsys) -> None:
+    assert main(["replay", "--policy", '{"keys": ["type"]}', *flag]) == EXIT_INVALID
+    assert f"{flag[0]} is not taken with --policy" in capsys.readouterr().err
 
 
 # -- a log with every kind of record -------------------------------------------------------
