@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
+from gateway.children import Stop
 from gateway.cli import main
-from gateway.cli.up import _cannot_listen
+from gateway.cli.up import _cannot_listen, _watch
 from tests.support import free_port_block
 
 # Nothing listens here: were `up` to go on, it would wait for this broker (and exit 3).
@@ -81,3 +85,20 @@ def test_make_up_passes_args_on_to_gateway_up():
         ["make", "-n", "-C", str(root), "up"], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert ".venv/bin/gateway up" in [line.strip() for line in plain]
+
+
+@pytest.mark.parametrize(
+    ("code", "stopping", "why"),
+    [(3, False, True), (0, False, False), (3, True, False)],
+    ids=["died", "its-own-ctrl-c", "after-a-stop"],
+)
+def test_the_http_binding_ending_stops_up_and_only_a_failure_is_reported(code, stopping, why):
+    """A binding that exits 0 took the group's Ctrl-C before `up` handled its own: a stop, not
+    a failure; one that fails before any stop is reported. Either way `up` stops."""
+    stop, died = Stop(), []
+    if stopping:
+        stop.request()
+    http = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    _watch(http, argparse.Namespace(http_host="127.0.0.1", http_port=1), stop, died)
+    assert stop.requested
+    assert bool(died) == why
