@@ -203,7 +203,9 @@ class _Proc:
         return 0
 
 
-def test_a_stop_between_two_starts_starts_no_more_and_stops_what_started(monkeypatch):
+def test_a_stop_between_two_starts_starts_no_more_and_stops_what_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     stop = Stop()
     started: list[_Proc] = []
 
@@ -219,7 +221,9 @@ def test_a_stop_between_two_starts_starts_no_more_and_stops_what_started(monkeyp
     assert started[0].returncode == 0  # terminated
 
 
-def test_a_failure_in_the_loop_still_stops_the_runtimes_it_started(monkeypatch):
+def test_a_failure_in_the_loop_still_stops_the_runtimes_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     started: list[_Proc] = []
 
     def start(_settings: ProcessorSettings, _level: str) -> _Proc:
