@@ -1,9 +1,12 @@
-"""What every supervisor of the gateway's child processes does to a child before exec."""
+"""What every supervisor of the gateway's child processes does to a child before exec, and
+how it learns, from a signal, that it must stop them."""
 
 from __future__ import annotations
 
 import signal
 import sys
+import time
+from typing import Any
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -21,3 +24,33 @@ def ignore_sigint() -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+class Stop:
+    """SIGINT or SIGTERM, noted: `requested`, and `at` (monotonic) the first one's time.
+
+    Installed before a supervisor starts its first child, so a signal at any moment after,
+    even while a child is being forked, is a stop it sees; never a KeyboardInterrupt that
+    would leave a child started but not yet recorded, nor a signal lost because it came
+    before a handler. The handler only sets attributes: it runs between any two bytecodes
+    of the main thread and must take no lock. An ignored SIGINT (a shell's background job)
+    is taken too: from here on, Ctrl-C stops what this process started.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.at = float("inf")
+
+    def install(self) -> Stop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def request(self) -> None:
+        """A stop from within (a child that must not run alone has died): as a signal's."""
+        if not self.requested:
+            self.at = time.monotonic()
+            self.requested = True
+
+    def _on_signal(self, _signum: int, _frame: Any) -> None:
+        self.request()

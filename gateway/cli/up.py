@@ -28,7 +28,7 @@ from gateway.broker import launcher
 from gateway.broker.install import BrokerError
 from gateway.broker.ports import free_port_block
 from gateway.catalogue import CatalogueError
-from gateway.children import ignore_sigint, python_module
+from gateway.children import Stop, ignore_sigint, python_module
 from gateway.cli import process
 from gateway.cli.common import (
     EXIT_UNAVAILABLE,
@@ -138,7 +138,11 @@ def _up(args: argparse.Namespace) -> int:
     refuse_shared_token()
     args.credentials = credentials_of(args)  # the binding's and the processor's
     started: launcher.Cluster | None = None
-    stop = {"at": float("inf")}
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Started ignoring it (a shell's background job): `up` stops on Ctrl-C all the same,
+        # as it does once its children run; else one now would be lost and `up` run on.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop = Stop()
     try:
         if not args.bootstrap:
             result = _start_broker(args.port)
@@ -163,7 +167,6 @@ def _up(args: argparse.Namespace) -> int:
         http: subprocess.Popen[bytes] | None = None
 
         def on_stop() -> None:
-            stop["at"] = time.monotonic()
             if http is not None:
                 http.terminate()
 
@@ -171,13 +174,11 @@ def _up(args: argparse.Namespace) -> int:
             if http is not None and http.poll() is None:
                 http.send_signal(signal.SIGHUP)
 
+        # From the first child on, Ctrl-C is a stop noted, never a KeyboardInterrupt: one
+        # while `http` starts would leave it running unrecorded (children.Stop).
+        stop.install()
         try:
-            # A Ctrl-C now waits until `http` is recorded, so the finally ends it.
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
-                http = _start_http(args)
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+            http = _start_http(args)
             died: list[str] = []
             threading.Thread(
                 target=_watch, args=(http, args, stop, died), name="gateway-up-http", daemon=True
@@ -185,7 +186,7 @@ def _up(args: argparse.Namespace) -> int:
             print(f"http: {scheme}://{args.http_host}:{args.http_port}/ojs/v1/jobs", flush=True)
             print("processor: starting; press Ctrl-C to stop", flush=True)
             logs.configure(args.log_level)
-            code = supervise(settings, args.log_level, on_stop, processes, on_reread)
+            code = supervise(settings, args.log_level, on_stop, processes, on_reread, stop)
             if died:
                 raise CommandError(died[0])
             return code
@@ -193,7 +194,7 @@ def _up(args: argparse.Namespace) -> int:
             if http is not None:
                 # Its own graceful stop takes GRACEFUL_SHUTDOWN_S; a uvicorn
                 # still starting only sees SIGTERM once started: kill it then.
-                stopped_at = min(stop["at"], time.monotonic())
+                stopped_at = min(stop.at, time.monotonic())
                 # Its workers' grace, then their supervisor's second to stop them.
                 _end(http, stopped_at + GRACEFUL_SHUTDOWN_S + 2.0)
     except (BrokerError, CatalogueError) as exc:
@@ -203,7 +204,7 @@ def _up(args: argparse.Namespace) -> int:
     finally:
         config.forget_up()
         if started is not None:
-            left = min(STOP_BUDGET_S, stop["at"] + STOP_BUDGET_S - time.monotonic())
+            left = min(STOP_BUDGET_S, stop.at + STOP_BUDGET_S - time.monotonic())
             launcher.down(started, timeout=max(1.0, left - 0.5))
             print("stopped the local Kafka broker", flush=True)
 
@@ -291,25 +292,22 @@ def _start_broker(port: int | None) -> launcher.UpResult:
 
 
 def _watch(
-    http: subprocess.Popen[bytes], args: argparse.Namespace, stop: dict[str, float], died: list[str]
+    http: subprocess.Popen[bytes], args: argparse.Namespace, stop: Stop, died: list[str]
 ) -> None:
-    """When the HTTP binding exits before a stop began, record why and stop everything.
+    """When the HTTP binding exits before a stop began, stop everything, recording why.
 
-    The stop is a SIGTERM to ourselves, as a user's would be, so the processor
-    stops the way it always does; it is sent once supervise() handles SIGTERM
-    (before that, SIGTERM's default would end us without a word).
+    An exit 0 is the binding's own Ctrl-C (the group's signal, taken by uvicorn), perhaps
+    before ours is handled: a stop like any other. The stop is requested as a signal's
+    would be, so the processor stops the way it always does.
     """
     code = http.wait()
-    if stop["at"] != float("inf"):
-        return
-    died.append(
-        f"the HTTP binding on {args.http_host}:{args.http_port} exited with code {code} "
-        "(its log above says why; a taken port: choose another with --http-port); "
-        "stopped the rest"
-    )
-    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        time.sleep(0.05)
-    os.kill(os.getpid(), signal.SIGTERM)
+    if not stop.requested and code != 0:
+        died.append(
+            f"the HTTP binding on {args.http_host}:{args.http_port} exited with code {code} "
+            "(its log above says why; a taken port: choose another with --http-port); "
+            "stopped the rest"
+        )
+    stop.request()
 
 
 def _end(proc: subprocess.Popen[bytes], deadline: float) -> None:

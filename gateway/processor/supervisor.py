@@ -39,7 +39,7 @@ from typing import Any
 
 from gateway import logs
 from gateway.auth.credentials import CredentialsError
-from gateway.children import ignore_sigint, python_module
+from gateway.children import Stop, ignore_sigint, python_module
 from gateway.processor.app import ProcessorSettings
 from gateway.processor.shutdown import EXIT_CONFIG, GRACE_S
 from gateway.processor.status_access import Guard, guard_of
@@ -99,23 +99,23 @@ def supervise(
     on_stop: Callable[[], None] | None = None,
     processes: int = 1,
     on_reread: Callable[[], None] | None = None,
+    stop: Stop | None = None,
 ) -> int:
     """Run `processes` runtimes until SIGINT or SIGTERM; return within KILL_AFTER_S of the
     signal. Return 0 then, or EXIT_CONFIG at once when a runtime refuses this deployment.
 
     `on_stop` runs once, as the stop begins (outside the signal handler); `on_reread` after
-    each SIGHUP, when there is a credentials file.
+    each SIGHUP, when there is a credentials file. `stop` is the caller's, installed before
+    it started anything of its own; without one, supervise installs its own.
     """
-    flags = {"stop": False, "reread": False}
+    stop = stop or Stop().install()
+    flags = {"reread": False}
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        # Nothing that takes a lock: see shutdown.py.
-        flags["reread" if signum == signal.SIGHUP else "stop"] = True
+    def on_sighup(_signum: int, _frame: Any) -> None:
+        flags["reread"] = True  # nothing that takes a lock: see shutdown.py
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
     if settings.credentials is not None:
-        signal.signal(signal.SIGHUP, on_signal)
+        signal.signal(signal.SIGHUP, on_sighup)
 
     slots = [_Child(s) for s in children(settings, processes)]
     server, guard = None, None
@@ -130,25 +130,28 @@ def supervise(
         ports = [(c.settings.instance_id, c.settings.metrics_port or 0) for c in slots]
         server = status.serve(settings.metrics_port, ports, guard)
     code = 0
-    while not flags["stop"] and not code:
-        if flags["reread"]:
-            flags["reread"] = False
-            _reread([c.proc for c in slots if c.proc is not None], guard, on_reread)
-        for child in slots:
-            if child.proc is None:
-                if time.monotonic() >= child.resume_at:
-                    child.started = time.monotonic()
-                    child.proc = _start(child.settings, log_level)
-            elif child.proc.poll() is not None:
-                code = _exited(child)
-                if code:
-                    break
-        time.sleep(0.1)
-    if on_stop is not None:
-        on_stop()
-    _stop([c.proc for c in slots if c.proc is not None])
-    if server is not None:
-        server.shutdown()
+    try:
+        while not stop.requested and not code:
+            if flags["reread"]:
+                flags["reread"] = False
+                _reread([c.proc for c in slots if c.proc is not None], guard, on_reread)
+            for child in slots:
+                if child.proc is None:
+                    # Not one more once a stop came (it may come between two starts).
+                    if time.monotonic() >= child.resume_at and not stop.requested:
+                        child.started = time.monotonic()
+                        child.proc = _start(child.settings, log_level)
+                elif child.proc.poll() is not None:
+                    code = _exited(child)
+                    if code:
+                        break
+            time.sleep(0.1)
+    finally:  # a failure here too stops the runtimes already started: none is left behind
+        if on_stop is not None:
+            on_stop()
+        _stop([c.proc for c in slots if c.proc is not None])
+        if server is not None:
+            server.shutdown()
     return code
 
 

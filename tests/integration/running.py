@@ -24,6 +24,7 @@ class Up:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "gateway", "up", *args],
                 stdout=out, stderr=err, start_new_session=True, env=env,
+                preexec_fn=_as_a_terminal_starts_it,
             )  # fmt: skip
         self.started = time.monotonic()
 
@@ -81,6 +82,13 @@ class Up:
                 other.append(line)
         assert not other, "lines on stderr that are not JSON:\n" + "\n".join(other)
         return lines
+
+
+def _as_a_terminal_starts_it() -> None:
+    """Ctrl-C at its default, as a shell leaves it for a foreground job: a suite run in the
+    background (`nohup`, `&`) passes SIGINT down ignored, and a Ctrl-C while `up` still
+    imports would then be lost, not what a user at a terminal meets."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from gateway import config, logs
 from gateway.broker import ports
+from gateway.children import Stop
 from gateway.cli import main
-from gateway.cli.up import _cannot_listen
+from gateway.cli.up import _cannot_listen, _watch
 from tests.support import free_port_block
 
 # Nothing listens here: were `up` to go on, it would wait for this broker (and exit 3).
@@ -109,3 +113,20 @@ def test_a_starting_broker_s_warnings_are_said_to_be_expected(caplog):
         "INFO", logs.STARTING_NOTE,
     )  # fmt: skip
     assert other.levelname == "WARNING" and not hasattr(other, "expected")
+
+
+@pytest.mark.parametrize(
+    ("code", "stopping", "why"),
+    [(3, False, True), (0, False, False), (3, True, False)],
+    ids=["died", "its-own-ctrl-c", "after-a-stop"],
+)
+def test_the_http_binding_ending_stops_up_and_only_a_failure_is_reported(code, stopping, why):
+    """A binding that exits 0 took the group's Ctrl-C before `up` handled its own: a stop, not
+    a failure; one that fails before any stop is reported. Either way `up` stops."""
+    stop, died = Stop(), []
+    if stopping:
+        stop.request()
+    http = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    _watch(http, argparse.Namespace(http_host="127.0.0.1", http_port=1), stop, died)
+    assert stop.requested
+    assert bool(died) == why

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from gateway import catalogue
+from gateway.children import Stop
 from gateway.cli import process
 from gateway.cli.common import CommandError
 from gateway.processor import status, supervisor
@@ -184,3 +185,54 @@ def test_a_runtimes_settings_reach_it_whole():
 
     sent = settings(limits=Limits(max_request_bytes=1000, retention_ms=5, idempotency_ms=7))
     assert pickle.loads(pickle.dumps(sent)) == sent
+
+
+class _Proc:
+    """A runtime that runs until terminated."""
+
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def terminate(self) -> None:
+        self.returncode = 0
+
+    def wait(self, _timeout: float | None = None) -> int:
+        return 0
+
+
+def test_a_stop_between_two_starts_starts_no_more_and_stops_what_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stop = Stop()
+    started: list[_Proc] = []
+
+    def start(_settings: ProcessorSettings, _level: str) -> _Proc:
+        started.append(_Proc())
+        stop.request()  # the signal comes while the first runtime is being started
+        return started[-1]
+
+    monkeypatch.setattr(supervisor, "_start", start)
+    stopped: list[bool] = []
+    code = supervisor.supervise(settings(), "INFO", lambda: stopped.append(True), 3, stop=stop)
+    assert (code, len(started), stopped) == (0, 1, [True])
+    assert started[0].returncode == 0  # terminated
+
+
+def test_a_failure_in_the_loop_still_stops_the_runtimes_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[_Proc] = []
+
+    def start(_settings: ProcessorSettings, _level: str) -> _Proc:
+        if started:
+            raise OSError("cannot fork")
+        started.append(_Proc())
+        return started[-1]
+
+    monkeypatch.setattr(supervisor, "_start", start)
+    with pytest.raises(OSError):
+        supervisor.supervise(settings(), "INFO", None, 2, stop=Stop())
+    assert started[0].returncode == 0
