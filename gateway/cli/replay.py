@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -34,6 +35,7 @@ from gateway.core.times import parse_rfc3339
 from gateway.stage.parsing import Limits
 
 EXIT_DIFFERENT = 1
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -200,15 +202,8 @@ def print_report(report: ReplayReport, show: int) -> None:
         f"verified identical ({share:.1f}%), {report.different} different; "
         f"{report.rerouted} re-routed requests (decided where they landed)"
     )
-    context, unchecked = report.context(), report.unchecked()
-    if context:
-        print(f"outside the window, read as its context (expected): {sum(context.values())}")
-        for reason, count in context.most_common():
-            print(f"  {count}: {reason}")
-    if unchecked:
-        print(f"could not verify {sum(unchecked.values())}:")
-        for reason, count in unchecked.most_common():
-            print(f"  {count}: {reason}")
+    _reasons("outside the window, read as its context (expected): {}", report.context())
+    _reasons("could not verify {}:", report.unchecked())
     if report.findings:
         print(f"the audit trail shows {len(report.findings)} problems:")
     for finding in report.findings[:show]:
@@ -249,25 +244,32 @@ def print_flips(report: FlipReport, show: int) -> None:
     )
     for (was, now), count in sorted(report.transitions.items()):
         print(f"  {was} -> {now}: {count}")
-    kept = sum(report.kept.values())
-    if kept:
-        print(f"kept as recorded {kept} (decided before or beside the unique policy):")
-        for reason, count in report.kept.most_common():
-            print(f"  {count}: {reason}")
-    for flip in report.flips[:show]:
-        print(
-            f"  request {flip.request_id} ({_where(flip.source)}): {flip.recorded} -> "
-            f"{flip.replayed} (job {flip.recorded_job_id} -> {flip.replayed_job_id})"
-        )
-    _more(len(report.flips), show)
+    _reasons("kept as recorded {} (decided before or beside the unique policy):", report.kept)
+    _rows(report.flips, show, lambda flip: (
+        f"  request {flip.request_id} ({_where(flip.source)}): {flip.recorded} -> "
+        f"{flip.replayed} (job {flip.recorded_job_id} -> {flip.replayed_job_id})"
+    ))  # fmt: skip
     if report.other_jobs:
         print(f"{len(report.other_jobs)} unchanged decisions would name another job:")
-    for other in report.other_jobs[:show]:
-        print(
-            f"  request {other.request_id} ({_where(other.source)}): {other.recorded} "
-            f"(job {other.recorded_job_id} -> {other.replayed_job_id})"
-        )
-    _more(len(report.other_jobs), show)
+    _rows(report.other_jobs, show, lambda other: (
+        f"  request {other.request_id} ({_where(other.source)}): {other.recorded} "
+        f"(job {other.recorded_job_id} -> {other.replayed_job_id})"
+    ))  # fmt: skip
+
+
+def _reasons(head: str, counts: Counter[str]) -> None:
+    """`head` with the total, then a line a reason, the most frequent first; none if none."""
+    if counts:
+        print(head.format(sum(counts.values())))
+    for reason, count in counts.most_common():
+        print(f"  {count}: {reason}")
+
+
+def _rows(rows: Sequence[T], show: int, line: Callable[[T], str]) -> None:
+    """The first `show` rows, a line each, and how many more there are."""
+    for row in rows[:show]:
+        print(line(row))
+    _more(len(rows), show)
 
 
 def _more(count: int, show: int) -> None:

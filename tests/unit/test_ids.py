@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.audit.log import LogRecord
 from gateway.core import GatewayError, Outcome, Request, parse_request
 from gateway.core.envelope import is_uuid7
 from gateway.core.ids import IdClaim, IdReport, claim_id, holder, parse_report, report_id
@@ -146,6 +147,7 @@ class Gateway:
         self.sent: list[Output] = []
         self.stores: dict[int, Store] = {}
         self.offsets: dict[tuple[str, int], int] = {}
+        self.read: dict[int, list[LogRecord]] = {}  # each partition of requests as read
         self.metrics = metrics = Metrics()
         limits = limits or Limits()
         self.router = Router(self.emit, metrics, limits)
@@ -176,6 +178,11 @@ class Gateway:
         self.clock += 1
         offset = self.offsets[where] = self.offsets.get(where, -1) + 1
         source = Source(where[0], where[1], offset, self.clock, dict(output.headers or []))
+        if where[0] == "requests":  # kept as read, for a replay of the log
+            self.read.setdefault(where[1], []).append(LogRecord(
+                "requests", where[1], offset, self.clock, output.key, output.value,
+                dict(output.headers or []),
+            ))  # fmt: skip
         if where[0] == "intake":
             self.router.on_record(output.value, output.key, source)
             return

@@ -45,20 +45,8 @@ def policy(raw: dict[str, Any]) -> UniquePolicy:
 
 
 class Recording(Gateway):
-    """Keeps each partition of `requests` as the stage read it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.read: dict[int, list[LogRecord]] = {}
-
-    def step(self, where: tuple[str, int]) -> None:
-        if where[0] == "requests":
-            output = self.logs[where][0]
-            part = self.read.setdefault(where[1], [])
-            part.append(LogRecord("requests", where[1], self.offsets.get(where, -1) + 1,
-                                  self.clock + 1, output.key, output.value,
-                                  dict(output.headers or [])))  # fmt: skip
-        super().step(where)
+    """The gateway's stages over a log, read back for a what-if (Gateway.read keeps each
+    partition of `requests` as read)."""
 
     def put(self, partition: int, value: bytes, key: bytes | None, **headers: bytes) -> None:
         """A record written straight onto a partition of `requests`."""
