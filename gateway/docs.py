@@ -62,8 +62,8 @@ def cli_reference() -> str:
     try:
         sections = _help("gateway", cli.build_parser())
         sub = _Recording(prog="gateway").add_subparsers(metavar="COMMAND")
-        for module in cli.COMMANDS:
-            module.register(sub)
+        for name in cli.COMMANDS:
+            cli.command(name).register(sub)
         for name, parser in sub.choices.items():
             sections += _help(f"gateway {name}", parser)
             if isinstance(parser, _Recording) and parser.nested is not None:

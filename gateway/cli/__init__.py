@@ -12,24 +12,13 @@ OJS HTTP binding on http://127.0.0.1:8080 until Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from gateway import __version__, logs
-from gateway.cli import (
-    bench,
-    enqueue,
-    explain,
-    fingerprint,
-    kafka,
-    keys,
-    process,
-    replay,
-    serve,
-    topics,
-    up,
-)
 from gateway.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PIPE_CLOSED, CommandError
 from gateway.config import ConfigError
 
@@ -41,11 +30,19 @@ Logs are JSON lines on stderr (level: --log-level, else $GATEWAY_LOG_LEVEL).
 """
 
 
-# Every command, in the order `gateway --help` lists them (the docs' CLI reference too).
-COMMANDS = (up, kafka, topics, process, fingerprint, enqueue, replay, explain, serve, keys, bench)
+# Every command, in the order `gateway --help` lists them (the docs' CLI reference too):
+# each a module of this package, imported when asked for.
+COMMANDS = ("up", "kafka", "topics", "process", "fingerprint", "enqueue", "replay", "explain",
+            "serve", "keys", "bench")  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command(name: str) -> ModuleType:
+    return importlib.import_module(f"gateway.cli.{name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or `only` that one's: a command run imports no other
+    (the whole CLI's modules take most of a second to import)."""
     parser = argparse.ArgumentParser(
         prog="gateway",
         description=__doc__,
@@ -54,13 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
-        module.register(sub)
+    for name in COMMANDS if only is None else (only,):
+        command(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     # Commands that run a service set their own level; the others log warnings only.
     logs.configure(os.environ.get("GATEWAY_LOG_LEVEL", "WARNING"))
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from gateway.broker import install
@@ -84,3 +86,15 @@ def test_no_default_reads_none():
         help_text = " ".join(parser.format_help().split())
         shown += [f"{name}: {m}" for m in re.findall(r"\(default:? None\)", help_text)]
     assert not shown, shown
+
+
+def test_a_command_run_imports_no_other_command():
+    """The first answer of a command (`gateway explain --url`) pays for its own modules."""
+    probe = (
+        "import sys; from gateway.cli import main\n"
+        "try:\n    main(['fingerprint', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('gateway.cli.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert "gateway.cli.fingerprint" in loaded and "gateway.cli.serve" not in loaded, loaded

@@ -58,8 +58,8 @@ def test_every_metric_and_command_is_in_its_table():
         assert (f"`{name}_total`" if kind == "counter" else f"`{name}`") in table
         assert all(f"`{label}`" in table for label in labels)
     reference = docs.cli_reference()
-    for module in cli.COMMANDS:
-        assert f"## gateway {module.__name__.rsplit('.', 1)[1]}" in reference
+    for name in cli.COMMANDS:
+        assert f"## gateway {name}" in reference
 
 
 def test_a_generated_region_is_made_anew_and_a_wrong_one_is_an_error():
