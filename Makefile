@@ -5,11 +5,12 @@ BIN := $(VENV)/bin
 
 .PHONY: up test install lint compiled uncompiled
 
-# pip says each package it fetches (a first install takes a minute or two).
+# pip says each package it fetches, and on a terminal shows its downloads and installs
+# (a first install takes a minute or two).
 $(BIN)/gateway: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --progress-bar off --upgrade pip
-	$(BIN)/pip install --progress-bar off -e '.[dev,bench]'
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e '.[dev,bench]'
 	touch $@
 
 install: $(BIN)/gateway $(VENV)/compiled
