@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gateway.core.decision_records import JOB_REF, job_shown
 from gateway.processor.replies import EarlyReplies
 from gateway.sdk import Client, EnqueueResult
 from tests.integration.harness import Processor, Reader, apply_topics
@@ -88,9 +89,13 @@ def test_every_early_answer_is_the_decision_committed_after_sigkills(
         final = committed[answer.request_id]
         got = (answer.outcome, answer.job_id, answer.existing_job_id)
         assert got == (final["outcome"], final["job_id"], final["existing_job_id"])
-        # The committed record is the answer and its audit trail (docs/audit.md).
-        trail = {"kind", "state", "prev", "digest"}
-        assert answer.record == {k: v for k, v in final.items() if k not in trail}
+        # The committed record is the answer and its audit trail (docs/audit.md); a
+        # duplicate's names the job it met (job_ref), which the answer carries.
+        trail = {"kind", "state", "prev", "digest", JOB_REF}
+        told = {k: v for k, v in final.items() if k not in trail}
+        if JOB_REF in final:
+            told["job"] = job_shown(final)
+        assert answer.record == told
     assert [a.outcome for a in answers].count("accepted") == len(keys)
 
     # The kills landed between early answers and their commit: those requests were

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.core.decision_records import job_shown
 from gateway.core.times import parse_rfc3339
 from gateway.http.binding import HttpSettings
 from gateway.sdk import Client, EventAck
@@ -134,7 +135,7 @@ def test_skip_refuses_a_slot_while_the_last_run_is_active(served: Any):
         return [
             r["value"]
             for r in reader.records.get(cat.name("decisions"), [])
-            if (r["value"].get("job") or {}).get("meta", {}).get("cron_name") == "tick-skip"
+            if (job_shown(r["value"]) or {}).get("meta", {}).get("cron_name") == "tick-skip"
         ]
 
     def slot(job: dict[str, Any]) -> int:
@@ -173,9 +174,9 @@ def test_each_slot_is_decided_once_across_a_kill(served: Any, tmp_path: Path):
     def slots() -> list[str]:
         reader.drain(0.5)
         return [
-            r["value"]["job"]["meta"]["cron_slot"]
+            job_shown(r["value"])["meta"]["cron_slot"]
             for r in reader.records.get(cat.name("decisions"), [])
-            if (r["value"].get("job") or {}).get("meta", {}).get("cron_name") == "every-second"
+            if (job_shown(r["value"]) or {}).get("meta", {}).get("cron_name") == "every-second"
         ]
 
     try:

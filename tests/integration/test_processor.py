@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.catalogue import Catalogue
+from gateway.core.decision_records import job_shown
 from gateway.processor.changelogs import changelog_name
 from gateway.wire import JOB_EVENT, KIND_HEADER, group_name
 from tests.integration.harness import (
@@ -122,7 +123,8 @@ def test_ignore_returns_the_existing_job(stack: Stack):
     accepted = stack.decision(stack.request(first))
     ignored = stack.decision(stack.request(first))
     assert ignored["outcome"] == "ignored" and ignored["error"] is None
-    assert ignored["job_id"] == accepted["job_id"] == ignored["job"]["id"]
+    # Its audit record names the job it met (job_ref) in the state it carries.
+    assert ignored["job_id"] == accepted["job_id"] == job_shown(ignored)["id"]
     stack.reader.settle(quiet=1)
     assert len(stack.records("jobs")) == 1 and not stack.records("rejections")
 
