@@ -40,8 +40,14 @@ class Stop:
     def __init__(self) -> None:
         self.requested = False
         self.at = float("inf")
+        self.interrupting = False
 
-    def install(self) -> Stop:
+    def install(self, interrupting: bool = False) -> Stop:
+        """`interrupting`: a signal also raises KeyboardInterrupt, to cut short what runs
+        before any child (a wait for a broker). Python drops one raised inside a callback
+        (an import lock's, a finaliser), so the stop is noted all the same: turn it off
+        and check `requested` before starting a child."""
+        self.interrupting = interrupting
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         return self
@@ -54,3 +60,5 @@ class Stop:
 
     def _on_signal(self, _signum: int, _frame: Any) -> None:
         self.request()
+        if self.interrupting:
+            raise KeyboardInterrupt

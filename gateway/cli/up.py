@@ -129,6 +129,10 @@ def default_http_workers(cores: int | None = None) -> int:
 def _up(args: argparse.Namespace) -> int:
     from gateway.processor.supervisor import supervise
 
+    # A Ctrl-C from here on is noted, even one whose KeyboardInterrupt Python drops, and
+    # even if `up` started with SIGINT ignored (a shell's background job): `up` stops on
+    # it, as it does once its children run.
+    stop = Stop().install(interrupting=True)
     if args.http_workers is not None and not 1 <= args.http_workers <= MAX_WORKERS:
         raise CommandError(f"--http-workers must be from 1 to {MAX_WORKERS}")
     scheme = "http" if tls_context_of(args) is None else "https"  # bad files: exit 2 now
@@ -138,11 +142,6 @@ def _up(args: argparse.Namespace) -> int:
     refuse_shared_token()
     args.credentials = credentials_of(args)  # the binding's and the processor's
     started: launcher.Cluster | None = None
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        # Started ignoring it (a shell's background job): `up` stops on Ctrl-C all the same,
-        # as it does once its children run; else one now would be lost and `up` run on.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    stop = Stop()
     try:
         if not args.bootstrap:
             result = _start_broker(args.port)
@@ -176,7 +175,9 @@ def _up(args: argparse.Namespace) -> int:
 
         # From the first child on, Ctrl-C is a stop noted, never a KeyboardInterrupt: one
         # while `http` starts would leave it running unrecorded (children.Stop).
-        stop.install()
+        stop.interrupting = False
+        if stop.requested:
+            raise KeyboardInterrupt  # one raised before, and dropped where Python drops it
         try:
             http = _start_http(args)
             died: list[str] = []

@@ -39,3 +39,33 @@ def test_a_signal_is_a_stop_noted_with_its_time_even_if_sigint_was_ignored() -> 
         timeout=60, check=False,
     )  # fmt: skip
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "ok\n", "")
+
+
+def test_an_interrupting_stop_is_noted_even_when_its_keyboardinterrupt_is_dropped() -> None:
+    """Before any child, a signal cuts short what runs; Python drops a KeyboardInterrupt
+    raised inside a callback (here a finaliser, as an import lock's), yet the stop stands."""
+    script = (
+        "import gc, os, signal, weakref\n"
+        "from gateway.children import Stop\n"
+        "stop = Stop().install(interrupting=True)\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    raise SystemExit('not interrupted')\n"
+        "except KeyboardInterrupt:\n"
+        "    assert stop.requested\n"
+        "late = Stop().install(interrupting=True)\n"
+        "class Held: pass\n"
+        "held = Held()\n"
+        "weakref.finalize(held, os.kill, os.getpid(), signal.SIGINT)\n"
+        "del held; gc.collect()\n"
+        "for _ in range(1000): pass\n"
+        "assert late.requested\n"
+        "late.interrupting = False\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print('ok')\n"
+    )
+    ran = subprocess.run(
+        [*python_module("gateway.children")[:2], "-c", script], capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
