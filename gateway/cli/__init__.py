@@ -58,10 +58,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    # Commands that run a service set their own level; the others log warnings only.
-    logs.configure(os.environ.get("GATEWAY_LOG_LEVEL", "WARNING"))
     try:
+        # A command's modules are imported here: Ctrl-C while they are is an interrupt too.
+        args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+        # Commands that run a service set their own level; the others log warnings only.
+        logs.configure(os.environ.get("GATEWAY_LOG_LEVEL", "WARNING"))
         code = int(args.func(args) or 0)
         sys.stdout.flush()
         return code

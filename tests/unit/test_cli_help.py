@@ -98,3 +98,14 @@ def test_a_command_run_imports_no_other_command():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     loaded = done.stdout.strip().splitlines()[-1]
     assert "gateway.cli.fingerprint" in loaded and "gateway.cli.serve" not in loaded, loaded
+
+
+def test_ctrl_c_while_a_commands_modules_load_is_an_interrupt_not_a_traceback(monkeypatch):
+    """`gateway up` imports its modules for a second or more on a busy machine."""
+    from gateway import cli
+
+    def interrupted(_name: str):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "command", interrupted)
+    assert cli.main(["up"]) == cli.EXIT_INTERRUPTED == 130
