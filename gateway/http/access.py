@@ -44,6 +44,7 @@ from gateway.core.tenants import (
     TENANT_FIELD,
     TENANT_RULE,
     is_valid_tenant,
+    meta_field,
     tenant_in,
     tenant_of,
     tenant_problem,
@@ -213,24 +214,26 @@ def restricted() -> bool:
 
 def acting_for(job: Any) -> Any:
     """The job to enqueue for the caller, of its tenant (OJS multi-tenancy §5.3): the one
-    `meta.tenant_id` names, else the request's X-OJS-Tenant header, written into its meta,
-    else the principal's, if it is bound to exactly one. 400 for a tenant that is none, or
-    a header and a meta that differ; 403 for a tenant the principal is not bound to (or
-    none, for one bound to several). A job that is not an object is left to the parser."""
+    `meta.tenant_id` names (in its dialect: `meta_field`), else the request's X-OJS-Tenant
+    header, written into its meta, else the principal's, if it is bound to exactly one. 400
+    for a tenant that is none, or a header and a meta that differ; 403 for a tenant the
+    principal is not bound to (or none, for one bound to several). A job that is not an
+    object is left to the parser."""
     caller = _CALLER.get()
     if caller is None or not isinstance(job, dict):
         return job
-    meta = job.get("meta")
-    problem = tenant_problem(meta)
+    field = meta_field(job)
+    meta = job.get(field)
+    problem = tenant_problem(meta, f"{field}.tenant_id")
     if problem is not None:
         raise ApiError(400, INVALID_REQUEST, problem)
     named = tenant_in(meta)
     if named is not None and caller.tenant is not None and named != caller.tenant:
         raise ApiError(
             400, INVALID_REQUEST,
-            f"meta.tenant_id {named!r} and the {wire.HTTP_TENANT} header {caller.tenant!r} "
+            f"{field}.tenant_id {named!r} and the {wire.HTTP_TENANT} header {caller.tenant!r} "
             "differ; send one tenant",
-            details={"meta.tenant_id": named, wire.HTTP_TENANT: caller.tenant},
+            details={f"{field}.tenant_id": named, wire.HTTP_TENANT: caller.tenant},
         )  # fmt: skip
     principal = caller.principal
     bound = () if principal is None else principal.tenants
@@ -239,7 +242,7 @@ def acting_for(job: Any) -> Any:
         raise _tenant_denied(principal, caller.need, tenant)
     if tenant is None or named is not None:
         return job
-    return {**job, "meta": {**(meta if isinstance(meta, dict) else {}), TENANT_FIELD: tenant}}
+    return {**job, field: {**(meta if isinstance(meta, dict) else {}), TENANT_FIELD: tenant}}
 
 
 async def authenticate(request: Request, watcher: Watcher) -> Principal:

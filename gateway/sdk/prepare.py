@@ -28,7 +28,7 @@ from gateway.core.actor import Actor
 from gateway.core.meta import meta_problem
 from gateway.core.rate_policy import JOB_FIELD as RATE_FIELD
 from gateway.core.rate_policy import policy_of
-from gateway.core.tenants import scoped, tenant_in, tenant_problem
+from gateway.core.tenants import meta_field, request_tenant, scoped, tenant_problem
 from gateway.randomness import random_bytes, random_hex
 
 
@@ -56,12 +56,15 @@ def prepare(job: Any, mint_id: bool = True) -> Outgoing | GatewayError:
     request = parse_request_json(value)
     if isinstance(request, GatewayError):
         return request
-    meta = request.envelope.meta
-    problem = meta_problem(meta) or tenant_problem(meta)
+    meta = request.envelope.raw.get("meta")  # its record's, in every dialect (request_tenant)
+    meta = meta if isinstance(meta, dict) else None  # not the gateway's in a job hash's field
+    where = meta_field(job) if isinstance(job, dict) else "meta"
+    problem = meta_problem(meta, where) or tenant_problem(meta, f"{where}.tenant_id")
     if problem is not None:
         return GatewayError(INVALID_REQUEST, problem)
     headers: tuple[tuple[str, bytes], ...] = ()
-    if tenant_in(meta) is not None:
+    tenant = request_tenant(request)
+    if tenant is not None:
         # Its key is its tenant's, here as where it is decided: the mark says so.
         scoped_request = scoped(request)
         if isinstance(scoped_request, GatewayError):
@@ -84,7 +87,6 @@ def prepare(job: Any, mint_id: bool = True) -> Outgoing | GatewayError:
     elif route is None or not mint_id:
         record_key = None if route is None else route.encode()
         return Outgoing(value, record_key, request_id, key, headers=headers)
-    tenant = tenant_in(meta)
     if tenant is not None and (key is None or request.envelope.id is None):
         # No client id to claim at its home first: straight to its tenant's home.
         return Outgoing(value, wire.tenant_home(tenant), request_id, key, headers=headers)

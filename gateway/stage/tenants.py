@@ -38,7 +38,7 @@ from gateway.core.tenant_limits import (
     set_limits,
     shown_limits,
 )
-from gateway.core.tenants import is_valid_tenant, tenant_in
+from gateway.core.tenants import is_valid_tenant, request_tenant
 from gateway.partitioner import partition_for
 from gateway.stage.context import Staged
 from gateway.stage.records import Output, Source, refused_command
@@ -61,7 +61,7 @@ class Tenants:
             name in headers for name in wire.TENANT_HEADERS
         ):
             return None
-        tenant = tenant_in(request.envelope.meta)
+        tenant = request_tenant(request)
         return tenant if is_valid_tenant(tenant) else None
 
     def is_home(self, tenant: str, key: bytes | None, partition: int) -> bool:

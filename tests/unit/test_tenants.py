@@ -77,7 +77,7 @@ class Broker:
         self.view_ids.append(job_id)
         made = {
             "id": job_id, "type": env.type, "queue": env.queue, "args": env.args,
-            "meta": env.meta, "state": "available", "attempt": 0, "created_at": T0,
+            "meta": env.raw.get("meta"), "state": "available", "attempt": 0, "created_at": T0,
             "enqueued_at": T0, "unique_key": key,
         }  # fmt: skip
         if key is not None:
@@ -353,6 +353,36 @@ def test_a_bound_principal_acts_for_its_tenant_only(bound: App):
     assert bound.enqueue(JOB, "globex", who="both").status_code == 201
     assert error(bound.call("GET", "/ojs/v1/admin/jobs", "globex", who="acme-ops"), 403)
     assert bound.broker.held and len(bound.broker.held) == 2
+
+
+SIDEKIQ = {"dialect": "sidekiq", "class": "Report", "queue": "reports", "args": [7],
+           "lock": "until_executed"}  # fmt: skip
+RIVER = {"dialect": "river", "kind": "report", "queue": "reports", "args": {"n": 7}}
+
+
+def test_a_dialect_s_job_is_of_its_tenant_keyed_and_seen_apart(app: App):
+    first = app.enqueue(SIDEKIQ, "acme")
+    other = app.enqueue(SIDEKIQ, "globex")  # the same job hash: another tenant's key
+    assert first.status_code == other.status_code == 201, other.text
+    duplicate = error(app.enqueue(SIDEKIQ, "acme"), 409)
+    assert duplicate["details"]["existing_job_id"] == first.json()["job"]["id"]
+    job_id = other.json()["job"]["id"]
+    assert app.call("GET", f"/ojs/v1/jobs/{job_id}", "acme").status_code == 404
+    assert app.call("GET", f"/ojs/v1/jobs/{job_id}", "globex").status_code == 200
+
+
+def test_a_bound_principal_acts_for_its_tenant_in_every_dialect(bound: App):
+    """River's record takes its meta from `metadata`: the tenant is checked and written there."""
+    made = bound.enqueue(RIVER, who="acme-ops")
+    assert made.status_code == 201, made.text
+    assert made.json()["job"]["meta"] == {"tenant_id": "acme"}
+    elsewhere = {**RIVER, "metadata": {"tenant_id": "globex"}, "meta": {"tenant_id": "acme"}}
+    refused = error(bound.enqueue(elsewhere, who="acme-ops"), 403)
+    assert refused["details"]["tenant"] == "globex"
+    bad = error(bound.enqueue({**RIVER, "metadata": {"tenant_id": ""}}, who="acme-ops"), 400)
+    assert "metadata.tenant_id" in bad["message"]
+    hash_job = bound.enqueue(SIDEKIQ, who="acme-ops")
+    assert hash_job.status_code == 201 and hash_job.json()["job"]["meta"]["tenant_id"] == "acme"
 
 
 def test_a_bound_principal_sees_its_tenants_jobs_in_exact_pages(bound: App):
