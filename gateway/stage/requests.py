@@ -189,8 +189,8 @@ class Requests:
         """Store and publish the jobs a decision made or moved: a new one (`encoded`: its
         JSON, whose record is encoded from it), holding its tenant's `slot`, a duplicate
         kept as a job (dead or rescheduled: never on `jobs` here), replaced ones cancelled,
-        an updated one (Oban's replace) with its changed fields. Whether it made a new
-        job (a tenant's place is for a job the caller gets)."""
+        an updated one (Oban's replace) with its changed fields. Whether a job it made took
+        the tenant's place (the caller's new job, or the duplicate kept)."""
         shared = self._shared
         if decision.outcome is Outcome.UPDATED and decision.job is not None:
             # The stored record keeps what the update does not touch (attempts, stamps).
@@ -211,7 +211,10 @@ class Requests:
                 self._ids.minted(source, job, route)
         if decision.duplicate is not None:  # a duplicate kept as a job: dead or rescheduled
             job = stored_job(decision.duplicate, decision.unique_key, source.partition)
-            shared.put_job(state, job, source)
+            # It takes the request's place: a rescheduled one waits in it until it starts,
+            # a dead one gives it back as it is stored (put_job), as any job that ended.
+            shared.put_job(state, job if slot is None else {**job, SLOT_FIELD: slot}, source)
+            made = slot is not None
             if source.header(wire.CLAIMED_ID_HEADER) != job["id"]:
                 self._ids.minted(source, job, job["route"])
         for entry in decision.cancelled:

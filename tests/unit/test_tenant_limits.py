@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway import wire
 from gateway.audit.explain import explain_record
-from gateway.core.errors import Invalid
+from gateway.core.errors import GatewayError, Invalid
 from gateway.core.tenant_limits import (
     TENANT_LIMIT_EXCEEDED,
     TenantLimits,
@@ -27,6 +27,7 @@ from gateway.core.tenant_limits import (
     set_limits,
     tenant_command,
 )
+from gateway.core.tenants import for_tenant
 from gateway.partitioner import partition_for
 from gateway.sdk.prepare import Outgoing, prepare
 from gateway.stage.records import Output
@@ -406,3 +407,61 @@ def test_a_tenant_s_concurrency_key_is_the_gateway_s_to_give() -> None:
     codes = [(d.get("error") or {}).get("code") for d in story.decisions]
     assert codes == ["invalid_request", "invalid_request"], codes
     assert all("are the gateway's to give" in d["error"]["message"] for d in story.decisions)
+
+
+# -- every dialect ----------------------------------------------------------------------
+
+
+def sidekiq(n: int, **fields: Any) -> dict[str, Any]:
+    return {"dialect": "sidekiq", "class": "MyJob", "queue": "default", "args": [n],
+            "lock": "until_executed", **fields}  # fmt: skip
+
+
+def test_a_dialect_s_job_is_its_tenant_s_counted_and_keyed_apart() -> None:
+    """The meta its record shows is the tenant's, in every dialect: a job hash's `meta`."""
+    story = Story()
+    story.limits(max_queue_depth=1)
+    story.enqueue(sidekiq(1), sdk=True)
+    story.enqueue(sidekiq(2), sdk=True)  # past the depth
+    story.run()
+    assert [d["outcome"] for d in story.decisions] == ["accepted", "invalid"]
+    assert story.refused()[0]["details"]["limit"] == "max_queue_depth"
+    [job] = story.accepted()
+    assert story.job(job["job_id"])["meta"] == {"tenant_id": T}
+    # Another tenant's same job is its own: keyed apart, not a duplicate of acme's.
+    other = prepare({**sidekiq(1), "meta": {"tenant_id": "globex"}})
+    mine = prepare({**sidekiq(1), "meta": {"tenant_id": T}})
+    bare = prepare(sidekiq(1))
+    assert isinstance(other, Outgoing) and isinstance(mine, Outgoing)
+    assert isinstance(bare, Outgoing)
+    assert len({other.unique_key, mine.unique_key, bare.unique_key}) == 3
+
+
+def test_river_names_its_tenant_in_metadata() -> None:
+    job = {"dialect": "river", "kind": "k", "args": {}, "metadata": {"tenant_id": T}}
+    out = prepare(job)
+    assert isinstance(out, Outgoing) and out.key == HOME
+    assert for_tenant({**job, "metadata": {}}, T) == job
+    refused = for_tenant(job, "globex")
+    assert isinstance(refused, GatewayError) and "metadata.tenant_id" in refused.message
+
+
+def test_a_rescheduled_duplicate_waits_in_its_requests_place_a_dead_one_gives_it_back() -> None:
+    story = Story()
+    story.limits(max_queue_depth=3)
+    for on_conflict in ("reschedule", "reschedule", "reject"):
+        story.enqueue(sidekiq(1, on_conflict=on_conflict), sdk=True)
+        story.run()
+    first, kept, dead = story.decisions
+    assert [d["outcome"] for d in story.decisions] == ["accepted", "ignored", "ignored"]
+    assert story.home().waiting == 2  # type: ignore[union-attr]
+    rescheduled = story.job(kept["duplicate_job"]["id"])
+    assert rescheduled["state"] == "pending" and "tenant_slot" in rescheduled
+    assert "tenant_slot" not in story.job(dead["duplicate_job"]["id"])
+    story.enqueue(sidekiq(2), sdk=True)
+    story.enqueue(sidekiq(3), sdk=True)  # the rescheduled duplicate holds the third place
+    story.run()
+    assert [d["outcome"] for d in story.decisions[3:]] == ["accepted", "invalid"]
+    story.event(first["job_id"], "job.cancelled")  # a place back: the first job's
+    story.run()
+    assert story.home().waiting == 2  # type: ignore[union-attr]
