@@ -17,6 +17,7 @@ on the connections it accepts (gateway/http/tls.py).
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import mmap
 import os
@@ -103,7 +104,8 @@ def supervise(command: Sequence[str], workers: int, sock: socket.socket, board: 
     def start(index: int) -> subprocess.Popen[bytes]:
         argv = [*command, "--worker-socket", str(sock.fileno()), "--worker-board",
                 f"{board.fd}:{index}"]  # fmt: skip
-        return subprocess.Popen(argv, pass_fds=(sock.fileno(), board.fd), preexec_fn=_prepare)
+        return subprocess.Popen(argv, pass_fds=(sock.fileno(), board.fd),
+                                preexec_fn=functools.partial(_prepare, os.getpid()))  # fmt: skip
 
     procs = [start(i) for i in range(workers)]
 
@@ -145,14 +147,17 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def _prepare() -> None:
+def _prepare(supervisor: int) -> None:
     """In the forked worker, before exec. Ctrl-C is ignored until uvicorn takes it (then
     it stops as this supervisor's SIGTERM would: one signal of each is no forced exit),
     so a worker still importing ends on the SIGTERM, without a traceback. And SIGTERM
     comes when this supervisor dies, however it dies, so no worker is left holding the
-    port (Linux's PR_SET_PDEATHSIG)."""
+    port (Linux's PR_SET_PDEATHSIG); a supervisor already gone by then sends none, so the
+    worker ends here."""
     ignore_sigint()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:
+        os._exit(1)
 
 
 def worker_command() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from gateway.cli import main
 from gateway.cli.common import EXIT_REFUSED
 from gateway.cli.up import default_http_workers
+from gateway.http import serving
 from gateway.http.serving import Board, bind
 
 
@@ -73,3 +75,22 @@ def test_up_gives_serve_a_fifth_of_the_cores(cores: int, workers: int):
 def test_a_worker_count_out_of_range_is_refused_in_one_line(capsys, command: str, flag: str):
     assert main([command, flag, "0"]) == EXIT_REFUSED
     assert capsys.readouterr().err == f"gateway: {flag} must be from 1 to 64\n"
+
+
+def test_a_worker_whose_supervisor_died_before_it_asked_for_a_signal_ends_at_once():
+    """A supervisor gone between the fork and PR_SET_PDEATHSIG sends no SIGTERM: the worker
+    sees a parent that is not its supervisor and ends before it would exec."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            serving._prepare(os.getppid() + 1_000_000)  # never this worker's parent
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] >> 8 == 1
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            serving._prepare(os.getppid())
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] >> 8 == 0
