@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.audit.explain import explain_record
 from gateway.audit.history import Item, as_json
@@ -25,6 +27,7 @@ from gateway.stage.parsing import Limits
 from gateway.stage.trail import DIGEST_FIELD, digest
 from gateway.wire import REPLY_TO_HEADER
 from tests import differential_log as recorded
+from tests.unit.test_canonical import json_values
 from tests.differential_log import RecordedLog
 from tests.unit.test_differential import DATA, decide_log
 from tests.unit.test_ids import Gateway
@@ -175,3 +178,20 @@ def test_the_caller_s_reply_keeps_the_job_its_audit_record_names() -> None:
     assert reply["outcome"] == audit["outcome"] == "rejected"
     assert JOB_REF not in reply and reply["job"] == job_shown(audit)
     assert audit[JOB_REF] == f"job/{reply['existing_job_id']}" and "job" not in audit
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ref=json_values,
+    rows=st.lists(st.one_of(json_values, st.tuples(st.just("k"), json_values, json_values)
+                            .map(list)), max_size=4),  # fmt: skip
+    state=json_values,
+)
+def test_a_forged_reference_or_state_is_told_never_a_crash(ref: Any, rows: Any, state: Any) -> None:
+    """A record as anyone could write it to the audit topic: explain and the history route
+    tell it (the trail's check names it forged), whatever its reference and rows hold."""
+    record = {"outcome": "rejected", "unique_key": "k", "existing_job_state": state,
+              JOB_REF: ref, "kind": "request", "state": {"before": rows}}  # fmt: skip
+    job_shown(record)
+    as_json(_item(record), "decisions")
+    job_shown({**record, "state": rows})

@@ -19,6 +19,14 @@ def test_a_gateway_folder_in_the_working_directory_is_never_imported(tmp_path: P
     assert (ran.returncode, ran.stderr) == (0, "")
 
 
+def _run(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a Python of its own, as the gateway's children are started."""
+    return subprocess.run(
+        [*python_module("gateway.children")[:2], "-c", script], capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+
+
 def test_a_signal_is_a_stop_noted_with_its_time_even_if_sigint_was_ignored() -> None:
     """SIGINT and SIGTERM each set the flag; an inherited ignored SIGINT is taken too."""
     script = (
@@ -34,10 +42,7 @@ def test_a_signal_is_a_stop_noted_with_its_time_even_if_sigint_was_ignored() -> 
         "    assert stop.at <= time.monotonic()\n"
         "print('ok')\n"
     )
-    ran = subprocess.run(
-        [*python_module("gateway.children")[:2], "-c", script], capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+    ran = _run(script)
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "ok\n", "")
 
 
@@ -64,8 +69,5 @@ def test_an_interrupting_stop_is_noted_even_when_its_keyboardinterrupt_is_droppe
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "print('ok')\n"
     )
-    ran = subprocess.run(
-        [*python_module("gateway.children")[:2], "-c", script], capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+    ran = _run(script)
     assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
