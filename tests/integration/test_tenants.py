@@ -168,6 +168,30 @@ def test_a_tenant_s_max_concurrency_holds_its_running_jobs(http: httpx.Client):
     assert len(rest) == 1 and rest[0]["id"] != got[0]["id"]
 
 
+def test_a_dialect_s_jobs_are_their_tenant_s_keyed_counted_and_seen_apart(http: httpx.Client):
+    """A sidekiq job hash of a tenant: its own key, its tenant's places (a rescheduled
+    duplicate holds one), and the other tenant's same job is not seen."""
+    tenant, queue = f"dia-{uuid.uuid4().hex[:6]}", f"dia-{uuid.uuid4().hex[:6]}"
+    headers = {TENANT: tenant}
+    job = {"dialect": "sidekiq", "class": "Report", "queue": queue, "args": [1],
+           "lock": "until_executed", "on_conflict": "reschedule"}  # fmt: skip
+    theirs = http.post("/ojs/v1/jobs", json=job, headers={TENANT: f"{tenant}-other"})
+    assert theirs.status_code == 201, theirs.text
+    put = http.put(f"/ojs/v1/admin/tenants/{tenant}/limits", json={"max_queue_depth": 2})
+    assert put.status_code == 200, put.text
+    first = http.post("/ojs/v1/jobs", json=job, headers=headers)
+    assert first.status_code == 201, first.text  # not a duplicate of the other tenant's
+    mine = first.json()["job"]
+    assert mine["meta"] == {"tenant_id": tenant} and mine["id"] != theirs.json()["job"]["id"]
+    again = http.post("/ojs/v1/jobs", json=job, headers=headers)
+    assert again.status_code == 200 and again.json()["job"]["id"] == mine["id"], again.text
+    over = http.post("/ojs/v1/jobs", json={**job, "args": [2]}, headers=headers)
+    assert over.status_code == 429, over.text
+    assert over.json()["error"]["limit"] == "max_queue_depth"
+    other = theirs.json()["job"]["id"]
+    assert http.get(f"/ojs/v1/jobs/{other}", headers=headers).status_code == 404
+
+
 def test_replay_reproduces_the_tenants_decisions(
     served: tuple[httpx.Client, str], kafka_bootstrap: str
 ):
