@@ -53,7 +53,7 @@ class Audit:
     replay_rss: list[int]
     explain_first: tuple[float, int]
     explain_indexed: list[tuple[float, int]]
-    explain_asked: tuple[float, int]  # a first explain asking a serve's index
+    explain_asked: list[tuple[float, int]]  # first explains asking a serve's index, each
     history_s: list[float]  # the serve's history route, each answer
     record_bytes: tuple[float, float]  # mean bytes of a decision record, of a duplicate's
 
@@ -66,8 +66,8 @@ class Audit:
         ratio = report.spread(self.requests / s / self.drained_per_s for s in self.replay_s)
         drained = report.spread([self.drained_per_s])
         first = report.spread([self.explain_first[0]])
-        asked = report.spread([self.explain_asked[0]])
-        asked_rss = report.spread([self.explain_asked[1] / 2**20])
+        asked = report.spread(s for s, _ in self.explain_asked)
+        asked_rss = report.spread(b / 2**20 for _, b in self.explain_asked)
         route = report.spread(s * 1000 for s in self.history_s)
         every, duplicate = (report.spread([b]) for b in self.record_bytes)
         figures = {
@@ -153,7 +153,7 @@ def audit(
         first = _measured(explain, workdir / "explain.log")[:2]
         indexed = [_measured(explain, workdir / "explain.log")[:2] for _ in range(rounds)]
         show("audit: explain, asking a serve's index")
-        asked, route = _asked(key, where, processes, workdir)
+        asked, route = _asked(key, where, rounds, processes, workdir)
     finally:
         io.close()
         drop_namespace(broker, namespace)
@@ -163,10 +163,11 @@ def audit(
 
 
 def _asked(
-    key: str, where: list[str], processes: Processes, workdir: Path
-) -> tuple[tuple[float, int], list[float]]:
-    """A serve of the log, once its index has read it all: a first explain asking it (wall
-    time, peak RSS) and 50 answers of its history route (seconds each)."""
+    key: str, where: list[str], rounds: int, processes: Processes, workdir: Path
+) -> tuple[list[tuple[float, int]], list[float]]:
+    """A serve of the log, once its index has read it all: `rounds` explains asking it, each
+    a first one (the CLI keeps no index of its own: wall time, peak RSS), and 50 answers of
+    its history route (seconds each)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve = processes.start(
@@ -182,7 +183,8 @@ def _asked(
             if time.monotonic() > deadline or serve.poll() is not None:
                 raise BenchError(f"the serve's audit index never read the log ({workdir})")
             time.sleep(1)
-        asked = _measured(["explain", key, "--url", url, *where], workdir / "explain.log")[:2]
+        ask = ["explain", key, "--url", url, *where]
+        asked = [_measured(ask, workdir / "explain.log")[:2] for _ in range(rounds)]
         answers = []
         for _ in range(50):
             started = time.monotonic()
