@@ -27,8 +27,8 @@ from gateway.stage.parsing import Limits
 from gateway.stage.trail import DIGEST_FIELD, digest
 from gateway.wire import REPLY_TO_HEADER
 from tests import differential_log as recorded
-from tests.unit.test_canonical import json_values
 from tests.differential_log import RecordedLog
+from tests.unit.test_canonical import json_values
 from tests.unit.test_differential import DATA, decide_log
 from tests.unit.test_ids import Gateway
 from tests.unit.test_trail_replay import Partitioned, _decisions, _inputs, replay_requests
@@ -183,8 +183,10 @@ def test_the_caller_s_reply_keeps_the_job_its_audit_record_names() -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     ref=json_values,
-    rows=st.lists(st.one_of(json_values, st.tuples(st.just("k"), json_values, json_values)
-                            .map(list)), max_size=4),  # fmt: skip
+    rows=st.lists(
+        st.one_of(json_values, st.tuples(st.just("k"), json_values, json_values).map(list)),
+        max_size=4,
+    ),  # fmt: skip
     state=json_values,
 )
 def test_a_forged_reference_or_state_is_told_never_a_crash(ref: Any, rows: Any, state: Any) -> None:
