@@ -28,6 +28,9 @@ from gateway.core import INVALID_REQUEST, State
 from gateway.core.concurrency import limit_of
 from gateway.core.job_filter import JobFilter
 from gateway.core.lifecycle import shown_state
+from gateway.core.periods import format_period
+from gateway.core.queue_rates import policy_in
+from gateway.core.rate_policy import RateLimit
 from gateway.core.successor import SUCCESSOR_OF
 from gateway.core.times import format_rfc3339, parse_rfc3339
 from gateway.http import access, errors
@@ -120,7 +123,22 @@ async def queue(request: Request, binding: Binding, _: str) -> Answer:
     known = binding.view.queues(tenants).get(name)
     if known is None:
         raise ApiError(404, errors.NOT_FOUND, f"queue {name} has had no job")
-    return Answer(200, _queue(binding, name, known, _now_ms(), tenants is None))
+    shown = _queue(binding, name, known, _now_ms(), tenants is None)
+    limits = policy_in(binding.view.controls(wire.queue_rate_key(name)).get(""))
+    if limits is not None:  # the admin API's queue configuration (§6.2): what is set
+        shown["configuration"] = _configuration(limits)
+    return Answer(200, shown)
+
+
+def _configuration(limits: RateLimit) -> dict[str, Any]:
+    """A queue's rate limit as the admin API shows a queue's configuration: its concurrency
+    and `rate_limit` {limit, period}, each when set."""
+    shown: dict[str, Any] = {}
+    if limits.concurrency is not None:
+        shown["concurrency"] = limits.concurrency
+    if limits.limit is not None and limits.period_ms is not None:
+        shown["rate_limit"] = {"limit": limits.limit, "period": format_period(limits.period_ms)}
+    return shown
 
 
 def _queue(
